@@ -1,0 +1,43 @@
+# relpos developer entry points. `make compare` runs the main job, `make test` the test suite.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+
+.PHONY: install compare test test-fast browser bench schemes clean
+
+# Create the virtual environment and install relpos with its test extras.
+# torch is pinned to the CPU build that lies on this machine's disk; installing it
+# first means the project's range (torch<=2.14.1) is already satisfied and pip
+# never downloads a CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "torch==2.13.0"
+	$(PIP) install -q -e ".[test]" "torch==2.13.0"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Chromium for the explorer's real-browser tests (Debian package; we are root on CI).
+browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q chromium) >/dev/null
+
+compare: $(STAMP)
+	$(VENV)/bin/relpos compare
+
+schemes: $(STAMP)
+	$(VENV)/bin/relpos schemes
+
+test: $(STAMP) browser
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile
+
+test-fast: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile -m "not slow and not browser"
+
+bench: $(STAMP)
+	$(VENV)/bin/relpos bench
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis
