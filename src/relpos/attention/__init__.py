@@ -1,0 +1,226 @@
+"""One attention entry point for every scheme, with an explicit implementation.
+
+``relpos.attention(q, k, v, encoding, causal=..., impl=...)`` validates its
+inputs once, works out query/key positions, then hands a :class:`Request` to
+the chosen implementation module. Implementations:
+
+* ``"reference"`` -- float64, written from the papers; the test oracle.
+* ``"dense"`` -- materialised score terms + ``scaled_dot_product_attention``.
+* further fast paths (``"chunked"``, ``"flex"``, ``"auto"``) live in sibling modules.
+
+An implementation that cannot serve a request raises :class:`UnsupportedError`;
+nothing falls back silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+
+import torch
+from torch import Tensor
+
+from relpos.encodings.base import Encoding
+
+__all__ = ["attention", "Request", "UnsupportedError", "IMPLS", "available_impls"]
+
+
+class UnsupportedError(ValueError):
+    """An implementation cannot serve this scheme/shape/mode combination."""
+
+
+#: impl name -> module that defines ``run(req) -> Tensor`` and ``supports(req) -> str | None``.
+IMPLS: dict[str, str] = {
+    "reference": "relpos.attention.reference",
+    "dense": "relpos.attention.dense",
+    "chunked": "relpos.attention.chunked",
+    "flex": "relpos.attention.flex",
+    "auto": "relpos.attention.auto",
+}
+
+
+def available_impls() -> list[str]:
+    """Implementation names whose modules exist in this build."""
+    return [n for n, m in IMPLS.items() if importlib.util.find_spec(m) is not None]
+
+
+@dataclasses.dataclass
+class Request:
+    """A validated attention call, as implementations receive it.
+
+    Shapes: ``q (B, H, Nq, D)``, ``k (B, H, Nk, D)``, ``v (B, H, Nk, Dv)``,
+    ``qpos (B or 1, Nq)``, ``kpos (B or 1, Nk)`` int64, ``key_padding_mask
+    (B, Nk)`` bool (True = a real key) or None.
+
+    ``contiguous`` is True when positions are the default ``arange`` (queries at
+    ``q_offset + t``, keys at ``j``), which is what lets Toeplitz fast paths work
+    on the ``Nq + Nk - 1`` distinct offsets.
+    """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    encoding: Encoding
+    causal: bool
+    key_padding_mask: Tensor | None
+    q_offset: int
+    qpos: Tensor
+    kpos: Tensor
+    contiguous: bool
+    scale: float
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int]:
+        B, H, Nq, D = self.q.shape
+        return B, H, Nq, self.k.shape[2], D
+
+    def mask(self) -> Tensor | None:
+        """Boolean ``(B or 1, 1, Nq, Nk)`` mask, True where attention is allowed."""
+        B, H, Nq, Nk, _ = self.shape
+        m = None
+        if self.causal:
+            t = torch.arange(Nq, device=self.q.device)[:, None] + self.q_offset
+            j = torch.arange(Nk, device=self.q.device)[None, :]
+            m = (j <= t)[None, None]
+        if self.key_padding_mask is not None:
+            kp = self.key_padding_mask[:, None, None, :]
+            m = kp if m is None else (m & kp)
+        return m
+
+
+def _check_tensor(name: str, t, ndim: int) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dims (B, H, N, D), got shape {tuple(t.shape)}")
+    if not t.dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point tensor (float16/bfloat16/float32/float64), got {t.dtype}")
+
+
+def _make_positions(positions, B: int, Nq: int, Nk: int, q_offset: int, device) -> tuple[Tensor, Tensor, bool]:
+    if positions is None:
+        kpos = torch.arange(Nk, device=device)[None]
+        qpos = torch.arange(q_offset, q_offset + Nq, device=device)[None]
+        return qpos, kpos, True
+    if not isinstance(positions, Tensor):
+        raise TypeError(f"positions must be an int64 torch.Tensor, got {type(positions).__name__}")
+    if positions.dtype.is_floating_point or positions.dtype == torch.bool:
+        raise TypeError(f"positions must have an integer dtype, got {positions.dtype}")
+    if positions.dim() == 1:
+        positions = positions[None]
+    if positions.dim() != 2 or positions.shape[-1] != Nk or positions.shape[0] not in (1, B):
+        raise ValueError(
+            f"positions must have shape (Nk,) or (B, Nk) = ({B}, {Nk}) giving the key positions, "
+            f"got {tuple(positions.shape)}"
+        )
+    if q_offset + Nq > Nk:
+        raise ValueError(
+            f"with explicit positions, q_offset + Nq must be <= Nk (queries are the last keys); "
+            f"got q_offset={q_offset}, Nq={Nq}, Nk={Nk}"
+        )
+    kpos = positions.long().to(device)
+    qpos = kpos[:, q_offset : q_offset + Nq]
+    return qpos, kpos, False
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    encoding: Encoding | None = None,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    q_offset: int = 0,
+    positions: Tensor | None = None,
+    impl: str = "dense",
+    scale: float | None = None,
+) -> Tensor:
+    """Attention with a relative (or absolute, or no) position scheme.
+
+    Query ``t`` sits at position ``q_offset + t`` and key ``j`` at ``j`` unless
+    ``positions`` says otherwise; in causal attention query ``t`` sees keys
+    ``j <= q_offset + t`` (by index). For cached decoding pass the whole cache as
+    ``k, v`` and the number of cached tokens as ``q_offset``.
+
+    Args:
+        q: ``(B, H, Nq, D)`` queries (not yet rotated; rotary schemes rotate here).
+        k: ``(B, H, Nk, D)`` keys (not yet rotated).
+        v: ``(B, H, Nk, Dv)`` values.
+        encoding: a scheme (:func:`relpos.make_encoding`), or None for no positions.
+        causal: mask keys after each query.
+        key_padding_mask: ``(B, Nk)`` bool, **True marks a real key** (as in
+            ``scaled_dot_product_attention``'s boolean mask), False a padding key.
+        q_offset: position of the first query (>= 0).
+        positions: optional ``(Nk,)`` or ``(B, Nk)`` integer key positions (e.g.
+            randomized positions); queries use ``positions[..., q_offset:q_offset+Nq]``.
+        impl: implementation name, see :data:`IMPLS`.
+        scale: multiplier of ``q.k``; default ``encoding.attention_scale(D)``.
+
+    Returns:
+        ``(B, H, Nq, Dv)`` in ``q``'s dtype. A query row with no allowed key
+        returns zeros (never NaN).
+
+    Raises:
+        TypeError / ValueError: bad shapes, dtypes or ranges (the message names
+            the parameter); :class:`UnsupportedError` if ``impl`` cannot serve
+            the request.
+
+    Example:
+        >>> import relpos, torch
+        >>> q = k = v = torch.randn(1, 2, 5, 8)
+        >>> enc = relpos.make_encoding("alibi", n_heads=2, head_dim=8)
+        >>> relpos.attention(q, k, v, enc, causal=True).shape
+        torch.Size([1, 2, 5, 8])
+    """
+    from relpos.encodings.nope import NoPE
+
+    _check_tensor("q", q, 4)
+    _check_tensor("k", k, 4)
+    _check_tensor("v", v, 4)
+    B, H, Nq, D = q.shape
+    if k.shape[:2] != (B, H) or k.shape[3] != D:
+        raise ValueError(f"k must have shape (B, H, Nk, D) = ({B}, {H}, Nk, {D}), got {tuple(k.shape)}")
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"v must have shape (B, H, Nk, Dv) = {tuple(k.shape[:3])} + (Dv,), got {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if Nq < 1 or k.shape[2] < 1:
+        raise ValueError(f"q and k need at least one position, got Nq={Nq}, Nk={k.shape[2]}")
+    if isinstance(q_offset, bool) or not isinstance(q_offset, int) or q_offset < 0:
+        raise ValueError(f"q_offset must be an int >= 0, got {q_offset!r}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    Nk = k.shape[2]
+    if causal and positions is None and q_offset + Nq > Nk:
+        raise ValueError(
+            f"causal attention needs q_offset + Nq <= Nk (queries are the last keys); "
+            f"got q_offset={q_offset}, Nq={Nq}, Nk={Nk}"
+        )
+    if encoding is None:
+        encoding = NoPE(H)
+    if not isinstance(encoding, Encoding):
+        raise TypeError(f"encoding must be a relpos Encoding (see relpos.make_encoding), got {type(encoding).__name__}")
+    if encoding.n_heads != H and encoding.n_heads != 1 and (encoding.acts_on - {"embedding"}):
+        raise ValueError(f"encoding was built for n_heads={encoding.n_heads} but q has H={H} heads")
+    encoding.check_causal(causal)
+    if key_padding_mask is not None:
+        if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
+            raise TypeError("key_padding_mask must be a bool tensor (True = real key)")
+        if tuple(key_padding_mask.shape) != (B, Nk):
+            raise ValueError(f"key_padding_mask must have shape (B, Nk) = ({B}, {Nk}), got {tuple(key_padding_mask.shape)}")
+    if scale is None:
+        scale = encoding.attention_scale(D)
+    qpos, kpos, contiguous = _make_positions(positions, B, Nq, Nk, q_offset, q.device)
+    if not isinstance(impl, str) or impl not in IMPLS:
+        raise ValueError(f"impl must be one of {available_impls()}, got {impl!r}")
+    try:
+        mod = importlib.import_module(IMPLS[impl])
+    except ModuleNotFoundError as e:
+        raise UnsupportedError(f"impl {impl!r} is not available in this build") from e
+    req = Request(q, k, v, encoding, causal, key_padding_mask, q_offset, qpos, kpos, contiguous, float(scale))
+    reason = mod.supports(req)
+    if reason:
+        raise UnsupportedError(f"impl {impl!r} cannot serve scheme {encoding.name!r}: {reason}")
+    return mod.run(req)

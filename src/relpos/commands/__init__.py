@@ -1,0 +1,1 @@
+"""Subcommands of the ``relpos`` command line (see :mod:`relpos.cli`)."""

@@ -1,0 +1,60 @@
+"""``relpos schemes``: list every scheme, where it acts and its learned-parameter count."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = "list every position scheme, where it acts, and its learned-parameter count"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--d-model", type=int, default=512, help="model width C (default 512)")
+    p.add_argument("--heads", type=int, default=8, help="attention heads H (default 8)")
+    p.add_argument("--k", type=int, default=8, help="Shaw clip distance k (default 8)")
+    p.add_argument("--max-len", type=int, default=512, help="longest sequence for learned tables (default 512)")
+    p.add_argument("--bidirectional", action="store_true", help="count for bidirectional attention")
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+
+
+def rows(d_model: int = 512, heads: int = 8, k: int = 8, max_len: int = 512, causal: bool = True) -> list[dict]:
+    """One dict per registered scheme: name, acts_on, params, summary, paper."""
+    from relpos.encodings import SCHEMES, make_encoding, scheme_names
+
+    if d_model % heads:
+        raise ValueError(f"--d-model ({d_model}) must be divisible by --heads ({heads})")
+    out = []
+    for name in scheme_names():
+        opts = {"k": k} if name.startswith("shaw") else {}
+        enc = make_encoding(name, n_heads=heads, head_dim=d_model // heads, d_model=d_model,
+                            max_len=max_len, causal=causal or False, **opts) if not (
+            not causal and make_encoding(name, n_heads=heads, head_dim=d_model // heads).causal_only
+        ) else make_encoding(name, n_heads=heads, head_dim=d_model // heads, d_model=d_model, max_len=max_len, **opts)
+        d = enc.describe()
+        d["name"] = name
+        d["summary"] = SCHEMES[name].summary
+        out.append(d)
+    out.append({
+        "name": "randomized",
+        "acts_on": ["positions"],
+        "params": 0,
+        "relative": None,
+        "causal_only": False,
+        "paper": "https://arxiv.org/abs/2305.16843",
+        "summary": "training-time option: random sorted positions for integer-position schemes",
+    })
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    data = rows(args.d_model, args.heads, args.k, args.max_len, causal=not args.bidirectional)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    w = max(len(r["name"]) for r in data)
+    print(f"{'scheme':<{w}}  {'acts on':<18} {'params':>10}  summary")
+    for r in data:
+        print(f"{r['name']:<{w}}  {','.join(r['acts_on']) or '-':<18} {r['params']:>10,}  {r['summary']}")
+    print(f"\n(d_model={args.d_model}, heads={args.heads}, k={args.k}, max_len={args.max_len}, "
+          f"{'bidirectional' if args.bidirectional else 'causal'})")
+    return 0

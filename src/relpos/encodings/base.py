@@ -1,0 +1,257 @@
+"""The one interface every position scheme implements.
+
+A scheme is an ``nn.Module`` (so its learned parameters train with the model)
+that says *where* it acts, through ``acts_on``, a subset of:
+
+* ``"embedding"`` -- added to the token embeddings before the first layer
+  (absolute schemes): :meth:`Encoding.embed`.
+* ``"qk"`` -- transforms q and k before the dot product (rotary schemes):
+  :meth:`Encoding.rotate`.
+* ``"bias"`` -- an additive score term that depends on positions only
+  (T5, ALiBi, KERPLE, FIRE, Sandwich): :meth:`Encoding.bias`.
+* ``"score"`` -- an additive score term that depends on q and/or k as well
+  (Shaw's key table, Transformer-XL, DeBERTa, CoPE): :meth:`Encoding.score`.
+* ``"value"`` -- a term added to the attention output (Shaw's value table):
+  :meth:`Encoding.value`.
+
+Attention logits are always formed as::
+
+    logits[b, h, t, j] = scale * <q'_t, k'_j> + bias[h, t, j] + score[b, h, t, j]
+
+where ``q', k'`` are the rotated vectors, ``scale = attention_scale(D)``
+(``1/sqrt(D)`` unless a scheme says otherwise), ``bias`` is in *logit units*
+(added after scaling, as ALiBi and T5 do) and ``score`` is returned by the scheme
+already in logit units (Shaw and Transformer-XL put their term inside the
+``1/sqrt(D)`` scaling, so they multiply by ``scale`` themselves).
+
+Positions: ``qpos`` is ``(B or 1, Nq)`` and ``kpos`` is ``(B or 1, Nk)``, int64
+absolute positions. Relative offsets use ``d = j - i`` (key minus query) unless a
+scheme documents otherwise.
+
+Every scheme also carries a *reference* of each method it uses, written from the
+paper's formula in float64 with plain loops or einsum. ``impl="reference"`` runs
+only those; the tests hold every fast path to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from typing import ClassVar, Literal
+
+import torch
+from torch import Tensor, nn
+
+Site = Literal["embedding", "qk", "bias", "score", "value"]
+SITES: tuple[str, ...] = ("embedding", "qk", "bias", "score", "value")
+
+__all__ = ["Encoding", "Dims", "Site", "SITES"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Dims:
+    """Model dimensions a scheme may need to size itself.
+
+    Attributes:
+        n_heads: attention heads H.
+        head_dim: per-head dimension D.
+        d_model: model width C (defaults to ``n_heads * head_dim``).
+        max_len: longest sequence a learned absolute table must cover.
+        causal: whether attention is causal (some schemes are causal-only or
+            change form, e.g. ALiBi's symmetric bidirectional variant).
+    """
+
+    n_heads: int = 8
+    head_dim: int = 64
+    d_model: int | None = None
+    max_len: int = 512
+    causal: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("n_heads", "head_dim", "max_len"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if self.d_model is None:
+            object.__setattr__(self, "d_model", self.n_heads * self.head_dim)
+        elif isinstance(self.d_model, bool) or not isinstance(self.d_model, int) or self.d_model < 1:
+            raise ValueError(f"d_model must be an int >= 1, got {self.d_model!r}")
+
+
+class Encoding(nn.Module):
+    """Base class of all position schemes. See the module docstring.
+
+    Class attributes each scheme sets:
+        name: registry name, e.g. ``"t5"``.
+        acts_on: the sites it uses.
+        relative: True if scores depend on positions only through ``j - i``
+            (False for absolute schemes, and for FIRE, whose normaliser uses ``i``).
+        toeplitz: True if :meth:`relative_bias` gives the whole ``"bias"`` term
+            (a function of ``j - i`` only), which lets fast paths evaluate it on
+            the ``Nq + Nk - 1`` distinct offsets instead of ``Nq x Nk`` pairs.
+        causal_only: True if the scheme is defined for causal attention only.
+        integer_positions: True if the scheme is driven by integer positions
+            (so randomized positions, Ruoss et al. 2023, apply to it).
+        paper: link to the paper.
+    """
+
+    name: ClassVar[str] = ""
+    acts_on: ClassVar[frozenset[str]] = frozenset()
+    relative: ClassVar[bool] = True
+    toeplitz: ClassVar[bool] = False
+    causal_only: ClassVar[bool] = False
+    integer_positions: ClassVar[bool] = True
+    paper: ClassVar[str] = ""
+
+    def __init__(self, n_heads: int = 1) -> None:
+        super().__init__()
+        if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
+            raise ValueError(f"n_heads must be an int >= 1, got {n_heads!r}")
+        self.n_heads = n_heads
+
+    # ----------------------------------------------------------------- building
+
+    @classmethod
+    def build(cls, dims: Dims, **options) -> "Encoding":
+        """Construct from model dimensions plus scheme options.
+
+        Dimension fields (``n_heads``, ``head_dim``, ``d_model``, ``max_len``,
+        ``causal``) are passed to ``__init__`` when it accepts them; every other
+        keyword must be an ``__init__`` option of the scheme.
+        """
+        sig = inspect.signature(cls.__init__)
+        params = {n for n in sig.parameters if n != "self"}
+        kwargs = {f.name: getattr(dims, f.name) for f in dataclasses.fields(dims) if f.name in params}
+        unknown = sorted(set(options) - params)
+        if unknown:
+            accepted = sorted(params - {f.name for f in dataclasses.fields(dims)})
+            raise TypeError(
+                f"unknown option(s) {unknown} for scheme {cls.name!r}; accepted options: {accepted}"
+            )
+        kwargs.update(options)
+        return cls(**kwargs)
+
+    def num_params(self) -> int:
+        """Number of learned parameters (elements of trainable tensors)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def describe(self) -> dict:
+        """A JSON-able summary: name, sites, parameter count, paper."""
+        return {
+            "name": self.name,
+            "acts_on": [s for s in SITES if s in self.acts_on],
+            "params": self.num_params(),
+            "relative": self.relative,
+            "causal_only": self.causal_only,
+            "paper": self.paper,
+        }
+
+    def attention_scale(self, head_dim: int) -> float:
+        """Multiplier of ``<q, k>``; ``1/sqrt(D)`` unless a scheme overrides it."""
+        return 1.0 / math.sqrt(head_dim)
+
+    def check_causal(self, causal: bool) -> None:
+        """Raise if the scheme cannot serve this attention direction."""
+        if self.causal_only and not causal:
+            raise ValueError(f"scheme {self.name!r} is defined for causal attention only; pass causal=True")
+
+    # ------------------------------------------------------------ fast paths
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        """Add absolute position information to token embeddings.
+
+        Args:
+            x: ``(B, N, C)`` embeddings.
+            pos: ``(B or 1, N)`` int64 positions.
+        Returns:
+            ``(B, N, C)``.
+        """
+        return x
+
+    def rotate(self, x: Tensor, pos: Tensor, *, is_query: bool, seq_len: int) -> Tensor:
+        """Transform q (``is_query=True``) or k before the dot product.
+
+        Args:
+            x: ``(B, H, N, D)``.
+            pos: ``(B or 1, N)`` int64 positions.
+            is_query: whether ``x`` holds queries (xPos scales q and k oppositely).
+            seq_len: current total length (``max(kpos) + 1``), for dynamic scalings.
+        """
+        return x
+
+    def relative_bias(self, delta: Tensor) -> Tensor:
+        """Toeplitz schemes: the bias as a function of ``delta = j - i``.
+
+        Args:
+            delta: int64 tensor of offsets, any shape ``S``.
+        Returns:
+            float32 ``(H, *S)``.
+        """
+        raise NotImplementedError(f"scheme {self.name!r} has no relative_bias")
+
+    def bias(self, qpos: Tensor, kpos: Tensor) -> Tensor:
+        """Additive logit term that depends on positions only.
+
+        Args:
+            qpos: ``(B or 1, Nq)`` int64.
+            kpos: ``(B or 1, Nk)`` int64.
+        Returns:
+            float32 ``(B or 1, H, Nq, Nk)``.
+        """
+        if not self.toeplitz:
+            raise NotImplementedError(f"scheme {self.name!r} must implement bias()")
+        delta = kpos[:, None, :] - qpos[:, :, None]  # (B|1, Nq, Nk)
+        return self.relative_bias(delta).transpose(0, 1)  # (B|1, H, Nq, Nk)
+
+    def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
+        """Additive logit term that depends on content, in logit units.
+
+        Args:
+            q: ``(B, H, Nq, D)`` (already rotated, if the scheme rotates).
+            k: ``(B, H, Nk, D)``.
+            qpos, kpos: positions as in :meth:`bias`.
+            scale: the attention scale, for schemes whose term sits inside it.
+        Returns:
+            ``(B, H, Nq, Nk)``.
+        """
+        raise NotImplementedError(f"scheme {self.name!r} must implement score()")
+
+    def value(self, p: Tensor, qpos: Tensor, kpos: Tensor) -> Tensor:
+        """Term added to the attention output, from the attention weights.
+
+        Args:
+            p: ``(B, H, Nq, Nk)`` attention probabilities.
+        Returns:
+            ``(B, H, Nq, Dv)``.
+        """
+        raise NotImplementedError(f"scheme {self.name!r} must implement value()")
+
+    # ------------------------------------------------------------- references
+    # Written from the paper, float64, loops or plain einsum. Defaults are the
+    # identity/zero for sites a scheme does not use.
+
+    def reference_embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        if "embedding" in self.acts_on:
+            raise NotImplementedError(f"scheme {self.name!r} must implement reference_embed()")
+        return x.double()
+
+    def reference_rotate(self, x: Tensor, pos: Tensor, *, is_query: bool, seq_len: int) -> Tensor:
+        if "qk" in self.acts_on:
+            raise NotImplementedError(f"scheme {self.name!r} must implement reference_rotate()")
+        return x.double()
+
+    def reference_bias(self, qpos: Tensor, kpos: Tensor) -> Tensor | None:
+        if "bias" in self.acts_on:
+            raise NotImplementedError(f"scheme {self.name!r} must implement reference_bias()")
+        return None
+
+    def reference_score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor | None:
+        if "score" in self.acts_on:
+            raise NotImplementedError(f"scheme {self.name!r} must implement reference_score()")
+        return None
+
+    def reference_value(self, p: Tensor, qpos: Tensor, kpos: Tensor) -> Tensor | None:
+        if "value" in self.acts_on:
+            raise NotImplementedError(f"scheme {self.name!r} must implement reference_value()")
+        return None
