@@ -19,17 +19,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def rows(d_model: int = 512, heads: int = 8, k: int = 8, max_len: int = 512, causal: bool = True) -> list[dict]:
     """One dict per registered scheme: name, acts_on, params, summary, paper."""
-    from relpos.encodings import SCHEMES, make_encoding, scheme_names
+    from relpos.encodings import SCHEMES, get_scheme, make_encoding, scheme_names
 
     if d_model % heads:
         raise ValueError(f"--d-model ({d_model}) must be divisible by --heads ({heads})")
     out = []
     for name in scheme_names():
+        cls, _ = get_scheme(name)
         opts = {"k": k} if name.startswith("shaw") else {}
+        # causal-only schemes are counted in their causal form
         enc = make_encoding(name, n_heads=heads, head_dim=d_model // heads, d_model=d_model,
-                            max_len=max_len, causal=causal or False, **opts) if not (
-            not causal and make_encoding(name, n_heads=heads, head_dim=d_model // heads).causal_only
-        ) else make_encoding(name, n_heads=heads, head_dim=d_model // heads, d_model=d_model, max_len=max_len, **opts)
+                            max_len=max_len, causal=causal or cls.causal_only, **opts)
         d = enc.describe()
         d["name"] = name
         d["summary"] = SCHEMES[name].summary
