@@ -1,0 +1,99 @@
+"""Bad input to relpos.attention gets a clear error naming the parameter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import relpos
+from relpos.attention import UnsupportedError
+
+
+def qkv(B=1, H=2, N=4, D=8, dtype=torch.float32):
+    return (torch.randn(B, H, N, D, dtype=dtype) for _ in range(3))
+
+
+def test_wrong_ndim_names_parameter():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="q must have 4 dims"):
+        relpos.attention(q[0], k, v)
+
+
+def test_integer_dtype_rejected():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="k must be a floating-point"):
+        relpos.attention(q, k.long(), v)
+
+
+def test_mixed_dtypes_rejected():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="share a dtype"):
+        relpos.attention(q, k.double(), v)
+
+
+def test_head_mismatch_names_n_heads():
+    q, k, v = qkv(H=3)
+    enc = relpos.make_encoding("alibi", n_heads=4, head_dim=8)
+    with pytest.raises(ValueError, match="n_heads=4"):
+        relpos.attention(q, k, v, enc)
+
+
+def test_k_shape_mismatch():
+    q, _, v = qkv()
+    k = torch.randn(1, 2, 4, 7)
+    with pytest.raises(ValueError, match="k must have shape"):
+        relpos.attention(q, k, v)
+
+
+def test_negative_q_offset():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="q_offset must be an int >= 0"):
+        relpos.attention(q, k, v, q_offset=-1)
+
+
+def test_causal_queries_past_keys():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="q_offset \\+ Nq <= Nk"):
+        relpos.attention(q, k, v, causal=True, q_offset=2)
+
+
+def test_unknown_impl_lists_choices():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="impl must be one of"):
+        relpos.attention(q, k, v, impl="magic")
+
+
+def test_padding_mask_must_be_bool_with_shape():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="key_padding_mask must be a bool"):
+        relpos.attention(q, k, v, key_padding_mask=torch.ones(1, 4))
+    with pytest.raises(ValueError, match="key_padding_mask must have shape"):
+        relpos.attention(q, k, v, key_padding_mask=torch.ones(1, 5, dtype=torch.bool))
+
+
+def test_positions_shape_and_dtype():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="positions must have an integer dtype"):
+        relpos.attention(q, k, v, positions=torch.arange(4.0))
+    with pytest.raises(ValueError, match="positions must have shape"):
+        relpos.attention(q, k, v, positions=torch.arange(5))
+
+
+def test_encoding_type_checked():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="encoding must be a relpos Encoding"):
+        relpos.attention(q, k, v, "t5")
+
+
+def test_unsupported_error_is_value_error():
+    assert issubclass(UnsupportedError, ValueError)
+
+
+def test_bf16_inputs_keep_dtype_and_float32_tables():
+    q, k, v = qkv(dtype=torch.bfloat16)
+    enc = relpos.make_encoding("t5", n_heads=2, head_dim=8)
+    out = relpos.attention(q, k, v, enc, causal=True)
+    assert out.dtype == torch.bfloat16
+    assert enc.relative_bias(torch.arange(-3, 4)).dtype == torch.float32
+    ref = relpos.attention(q.float(), k.float(), v.float(), enc, causal=True, impl="reference")
+    torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=3e-2)
