@@ -1,0 +1,145 @@
+"""FIRE: functional interpolation for relative positions (a learned bias).
+
+Paper: Li et al. 2023, "Functional Interpolation for Relative Positions Improves
+Long Context Transformers", https://arxiv.org/abs/2310.04418
+
+Formula (query position ``i``, key position ``j``, causal ``i >= j``)::
+
+    b_h(i, j) = f_theta( psi(i - j) / psi(max(L, i)) )_h,    psi(x) = log(c * x + 1)
+
+``f_theta`` is an MLP ``1 -> 32 -> H`` with ReLU (one output per head), ``c > 0``
+and the threshold ``L`` are learned. The normaliser ``psi(max(L, i))`` maps every
+distance seen by query ``i`` into ``[0, 1]`` ("progressive interpolation"); the
+threshold keeps short contexts from being stretched. As in the authors' code a
+small ``eps = 1e-6`` is added to the normaliser. Parameterisation (ours, to keep both
+positive): ``c = softplus(c_raw)``, initialised at ``c = 0.1``, and
+``L = init_L * softplus(l_raw) / ln 2``, with ``l_raw = 0`` at init so that
+``L = init_L = 512`` (the paper's initial values).
+
+Bidirectional attention uses ``|i - j|`` in ``psi`` (the authors' code takes the
+absolute value), i.e. a symmetric bias; causal attention only ever sees ``i >= j``.
+
+Conventions: the bias is in logit units, added *after* the ``1/sqrt(D)``
+scaling; per head (the MLP has H outputs); one module per layer by default.
+FIRE is **not** shift-invariant: the normaliser depends on the absolute query
+position ``i`` once ``i > L``, so ``relative = False`` and the bias is not
+Toeplitz (``toeplitz = False``); it is computed for every (query, key) pair.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from relpos.encodings.base import Encoding
+
+__all__ = ["FIRE"]
+
+_LOG2 = math.log(2.0)
+
+
+def _softplus_inv(y: float) -> float:
+    return y + math.log(-math.expm1(-y))
+
+
+class FIRE(Encoding):
+    """Learned FIRE bias.
+
+    Args:
+        n_heads: heads H (MLP outputs).
+        mlp_width: hidden width of ``f_theta`` (32).
+        init_c: initial ``c`` (0.1), kept > 0 through a softplus.
+        init_L: initial threshold ``L`` (512), kept > 0 through a softplus.
+        eps: added to the normaliser (1e-6).
+
+    Parameters: ``c_raw`` and ``l_raw`` (scalars), ``mlp`` (``1*W + W + W*H + H``).
+
+    Example:
+        >>> enc = FIRE(n_heads=2)
+        >>> enc.bias(torch.tensor([[0, 1, 2]]), torch.tensor([[0, 1, 2]])).shape
+        torch.Size([1, 2, 3, 3])
+    """
+
+    name = "fire"
+    acts_on = frozenset({"bias"})
+    relative = False
+    toeplitz = False
+    paper = "https://arxiv.org/abs/2310.04418"
+
+    def __init__(
+        self,
+        n_heads: int = 8,
+        *,
+        mlp_width: int = 32,
+        init_c: float = 0.1,
+        init_L: float = 512.0,
+        eps: float = 1e-6,
+    ) -> None:
+        super().__init__(n_heads)
+        if isinstance(mlp_width, bool) or not isinstance(mlp_width, int) or mlp_width < 1:
+            raise ValueError(f"mlp_width must be an int >= 1, got {mlp_width!r}")
+        for nm, v in (("init_c", init_c), ("init_L", init_L)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
+                raise ValueError(f"{nm} must be a finite number > 0, got {v!r}")
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 <= eps < 1):
+            raise ValueError(f"eps must be a number in [0, 1), got {eps!r}")
+        self.mlp_width = mlp_width
+        self.init_L = float(init_L)
+        self.eps = float(eps)
+        self.c_raw = nn.Parameter(torch.tensor(_softplus_inv(float(init_c))))
+        self.l_raw = nn.Parameter(torch.tensor(0.0))
+        self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, n_heads))
+
+    @property
+    def c(self) -> Tensor:
+        """The log-transform scale ``c`` (> 0)."""
+        return F.softplus(self.c_raw.float())
+
+    @property
+    def threshold(self) -> Tensor:
+        """The learned threshold ``L`` (> 0)."""
+        return self.init_L * F.softplus(self.l_raw.float()) / _LOG2
+
+    def extra_repr(self) -> str:
+        return f"n_heads={self.n_heads}, mlp_width={self.mlp_width}, init_L={self.init_L}, eps={self.eps}"
+
+    def normalized_distance(self, qpos: Tensor, kpos: Tensor) -> Tensor:
+        """``psi(|i - j|) / psi(max(L, i))``, float32 ``(B or 1, Nq, Nk)``."""
+        i = qpos.float()[:, :, None]  # (B|1, Nq, 1)
+        j = kpos.float()[:, None, :]  # (B|1, 1, Nk)
+        c = self.c
+        num = torch.log1p(c * (i - j).abs())  # (B|1, Nq, Nk)
+        den = torch.log1p(c * torch.maximum(i, self.threshold)) + self.eps  # (B|1, Nq, 1)
+        return num / den
+
+    def bias(self, qpos: Tensor, kpos: Tensor) -> Tensor:
+        """FIRE bias, float32 ``(B or 1, H, Nq, Nk)``."""
+        x = self.normalized_distance(qpos, kpos)[..., None]  # (B|1, Nq, Nk, 1)
+        lin1, lin2 = self.mlp[0], self.mlp[2]
+        hdn = torch.relu(F.linear(x, lin1.weight.float(), lin1.bias.float()))  # (B|1, Nq, Nk, W)
+        out = F.linear(hdn, lin2.weight.float(), lin2.bias.float())  # (B|1, Nq, Nk, H)
+        return out.permute(0, 3, 1, 2)
+
+    def reference_bias(self, qpos: Tensor, kpos: Tensor) -> Tensor:
+        """Row by row in float64, straight from the formula."""
+        c = F.softplus(self.c_raw.double())
+        L = self.init_L * F.softplus(self.l_raw.double()) / _LOG2
+        W1, b1 = self.mlp[0].weight.double(), self.mlp[0].bias.double()  # (W, 1), (W,)
+        W2, b2 = self.mlp[2].weight.double(), self.mlp[2].bias.double()  # (H, W), (H,)
+        B = max(qpos.shape[0], kpos.shape[0])
+        qp, kp = qpos.expand(B, -1).tolist(), kpos.expand(B, -1).tolist()
+        batches = []
+        for b in range(B):
+            rows = []
+            for i in qp[b]:
+                dist = torch.tensor([abs(i - j) for j in kp[b]], dtype=torch.float64)  # (Nk,)
+                psi_d = torch.log(c * dist + 1.0)
+                norm = torch.log(c * torch.maximum(L, torch.tensor(float(i), dtype=torch.float64)) + 1.0) + self.eps
+                z = psi_d / norm  # (Nk,)
+                hdn = torch.relu(z[:, None] * W1[:, 0][None, :] + b1)  # (Nk, W)
+                rows.append(hdn @ W2.T + b2)  # (Nk, H)
+            batches.append(torch.stack(rows))  # (Nq, Nk, H)
+        return torch.stack(batches).permute(0, 3, 1, 2)  # (B, H, Nq, Nk)
