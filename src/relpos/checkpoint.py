@@ -1,0 +1,280 @@
+"""Checkpoints: safetensors weights plus a JSON config, written atomically; nothing is unpickled.
+
+A checkpoint is a directory::
+
+    run/
+      config.json          format tag, model class, ModelConfig, sha256 of every file, extra JSON
+      model.safetensors    the model's state dict
+      optimizer.safetensors  (training checkpoints) AdamW state, flattened to named tensors
+
+Atomicity: :func:`save` writes every file into a fresh sibling folder, flushes it
+to disk, then swaps it in with two ``rename`` calls (old -> ``.<name>.old-*``,
+new -> ``<name>``) and only then deletes the old one. A crash while writing leaves
+the previous checkpoint untouched; a crash between the two renames leaves it
+under the ``.old`` name, where :func:`load` finds it.
+
+Loading checks the format tag, the version, the SHA-256 of every file, and every
+tensor name and shape against the model the config builds; each failure raises
+:class:`CheckpointError` (a ``ValueError``) that names the problem. Weights are
+read with ``safetensors`` only (never ``torch.load``/pickle).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from torch import Tensor, nn
+
+from relpos.model import ModelConfig, TransformerEncoder, TransformerLM
+
+__all__ = ["CheckpointError", "save", "load", "read", "load_state_dict_into", "FORMAT", "VERSION"]
+
+FORMAT = "relpos-checkpoint"
+VERSION = 1
+CONFIG_FILE = "config.json"
+MODEL_FILE = "model.safetensors"
+MODEL_CLASSES = {"TransformerLM": TransformerLM, "TransformerEncoder": TransformerEncoder}
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, corrupt, truncated, foreign or from another config."""
+
+
+# ------------------------------------------------------------------- writing
+
+
+def _fsync_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return getattr(model, "module", model) if not isinstance(model, (TransformerLM, TransformerEncoder)) else model
+
+
+def _tensor_dict(d: dict[str, Tensor]) -> dict[str, Tensor]:
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in d.items()}
+
+
+def save(
+    path_dir: str | os.PathLike,
+    model: nn.Module,
+    model_cfg: ModelConfig | None = None,
+    *,
+    extra: dict | None = None,
+    tensors: dict[str, dict[str, Tensor]] | None = None,
+) -> Path:
+    """Write a checkpoint directory atomically.
+
+    Args:
+        path_dir: the checkpoint directory (created or replaced as a whole).
+        model: a :class:`~relpos.model.TransformerLM` or
+            :class:`~relpos.model.TransformerEncoder` (DDP-wrapped is fine).
+        model_cfg: its config (default ``model.cfg``).
+        extra: JSON-able dict stored in ``config.json`` under ``"extra"``.
+        tensors: further named tensor files, ``{"optimizer": {name: tensor}}``
+            -> ``optimizer.safetensors``.
+
+    Returns:
+        The checkpoint directory.
+
+    Raises:
+        TypeError / ValueError: unsupported model, bad names, non-JSON extra.
+    """
+    model = _unwrap(model)
+    cls_name = type(model).__name__
+    if cls_name not in MODEL_CLASSES:
+        raise TypeError(f"model must be a TransformerLM or TransformerEncoder, got {cls_name}")
+    cfg = model_cfg if model_cfg is not None else model.cfg
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"model_cfg must be a ModelConfig, got {type(cfg).__name__}")
+    if cfg.to_dict() != model.cfg.to_dict():
+        raise ValueError("model_cfg does not match the config the model was built with")
+    path = Path(path_dir)
+    files: dict[str, bytes] = {MODEL_FILE: st_save(_tensor_dict(model.state_dict()))}
+    for name, tdict in (tensors or {}).items():
+        if not isinstance(name, str) or not _NAME_RE.match(name) or name == "model":
+            raise ValueError(f"tensor file name must match {_NAME_RE.pattern} and not be 'model', got {name!r}")
+        files[f"{name}.safetensors"] = st_save(_tensor_dict(tdict))
+    meta: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "model_class": cls_name,
+        "model_config": cfg.to_dict(),
+        "files": {fn: {"sha256": hashlib.sha256(b).hexdigest(), "bytes": len(b)} for fn, b in files.items()},
+        "extra": extra or {},
+    }
+    try:
+        cfg_bytes = json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")
+    except TypeError as e:
+        raise TypeError(f"extra must be JSON-able: {e}") from e
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        for fn, b in files.items():
+            _fsync_file(tmp / fn, b)
+        _fsync_file(tmp / CONFIG_FILE, cfg_bytes)
+        _fsync_dir(tmp)
+        old = None
+        if path.exists():
+            old = path.parent / f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            os.rename(path, old)
+        os.rename(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in path.parent.glob(f".{path.name}.old-*"):  # leftovers of an earlier crash
+        shutil.rmtree(stale, ignore_errors=True)
+    return path
+
+
+# ------------------------------------------------------------------- reading
+
+
+def _resolve(path_dir: str | os.PathLike) -> Path:
+    path = Path(path_dir)
+    if path.is_file() and path.name in (CONFIG_FILE, MODEL_FILE):
+        path = path.parent
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise CheckpointError(f"{path} is a file, not a relpos checkpoint directory (config.json + model.safetensors)")
+    olds = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if olds and (olds[-1] / CONFIG_FILE).exists():
+        return olds[-1]  # a save was interrupted between its two renames
+    raise CheckpointError(f"no checkpoint at {path} (directory does not exist)")
+
+
+def read(path_dir: str | os.PathLike) -> tuple[dict, dict[str, dict[str, Tensor]]]:
+    """Read and verify a checkpoint without building a model.
+
+    Returns:
+        ``(meta, tensors)``: the parsed ``config.json`` and ``{file stem: {name: tensor}}``
+        for every tensor file it lists (``"model"``, ``"optimizer"``, ...).
+
+    Raises:
+        CheckpointError: missing, corrupt, truncated or foreign files.
+    """
+    path = _resolve(path_dir)
+    cfg_path = path / CONFIG_FILE
+    if not cfg_path.exists():
+        pickles = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl")]
+        hint = f" (found {pickles}; relpos never unpickles files)" if pickles else ""
+        raise CheckpointError(f"{path} is not a relpos checkpoint: {CONFIG_FILE} is missing{hint}")
+    try:
+        meta = json.loads(cfg_path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{cfg_path} is corrupt or truncated: not valid JSON ({e})") from e
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{cfg_path} is not a relpos checkpoint config (expected \"format\": \"{FORMAT}\"); "
+            f"it may belong to another library"
+        )
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"{cfg_path} has checkpoint version {meta.get('version')!r}; this relpos reads {VERSION}")
+    files = meta.get("files")
+    if not isinstance(files, dict) or MODEL_FILE not in files:
+        raise CheckpointError(f"{cfg_path} lists no {MODEL_FILE}")
+    tensors: dict[str, dict[str, Tensor]] = {}
+    for fn, info in files.items():
+        if not isinstance(fn, str) or "/" in fn or "\\" in fn or not fn.endswith(".safetensors"):
+            raise CheckpointError(f"{cfg_path} lists an unexpected file {fn!r}")
+        fp = path / fn
+        if not fp.exists():
+            raise CheckpointError(f"checkpoint file {fp} is missing")
+        data = fp.read_bytes()
+        want = info.get("bytes") if isinstance(info, dict) else None
+        if want is not None and len(data) != want:
+            raise CheckpointError(f"{fp} is truncated or corrupt: {len(data)} bytes, expected {want}")
+        if isinstance(info, dict) and hashlib.sha256(data).hexdigest() != info.get("sha256"):
+            raise CheckpointError(f"{fp} is corrupt: its SHA-256 does not match {CONFIG_FILE}")
+        try:
+            tensors[fn[: -len(".safetensors")]] = st_load(data)
+        except Exception as e:  # safetensors raises its own error types
+            raise CheckpointError(f"{fp} is not a valid safetensors file: {e}") from e
+    return meta, tensors
+
+
+def load_state_dict_into(model: nn.Module, state: dict[str, Tensor], *, source: str = "checkpoint") -> None:
+    """Copy ``state`` into ``model`` after checking names and shapes.
+
+    Raises:
+        CheckpointError: missing or unexpected tensors, or shape mismatches
+            (a checkpoint from another config).
+    """
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing tensors {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        if unexpected:
+            parts.append(f"unexpected tensors {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
+        raise CheckpointError(f"{source} does not fit this model (another config?): " + "; ".join(parts))
+    for k, v in state.items():
+        if tuple(v.shape) != tuple(own[k].shape):
+            raise CheckpointError(
+                f"{source} does not fit this model (another config?): tensor {k!r} has shape "
+                f"{tuple(v.shape)} in the checkpoint, {tuple(own[k].shape)} in the model"
+            )
+    model.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()}, strict=True)
+
+
+def load(path_dir: str | os.PathLike, *, map_location: str | torch.device = "cpu") -> tuple[nn.Module, ModelConfig]:
+    """Build the model a checkpoint describes and load its weights.
+
+    Args:
+        path_dir: checkpoint directory (or its ``config.json``/``model.safetensors``).
+        map_location: device for the model.
+
+    Returns:
+        ``(model, config)``; the model is a :class:`~relpos.model.TransformerLM`
+        (or :class:`~relpos.model.TransformerEncoder`) in eval mode.
+
+    Raises:
+        CheckpointError: see :func:`read`, plus an invalid config or tensors that
+            do not fit it.
+    """
+    meta, tensors = read(path_dir)
+    cls = MODEL_CLASSES.get(meta.get("model_class", "TransformerLM"))
+    if cls is None:
+        raise CheckpointError(f"unknown model_class {meta.get('model_class')!r} in {path_dir}")
+    try:
+        cfg = ModelConfig.from_dict(meta.get("model_config"))
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"invalid model config in {path_dir}: {e}") from e
+    model = cls(cfg)
+    load_state_dict_into(model, tensors["model"], source=f"checkpoint {path_dir}")
+    return model.to(map_location).eval(), cfg

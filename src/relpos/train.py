@@ -1,0 +1,499 @@
+"""Training as a function: AdamW, warm-up then cosine decay, clipping, accumulation, checkpoints, DDP.
+
+:func:`train` builds a :class:`~relpos.model.TransformerLM` from a
+:class:`~relpos.model.ModelConfig` (after ``torch.manual_seed(seed)``) and
+optimises it on a batch source (see :mod:`relpos.data`). The same function runs
+in one process or under ``torchrun`` (DistributedDataParallel, gloo on CPU, nccl
+on GPU): every process reads the same *global* micro-batch and keeps rows
+``rank::world_size``.
+
+Exactness:
+
+* the loss of a step is the mean over every counted target token of the step
+  (all micro-batches, all processes), so gradient accumulation and data
+  parallelism give the gradient of the whole global batch, whatever the split;
+* batches are a function of ``(step, micro)`` and the random state used by a
+  micro-batch (dropout, randomized positions) is reseeded from
+  ``(seed, step, micro, rank)``, so a fixed seed gives the same loss curve twice
+  and ``resume`` continues exactly where the checkpoint left off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from relpos import distributed as D
+from relpos.data import IGNORE_INDEX, ByteLMSource
+from relpos.model import ModelConfig, TransformerLM
+
+__all__ = ["TrainConfig", "TrainResult", "StepInfo", "Trainer", "train", "lr_at", "evaluate_loss"]
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings (JSON-able).
+
+    Attributes:
+        steps: optimizer steps.
+        batch_size: rows of one global micro-batch (used when ``data`` is bytes).
+        seq_len: tokens per row (used when ``data`` is bytes).
+        lr: peak learning rate.
+        min_lr_ratio: final learning rate as a fraction of ``lr``.
+        warmup: linear warm-up steps (from ``lr / warmup`` to ``lr``).
+        weight_decay: AdamW decay of weight matrices (not of biases, norms,
+            position-scheme parameters).
+        grad_clip: clip the global gradient norm to this (0 = off).
+        accum_steps: micro-batches per optimizer step.
+        seed: seeds model init, data and dropout.
+        ckpt_dir: checkpoint directory (None = no checkpoints).
+        ckpt_every: also checkpoint every this many steps (0 = only at the end).
+        resume: continue from the checkpoint in ``ckpt_dir`` if there is one.
+        progress: progress bar; None = only when stderr is a terminal.
+        log_every: steps between progress-bar updates of loss and tokens/s.
+        device: "cpu", "cuda" or None (CUDA when available).
+        beta1, beta2: AdamW betas.
+    """
+
+    steps: int = 200
+    batch_size: int = 16
+    seq_len: int = 128
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 20
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    accum_steps: int = 1
+    seed: int = 0
+    ckpt_dir: str | None = None
+    ckpt_every: int = 0
+    resume: bool = False
+    progress: bool | None = None
+    log_every: int = 10
+    device: str | None = None
+    beta1: float = 0.9
+    beta2: float = 0.95
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError/TypeError naming the offending field."""
+        for name, lo in (("steps", 0), ("batch_size", 1), ("seq_len", 1), ("warmup", 0), ("accum_steps", 1),
+                         ("seed", 0), ("ckpt_every", 0), ("log_every", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+        for name, lo, hi in (("lr", 0.0, None), ("min_lr_ratio", 0.0, 1.0), ("weight_decay", 0.0, None),
+                             ("grad_clip", 0.0, None), ("beta1", 0.0, 1.0), ("beta2", 0.0, 1.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < lo \
+                    or (hi is not None and v > hi):
+                rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+                raise ValueError(f"{name} must be a number in {rng}, got {v!r}")
+        if self.ckpt_dir is not None and not isinstance(self.ckpt_dir, (str, Path)):
+            raise TypeError(f"ckpt_dir must be a path or None, got {self.ckpt_dir!r}")
+        if (self.resume or self.ckpt_every) and self.ckpt_dir is None:
+            raise ValueError("resume and ckpt_every need ckpt_dir")
+        if self.progress is not None and not isinstance(self.progress, bool):
+            raise TypeError(f"progress must be True, False or None, got {self.progress!r}")
+        if self.device is not None and self.device not in ("cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or None, got {self.device!r}")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        if d["ckpt_dir"] is not None:
+            d["ckpt_dir"] = str(d["ckpt_dir"])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - fields)
+        if unknown:
+            raise ValueError(f"unknown train config field(s) {unknown}; fields: {sorted(fields)}")
+        return cls(**d)
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes:
+        model: the trained model (unwrapped, eval mode).
+        losses: mean training loss of every optimizer step so far (including the
+            steps of a resumed checkpoint).
+        tokens_per_s: training throughput of this call (global, counted tokens
+            of input, all processes).
+        steps: optimizer steps completed.
+        seconds: wall time of this call's training loop.
+    """
+
+    model: TransformerLM
+    losses: list[float]
+    tokens_per_s: float
+    steps: int
+    seconds: float
+
+
+@dataclass
+class StepInfo:
+    """Passed to ``callback`` after every optimizer step."""
+
+    step: int  # steps completed
+    loss: float
+    lr: float
+    tokens_per_s: float
+    seconds: float
+    model: nn.Module
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate of optimizer step ``step`` (0-based): linear warm-up, then cosine to ``lr * min_lr_ratio``."""
+    if cfg.warmup and step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    span = max(1, cfg.steps - cfg.warmup)
+    t = min(1.0, (step - cfg.warmup) / span)
+    return cfg.lr * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * t)))
+
+
+def _derived_seed(*parts: int) -> int:
+    h = hashlib.sha256(("relpos-train:" + ":".join(str(p) for p in parts)).encode()).digest()
+    return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
+
+
+def _check_batch(x, y, world: int) -> None:
+    if not isinstance(x, Tensor) or not isinstance(y, Tensor):
+        raise TypeError("a batch source must return (x, y) tensors")
+    if x.dim() != 2 or x.shape != y.shape:
+        raise ValueError(f"batch x and y must both be (B, N); got {tuple(x.shape)} and {tuple(y.shape)}")
+    if x.dtype.is_floating_point or y.dtype.is_floating_point:
+        raise TypeError(f"batch x and y must be integer tensors, got {x.dtype} and {y.dtype}")
+    if x.shape[0] < world:
+        raise ValueError(f"a micro-batch has {x.shape[0]} rows but there are {world} processes; "
+                         f"batch_size must be >= world size")
+
+
+def _param_groups(model: TransformerLM, weight_decay: float) -> list[dict]:
+    pos_ids = {id(p) for p in model.pos.parameters()}
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (decay if p.dim() >= 2 and id(p) not in pos_ids else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+# ----------------------------------------------------------- optimizer state
+
+
+def optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, Tensor], dict]:
+    """Flatten an optimizer state dict into named tensors plus JSON (no pickle)."""
+    sd = opt.state_dict()
+    tensors: dict[str, Tensor] = {}
+    scalars: dict[str, Any] = {}
+    for pid, st in sd["state"].items():
+        for k, v in st.items():
+            if isinstance(v, Tensor):
+                tensors[f"state.{pid}.{k}"] = v
+            else:
+                scalars[f"state.{pid}.{k}"] = v
+    groups = []
+    for g in sd["param_groups"]:
+        groups.append({k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()})
+    return tensors, {"param_groups": groups, "scalars": scalars}
+
+
+def restore_optimizer(opt: torch.optim.Optimizer, tensors: dict[str, Tensor], meta: dict) -> None:
+    """Inverse of :func:`optimizer_tensors`."""
+    state: dict[int, dict[str, Any]] = {}
+    for name, v in tensors.items():
+        _, pid, k = name.split(".", 2)
+        state.setdefault(int(pid), {})[k] = v
+    for name, v in meta.get("scalars", {}).items():
+        _, pid, k = name.split(".", 2)
+        state.setdefault(int(pid), {})[k] = v
+    groups = [dict(g, betas=tuple(g["betas"])) if "betas" in g else dict(g) for g in meta["param_groups"]]
+    opt.load_state_dict({"state": state, "param_groups": groups})
+
+
+# -------------------------------------------------------------------- trainer
+
+
+class Trainer:
+    """One model, its optimizer and its data; :meth:`step` runs one optimizer step.
+
+    :func:`train` is the usual entry point; the throughput benchmark uses this
+    class to interleave several schemes step by step.
+
+    Args:
+        model_cfg: model to build (``torch.manual_seed(train_cfg.seed)`` first).
+        train_cfg: optimisation settings.
+        data: a batch source (``batch(step, micro) -> (x, y)``) or bytes
+            (wrapped in :class:`~relpos.data.ByteLMSource` with ``batch_size``,
+            ``seq_len`` and ``seed`` from ``train_cfg``).
+        ctx: distributed context (default: :func:`relpos.distributed.setup`).
+    """
+
+    def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, data, *, ctx: D.DistContext | None = None):
+        if not isinstance(model_cfg, ModelConfig):
+            raise TypeError(f"model_cfg must be a ModelConfig, got {type(model_cfg).__name__}")
+        if not isinstance(train_cfg, TrainConfig):
+            raise TypeError(f"train_cfg must be a TrainConfig, got {type(train_cfg).__name__}")
+        train_cfg.validate()
+        if isinstance(data, (bytes, bytearray)):
+            data = ByteLMSource(bytes(data), train_cfg.batch_size, train_cfg.seq_len, seed=train_cfg.seed)
+        if not callable(getattr(data, "batch", None)):
+            raise TypeError("data must be bytes or a batch source with batch(step, micro) -> (x, y)")
+        self.model_cfg, self.cfg, self.data = model_cfg, train_cfg, data
+        self.ctx = ctx if ctx is not None else D.setup(train_cfg.device)
+        torch.manual_seed(train_cfg.seed)
+        self.model = TransformerLM(model_cfg).to(self.ctx.device)
+        self.opt = torch.optim.AdamW(
+            _param_groups(self.model, train_cfg.weight_decay), lr=train_cfg.lr,
+            betas=(train_cfg.beta1, train_cfg.beta2),
+        )
+        self.step_count = 0
+        self.losses: list[float] = []
+        self.tokens = 0
+        self.net: nn.Module = self.model
+        self._ddp_ready = False
+
+    # -------------------------------------------------------------- checkpoints
+
+    def save(self, path: str | Path | None = None) -> Path | None:
+        """Checkpoint model, optimizer and progress (rank 0 writes; every rank waits)."""
+        path = Path(path or self.cfg.ckpt_dir)
+        if self.ctx.is_main:
+            from relpos import checkpoint
+
+            opt_t, opt_meta = optimizer_tensors(self.opt)
+            extra = {"train": {"step": self.step_count, "losses": self.losses, "train_config": self.cfg.to_dict(),
+                               "optimizer": opt_meta}}
+            checkpoint.save(path, self.model, self.model_cfg, extra=extra, tensors={"optimizer": opt_t})
+        D.barrier(self.ctx)
+        return path
+
+    def restore(self, path: str | Path) -> bool:
+        """Load a training checkpoint written by :meth:`save`; False if there is none.
+
+        Raises:
+            relpos.checkpoint.CheckpointError: corrupt files, another model
+                config, or a checkpoint without training state.
+        """
+        from relpos import checkpoint
+
+        p = Path(path)
+        if not p.exists() and not list(p.parent.glob(f".{p.name}.old-*")):
+            return False
+        meta, tensors = checkpoint.read(p)
+        saved = meta.get("model_config")
+        if saved != self.model_cfg.to_dict():
+            diff = sorted(k for k in set(saved or {}) | set(self.model_cfg.to_dict())
+                          if (saved or {}).get(k) != self.model_cfg.to_dict().get(k))
+            raise checkpoint.CheckpointError(
+                f"checkpoint {p} was written for another model config; differing fields: {diff}"
+            )
+        train_meta = meta.get("extra", {}).get("train")
+        if not isinstance(train_meta, dict) or "optimizer" not in tensors:
+            raise checkpoint.CheckpointError(f"checkpoint {p} holds no training state (optimizer, step) to resume")
+        checkpoint.load_state_dict_into(self.model, tensors["model"], source=f"checkpoint {p}")
+        dev = self.ctx.device
+        restore_optimizer(self.opt, {k: v.to(dev) if v.dim() else v for k, v in tensors["optimizer"].items()},
+                          train_meta["optimizer"])
+        self.step_count = int(train_meta["step"])
+        self.losses = [float(x) for x in train_meta["losses"]]
+        return True
+
+    # -------------------------------------------------------------------- step
+
+    def _wrap(self) -> None:
+        """Wrap in DDP once (after a possible restore, so replicas start equal)."""
+        if self._ddp_ready:
+            return
+        self._ddp_ready = True
+        if not self.ctx.distributed:
+            return
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
+        self.net = DDP(self.model, device_ids=ids, find_unused_parameters=self._has_unused_parameters())
+
+    def _has_unused_parameters(self) -> bool:
+        x = torch.zeros(1, min(4, self.model_cfg.max_len), dtype=torch.long, device=self.ctx.device)
+        self.model.zero_grad(set_to_none=True)
+        self.model(x).float().sum().backward()
+        unused = any(p.grad is None for p in self.model.parameters() if p.requires_grad)
+        self.model.zero_grad(set_to_none=True)
+        return unused
+
+    def step(self) -> float:
+        """One optimizer step; returns the step's mean loss over all counted tokens."""
+        self._wrap()
+        cfg, ctx = self.cfg, self.ctx
+        s = self.step_count
+        micro = [self.data.batch(s, m) for m in range(cfg.accum_steps)]
+        for x, y in micro:
+            _check_batch(x, y, ctx.world_size)
+        n_valid = int(sum(int((y != IGNORE_INDEX).sum()) for _, y in micro))
+        if n_valid == 0:
+            raise ValueError(f"step {s}: every target is {IGNORE_INDEX}; nothing to learn from")
+        lr = lr_at(s, cfg)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.model.train()
+        self.opt.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        V = self.model_cfg.vocab_size
+        for m, (x, y) in enumerate(micro):
+            self.tokens += int(x.numel())  # global micro-batch: every process counts the same
+            x = x[ctx.rank:: ctx.world_size].to(ctx.device, torch.long)
+            y = y[ctx.rank:: ctx.world_size].to(ctx.device, torch.long)
+            torch.manual_seed(_derived_seed(cfg.seed, s, m, ctx.rank))
+            last = m == len(micro) - 1
+            sync = contextlib.nullcontext() if (last or not ctx.distributed) else self.net.no_sync()
+            with sync:
+                logits = self.net(x)
+                loss = F.cross_entropy(logits.reshape(-1, V).float(), y.reshape(-1),
+                                       ignore_index=IGNORE_INDEX, reduction="sum")
+                # DDP averages gradients over processes; scale so the result is the global-token mean.
+                (loss * (ctx.world_size / n_valid)).backward()
+            loss_sum += loss.detach().double()
+        D.all_reduce_sum(loss_sum, ctx)
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.opt.step()
+        self.step_count += 1
+        loss_val = float(loss_sum) / n_valid
+        self.losses.append(loss_val)
+        return loss_val
+
+
+def _want_progress(flag: bool | None) -> bool:
+    if flag is not None:
+        return flag
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def train(
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    data,
+    *,
+    callback: Callable[[StepInfo], Any] | None = None,
+) -> TrainResult:
+    """Train a :class:`~relpos.model.TransformerLM`.
+
+    Args:
+        model_cfg: the model.
+        train_cfg: optimisation, checkpoint and progress settings.
+        data: a batch source or bytes (see :class:`Trainer`).
+        callback: called with a :class:`StepInfo` after every step; a truthy
+            return value stops training (after the final checkpoint). Under
+            torchrun it must decide the same on every process.
+
+    Returns:
+        :class:`TrainResult`.
+
+    Raises:
+        ValueError / TypeError: bad configs or batches;
+        :class:`relpos.checkpoint.CheckpointError`: ``resume`` from a corrupt
+        or foreign checkpoint.
+
+    Example:
+        >>> from relpos.data import stdlib_corpus
+        >>> r = train(ModelConfig.preset("tiny", scheme="alibi"),
+        ...           TrainConfig(steps=2, batch_size=2, seq_len=16, progress=False),
+        ...           stdlib_corpus("train", max_bytes=10_000))
+        >>> len(r.losses)
+        2
+    """
+    ctx = D.setup(train_cfg.device)
+    devices = [ctx.device] if ctx.device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            return _train(model_cfg, train_cfg, data, callback, ctx)
+    finally:
+        D.teardown(ctx)
+
+
+def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
+    tr = Trainer(model_cfg, train_cfg, data, ctx=ctx)
+    if train_cfg.resume and train_cfg.ckpt_dir is not None:
+        tr.restore(train_cfg.ckpt_dir)
+    show = ctx.is_main and _want_progress(train_cfg.progress)
+    bar = None
+    if show:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=train_cfg.steps, initial=min(tr.step_count, train_cfg.steps), unit="step",
+                   dynamic_ncols=True, desc=f"train {model_cfg.scheme}", file=sys.stderr)
+    t0 = time.perf_counter()
+    tokens0 = tr.tokens
+    saved_at = tr.step_count if train_cfg.resume else -1
+    try:
+        while tr.step_count < train_cfg.steps:
+            loss = tr.step()
+            elapsed = time.perf_counter() - t0
+            tps = (tr.tokens - tokens0) / elapsed if elapsed > 0 else 0.0
+            if bar is not None:
+                bar.update(1)
+                if tr.step_count % train_cfg.log_every == 0 or tr.step_count == train_cfg.steps:
+                    bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tps:,.0f}")
+            if train_cfg.ckpt_every and train_cfg.ckpt_dir and tr.step_count % train_cfg.ckpt_every == 0:
+                tr.save()
+                saved_at = tr.step_count
+            if callback is not None:
+                info = StepInfo(tr.step_count, loss, lr_at(tr.step_count - 1, train_cfg), tps, elapsed, tr.model)
+                if callback(info):
+                    break
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - t0
+    if train_cfg.ckpt_dir and saved_at != tr.step_count:
+        tr.save()
+    tokens = tr.tokens - tokens0
+    tr.model.eval()
+    return TrainResult(
+        model=tr.model, losses=list(tr.losses), tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+        steps=tr.step_count, seconds=seconds,
+    )
+
+
+@torch.no_grad()
+def evaluate_loss(model: TransformerLM, data, n_batches: int = 8, *, start_step: int = 0) -> float:
+    """Mean loss per counted target token over ``n_batches`` batches ``data.batch(start_step + i, 0)``."""
+    if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
+        raise ValueError(f"n_batches must be an int >= 1, got {n_batches!r}")
+    was = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    total, count = 0.0, 0
+    try:
+        for i in range(n_batches):
+            x, y = data.batch(start_step + i, 0)
+            logits = model(x.to(dev))
+            y = y.to(dev)
+            total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1),
+                                           ignore_index=IGNORE_INDEX, reduction="sum"))
+            count += int((y != IGNORE_INDEX).sum())
+    finally:
+        model.train(was)
+    if count == 0:
+        raise ValueError("no counted targets in the evaluation batches")
+    return total / count
