@@ -1,0 +1,346 @@
+"""DeBERTa's disentangled attention: content-to-position and position-to-content.
+
+Paper: He, Liu, Gao and Chen 2021, "DeBERTa: Decoding-enhanced BERT with
+Disentangled Attention", https://arxiv.org/abs/2006.03654 (section 3.1), with the
+DeBERTa-v2/v3 additions (log-bucketed positions, optional LayerNorm on the
+position table, ``share_att_key``).
+
+Formula. With ``r = i - j`` (**query minus key**, DeBERTa's own convention, the
+opposite of relpos' usual ``j - i``) and the table row
+
+    delta(i, j) = clamp(bucket(i - j) + S, 0, 2S - 1)
+
+where ``S`` is the attention span (``position_buckets``, or
+``max_relative_positions`` when bucketing is off) and ``bucket`` is
+:func:`relpos.distance.deberta_log_bucket`, the logits are::
+
+    logits[i, j] = (q_i . k_j  +  q_i . Kr[delta(i, j)]  +  k_j . Qr[delta(i, j)]) / sqrt(3 D)
+                    content       content-to-position      position-to-content
+
+with ``Kr = P Wk_r^T + bk_r`` and ``Qr = P Wq_r^T + bq_r`` the per-head
+projections of a shared ``(2S, C)`` position table ``P`` (LayerNorm'd first when
+``layer_norm=True``, as in DeBERTa-v3). The paper writes ``delta(j, i)`` in the
+position-to-content term; the released code (and Hugging Face transformers'
+``DisentangledSelfAttention``) gathers so that both terms use the same row
+``delta(i, j)``. relpos follows the code, which the conformance test checks.
+
+Scaling: every term is *inside* the scaling, which is ``1/sqrt(D * (1 + T))``
+for ``T`` enabled position terms (``1/sqrt(3D)`` with both), so
+:meth:`DeBERTa.attention_scale` overrides the default and :meth:`DeBERTa.score`
+multiplies its terms by the ``scale`` it is given.
+
+Sharing:
+
+* ``share_projections=True`` (relpos option): one projection serves both the
+  content-to-position keys and the position-to-content queries (``Kr = Qr``).
+* ``share_att_key=True`` (DeBERTa-v2/v3 and Hugging Face's ``share_att_key``):
+  the position table is projected with the attention layer's own *content*
+  query and key projections. A scheme cannot see those from inside attention,
+  so the layer must hand them over once with
+  :meth:`DeBERTa.bind_content_projections`; calling attention before that is an
+  error. They are held by reference, not registered as parameters of the scheme.
+
+The position table and projections belong to the scheme: one set per layer,
+or one for the whole model when the model shares its scheme across layers
+(Hugging Face shares the table across layers but keeps per-layer projections).
+DeBERTa is bidirectional in the paper; causal attention simply masks the future.
+Position vectors are computed in float32 (float64 for float64 inputs).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from relpos.distance import deberta_log_bucket
+from relpos.encodings.base import Encoding
+
+__all__ = ["DeBERTa"]
+
+_TERMS = ("c2p", "p2c")
+
+
+def _parse_terms(terms) -> tuple[str, ...]:
+    if isinstance(terms, str):
+        parts = [t.strip().lower() for t in terms.replace(",", "|").split("|") if t.strip()]
+    elif isinstance(terms, (list, tuple)) and all(isinstance(t, str) for t in terms):
+        parts = [t.strip().lower() for t in terms]
+    else:
+        raise TypeError(f"terms must be a str like 'c2p|p2c' or a list of str, got {type(terms).__name__}")
+    if not parts or any(p not in _TERMS for p in parts) or len(set(parts)) != len(parts):
+        raise ValueError(f"terms must be a non-empty selection of {list(_TERMS)} without repeats, got {terms!r}")
+    return tuple(t for t in _TERMS if t in parts)
+
+
+def _check_pos_int(name: str, v, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if v < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {v}")
+    return v
+
+
+class DeBERTa(Encoding):
+    """Disentangled attention over (log-bucketed) relative positions.
+
+    Args:
+        n_heads: heads H.
+        head_dim: per-head dimension D.
+        d_model: width C of the position table (the model width).
+        terms: which position terms to add: ``"c2p|p2c"`` (default), ``"c2p"``
+            or ``"p2c"`` (or a list of those).
+        position_buckets: DeBERTa-v2's ``position_buckets`` (>= 2, default 256);
+            ``0`` turns log bucketing off (raw offsets clipped at
+            ``max_relative_positions``, as DeBERTa-v1).
+        max_relative_positions: distance where log buckets end (> position_buckets // 2
+            when bucketing is on; >= 1 otherwise). Default 512.
+        layer_norm: LayerNorm the position table before projecting (DeBERTa-v3's
+            ``norm_rel_ebd="layer_norm"``). Default True.
+        layer_norm_eps: its epsilon (DeBERTa-v2's default 1e-7).
+        share_projections: one projection for both position terms.
+        share_att_key: project positions with the layer's content projections
+            (see :meth:`bind_content_projections`); the scheme then owns no
+            projection of its own.
+        init_std: std of the normal initialisation of the table and projections.
+
+    Parameters: ``rel_embeddings (2S, C)``; ``norm`` (LayerNorm(C)) if
+    ``layer_norm``; ``pos_key_proj`` (for ``c2p``) and ``pos_query_proj`` (for
+    ``p2c``), each ``Linear(C, H*D)``, the same module when ``share_projections``,
+    absent when their term is off or with ``share_att_key``.
+
+    Example:
+        >>> enc = DeBERTa(n_heads=2, head_dim=4, position_buckets=8, max_relative_positions=16)
+        >>> enc.attention_scale(4) == 1 / (3 * 4) ** 0.5
+        True
+        >>> enc.position_index(torch.tensor([[0, 1, 2]]), torch.tensor([[0, 1, 2]]))
+        tensor([[[ 8,  7,  6],
+                 [ 9,  8,  7],
+                 [10,  9,  8]]])
+    """
+
+    name = "deberta"
+    acts_on = frozenset({"score"})
+    paper = "https://arxiv.org/abs/2006.03654"
+
+    def __init__(
+        self,
+        n_heads: int = 8,
+        head_dim: int = 64,
+        d_model: int | None = None,
+        *,
+        terms: str | tuple[str, ...] = "c2p|p2c",
+        position_buckets: int = 256,
+        max_relative_positions: int = 512,
+        layer_norm: bool = True,
+        layer_norm_eps: float = 1e-7,
+        share_projections: bool = False,
+        share_att_key: bool = False,
+        init_std: float = 0.02,
+    ) -> None:
+        super().__init__(n_heads)
+        _check_pos_int("head_dim", head_dim, 1)
+        if d_model is None:
+            d_model = n_heads * head_dim
+        _check_pos_int("d_model", d_model, 1)
+        self.head_dim = head_dim
+        self.d_model = d_model
+        self.terms = _parse_terms(terms)
+        _check_pos_int("position_buckets", position_buckets, 0)
+        if position_buckets == 1:
+            raise ValueError("position_buckets must be 0 (no bucketing) or >= 2, got 1")
+        _check_pos_int("max_relative_positions", max_relative_positions, 1)
+        if position_buckets > 0:
+            # validates max_relative_positions > position_buckets // 2
+            deberta_log_bucket(torch.zeros(1, dtype=torch.long), bucket_size=position_buckets,
+                               max_position=max_relative_positions)
+        self.position_buckets = position_buckets
+        self.max_relative_positions = max_relative_positions
+        self.span = position_buckets if position_buckets > 0 else max_relative_positions
+        for name, v in (("layer_norm", layer_norm), ("share_projections", share_projections),
+                        ("share_att_key", share_att_key)):
+            if not isinstance(v, bool):
+                raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
+        if share_projections and share_att_key:
+            raise ValueError("share_projections and share_att_key are exclusive; pick one")
+        if not (isinstance(layer_norm_eps, (int, float)) and not isinstance(layer_norm_eps, bool)
+                and math.isfinite(layer_norm_eps) and layer_norm_eps > 0):
+            raise ValueError(f"layer_norm_eps must be a float > 0, got {layer_norm_eps!r}")
+        if not (isinstance(init_std, (int, float)) and not isinstance(init_std, bool)
+                and math.isfinite(init_std) and init_std >= 0):
+            raise ValueError(f"init_std must be a float >= 0, got {init_std!r}")
+        self.share_projections = share_projections
+        self.share_att_key = share_att_key
+
+        C, HD = d_model, n_heads * head_dim
+        self.rel_embeddings = nn.Parameter(torch.randn(2 * self.span, C) * init_std)  # (2S, C)
+        self.norm = nn.LayerNorm(C, eps=float(layer_norm_eps)) if layer_norm else None
+        self.pos_key_proj: nn.Linear | None = None
+        self.pos_query_proj: nn.Linear | None = None
+        if not share_att_key:
+
+            def linear() -> nn.Linear:
+                lin = nn.Linear(C, HD)
+                nn.init.normal_(lin.weight, std=init_std)
+                nn.init.zeros_(lin.bias)
+                return lin
+
+            # like DeBERTa, only the projections of enabled terms exist
+            if "c2p" in self.terms:
+                self.pos_key_proj = linear()
+            if "p2c" in self.terms:
+                self.pos_query_proj = self.pos_key_proj if (share_projections and self.pos_key_proj) else linear()
+        self._content_projections: tuple | None = None  # held by reference, not registered
+
+    # --------------------------------------------------------------- options
+
+    def attention_scale(self, head_dim: int) -> float:
+        """``1/sqrt(D * (1 + number of position terms))``: ``1/sqrt(3D)`` by default."""
+        return 1.0 / math.sqrt(head_dim * (1 + len(self.terms)))
+
+    def bind_content_projections(self, query_proj, key_proj) -> None:
+        """Hand over the layer's content projections (``share_att_key=True``).
+
+        Args:
+            query_proj: the layer's query projection ``C -> H*D`` (an ``nn.Linear``
+                or any callable on a ``(2S, C)`` float32 tensor); it projects the
+                position table for the position-to-content term.
+            key_proj: the layer's key projection, for the content-to-position term.
+
+        Raises:
+            ValueError: the scheme was not built with ``share_att_key=True``, or a
+                projection does not map ``C`` to ``H*D``.
+        """
+        if not self.share_att_key:
+            raise ValueError("bind_content_projections needs a scheme built with share_att_key=True")
+        probe = torch.zeros(1, self.d_model)
+        for name, proj in (("query_proj", query_proj), ("key_proj", key_proj)):
+            if not callable(proj):
+                raise TypeError(f"{name} must be callable (e.g. nn.Linear), got {type(proj).__name__}")
+            out = self._apply_proj(proj, probe.to(self.rel_embeddings.device))
+            if tuple(out.shape) != (1, self.n_heads * self.head_dim):
+                raise ValueError(
+                    f"{name} must map d_model={self.d_model} to n_heads*head_dim="
+                    f"{self.n_heads * self.head_dim}, got output shape {tuple(out.shape[1:])}"
+                )
+        self._content_projections = (query_proj, key_proj)
+
+    @staticmethod
+    def _apply_proj(proj, x: Tensor) -> Tensor:
+        if isinstance(proj, nn.Linear):
+            w = proj.weight.to(x.dtype)
+            b = None if proj.bias is None else proj.bias.to(x.dtype)
+            return F.linear(x, w, b)
+        return proj(x).to(x.dtype)
+
+    # -------------------------------------------------------------- positions
+
+    def position_index(self, qpos: Tensor, kpos: Tensor) -> Tensor:
+        """Table rows ``delta(i, j) = clamp(bucket(i - j) + S, 0, 2S - 1)``.
+
+        Args:
+            qpos: ``(B or 1, Nq)`` int64.
+            kpos: ``(B or 1, Nk)`` int64.
+        Returns:
+            ``(B or 1, Nq, Nk)`` int64 in ``[0, 2S)``.
+        """
+        r = qpos[:, :, None] - kpos[:, None, :]  # (B|1, Nq, Nk), query minus key
+        if self.position_buckets > 0:
+            r = deberta_log_bucket(r, bucket_size=self.position_buckets, max_position=self.max_relative_positions)
+        return (r + self.span).clamp(0, 2 * self.span - 1)
+
+    def _table(self, dtype: torch.dtype) -> Tensor:
+        p = self.rel_embeddings.to(dtype)  # (2S, C)
+        if self.norm is not None:
+            p = F.layer_norm(p, (self.d_model,), self.norm.weight.to(dtype), self.norm.bias.to(dtype), self.norm.eps)
+        return p
+
+    def position_vectors(self, dtype: torch.dtype = torch.float32) -> tuple[Tensor | None, Tensor | None]:
+        """Projected position vectors ``(Kr, Qr)``, each ``(H, 2S, D)`` or None if unused.
+
+        Raises:
+            RuntimeError: ``share_att_key=True`` and no content projections were bound.
+        """
+        p = self._table(dtype)  # (2S, C)
+        if self.share_att_key:
+            if self._content_projections is None:
+                raise RuntimeError(
+                    "DeBERTa built with share_att_key=True needs the layer's content projections: "
+                    "call enc.bind_content_projections(query_proj, key_proj) first"
+                )
+            qp, kp = self._content_projections
+        else:
+            qp, kp = self.pos_query_proj, self.pos_key_proj
+        H, D = self.n_heads, self.head_dim
+        kr = self._apply_proj(kp, p).view(-1, H, D).transpose(0, 1) if "c2p" in self.terms else None
+        qr = self._apply_proj(qp, p).view(-1, H, D).transpose(0, 1) if "p2c" in self.terms else None
+        return kr, qr
+
+    # ------------------------------------------------------------ fast path
+
+    def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
+        B, H, Nq, D = q.shape
+        Nk = k.shape[2]
+        cdt = torch.promote_types(q.dtype, torch.float32)
+        kr, qr = self.position_vectors(cdt)  # (H, 2S, D) each
+        idx = self.position_index(qpos, kpos)  # (B|1, Nq, Nk)
+        idx = idx[:, None].expand(B, H, Nq, Nk)
+        out = None
+        if kr is not None:
+            c2p = q.to(cdt) @ kr.transpose(-1, -2)  # (B, H, Nq, 2S)
+            out = c2p.gather(-1, idx)  # (B, H, Nq, Nk)
+        if qr is not None:
+            p2c = (k.to(cdt) @ qr.transpose(-1, -2)).transpose(-1, -2)  # (B, H, 2S, Nk)
+            t = p2c.gather(-2, idx)  # (B, H, Nq, Nk)
+            out = t if out is None else out + t
+        return scale * out
+
+    # ------------------------------------------------------------ reference
+
+    def _ref_bucket(self, r: int) -> int:
+        """DeBERTa-v2's ``make_log_bucket_position`` for one offset ``r = i - j``,
+        with its float32 arithmetic."""
+        if self.position_buckets <= 0:
+            return r
+        mid = self.position_buckets // 2
+        if abs(r) <= mid:
+            return r
+        f32 = np.float32
+        ratio = np.log(f32(abs(r)) / f32(mid)) / np.log(f32((self.max_relative_positions - 1) / mid))
+        log_pos = int(np.ceil(f32(ratio) * f32(mid - 1))) + mid
+        return log_pos if r > 0 else -log_pos
+
+    def reference_score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
+        q, k = q.double(), k.double()
+        B, H, Nq, D = q.shape
+        Nk = k.shape[2]
+        # position table, LayerNorm written out
+        p = self.rel_embeddings.double()
+        if self.norm is not None:
+            mu = p.mean(-1, keepdim=True)
+            var = ((p - mu) ** 2).mean(-1, keepdim=True)
+            p = (p - mu) / torch.sqrt(var + self.norm.eps) * self.norm.weight.double() + self.norm.bias.double()
+        if self.share_att_key:
+            if self._content_projections is None:
+                raise RuntimeError("call bind_content_projections(query_proj, key_proj) first")
+            qp, kp = self._content_projections
+        else:
+            qp, kp = self.pos_query_proj, self.pos_key_proj
+        kr = self._apply_proj(kp, p).view(-1, H, D) if "c2p" in self.terms else None  # (2S, H, D)
+        qr = self._apply_proj(qp, p).view(-1, H, D) if "p2c" in self.terms else None
+        Bp = max(B, qpos.shape[0], kpos.shape[0])
+        qp_l, kp_l = qpos.expand(Bp, -1).tolist(), kpos.expand(Bp, -1).tolist()
+        S = self.span
+        rows = [[[min(max(self._ref_bucket(i - j) + S, 0), 2 * S - 1) for j in kp_l[b]] for i in qp_l[b]]
+                for b in range(Bp)]
+        idx = torch.tensor(rows, dtype=torch.long).expand(B, Nq, Nk)  # (B, Nq, Nk)
+        out = torch.zeros(B, H, Nq, Nk, dtype=torch.float64)
+        for b in range(B):
+            if kr is not None:  # q_i . Kr[delta(i, j)]
+                out[b] += torch.einsum("hid,ijhd->hij", q[b], kr[idx[b]])
+            if qr is not None:  # k_j . Qr[delta(i, j)]
+                out[b] += torch.einsum("hjd,ijhd->hij", k[b], qr[idx[b]])
+        return scale * out
