@@ -108,6 +108,7 @@ def relative_positions(
     j = torch.arange(k_len, device=device)[None, :]
     d = j - i if convention == "j-i" else i - j
     if clip is not None:
+        _check_int("clip", clip, 0)
         d = clip_relative(d, clip)
     return d
 
@@ -221,7 +222,8 @@ def log2_bucket(d: Tensor, *, m: int = 8, bidirectional: bool = True, max_bucket
         max_bucket: optionally saturate ``b`` at this value (>= m).
 
     Returns:
-        int64 tensor, signed if bidirectional.
+        int64 tensor ``sign(d) * b(|d|)``; with ``bidirectional=False`` the
+        values are ``<= 0`` (``-b(|d|)`` for the past, 0 for the future).
 
     Example:
         >>> log2_bucket(torch.tensor([-64, -9, -8, 0, 3, 16, 17]))
@@ -229,6 +231,8 @@ def log2_bucket(d: Tensor, *, m: int = 8, bidirectional: bool = True, max_bucket
     """
     _check_int_tensor("d", d)
     _check_int("m", m, 1)
+    if not isinstance(bidirectional, bool):
+        raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__}")
     if max_bucket is not None:
         _check_int("max_bucket", max_bucket, m)
     d = d.long()
@@ -258,11 +262,13 @@ def _floor_log2(q: Tensor) -> Tensor:
 def deberta_log_bucket(d: Tensor, *, bucket_size: int = 256, max_position: int = 512) -> Tensor:
     """DeBERTa's sign-preserving log buckets (He et al. 2021, ``make_log_bucket_position``).
 
-    Distances with ``|d| <= bucket_size // 2`` are kept; larger ones are mapped
-    log-linearly so that ``max_position`` lands at ``bucket_size // 2`` beyond
-    ... i.e. values stay in ``[-(bucket_size - 1), bucket_size - 1]``-ish with the
-    sign of ``d`` preserved. Arithmetic follows DeBERTa-v2's reference code
-    (float32 log, ceil).
+    With ``mid = bucket_size // 2``, distances ``|d| <= mid`` are kept as they
+    are; larger ones are compressed log-linearly,
+    ``mid + ceil(log(|d| / mid) / log((max_position - 1) / mid) * (mid - 1))``,
+    so that ``|d| = max_position - 1`` lands on ``2 * mid - 1``; the sign of ``d``
+    is preserved. Results are not clipped: ``|d| >= max_position`` goes beyond
+    ``2 * mid - 1`` (DeBERTa clamps later). Arithmetic follows DeBERTa-v2's
+    reference code (float32 log, ceil).
 
     Args:
         d: integer tensor of relative positions (DeBERTa uses ``i - j``; the

@@ -1,0 +1,240 @@
+"""relpos.distance: values by hand, properties (hypothesis), Toeplitz construction, input errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from relpos.distance import (
+    alibi_slopes,
+    clip_relative,
+    deberta_log_bucket,
+    log2_bucket,
+    offsets_range,
+    relative_positions,
+    t5_bucket,
+    toeplitz,
+)
+
+# --------------------------------------------------------------------- doctest-like values
+
+
+def test_relative_positions_values():
+    assert relative_positions(3).tolist() == [[0, 1, 2], [-1, 0, 1], [-2, -1, 0]]
+    assert relative_positions(1, 4, q_offset=3, convention="i-j").tolist() == [[3, 2, 1, 0]]
+    assert relative_positions(2, 5, q_offset=1, clip=2).tolist() == [[-1, 0, 1, 2, 2], [-2, -1, 0, 1, 2]]
+    assert relative_positions(2).dtype == torch.int64
+    assert relative_positions(2, q_offset=3).shape == (2, 5)  # k_len defaults to q_len + q_offset
+
+
+def test_clip_values():
+    assert clip_relative(torch.tensor([-5, -1, 0, 2, 9]), 2).tolist() == [-2, -1, 0, 2, 2]
+    assert clip_relative(torch.tensor([-5, 3]), 0).tolist() == [0, 0]
+
+
+def test_t5_bucket_values():
+    d = torch.tensor([-200, -9, -1, 0, 1, 9, 200])
+    assert t5_bucket(d).tolist() == [15, 8, 1, 0, 17, 24, 31]
+    # causal, 32 buckets, max_distance 128: exact for 0..15, then log-spaced, hand-computed
+    d = torch.tensor([5, 0, -1, -15, -16, -20, -64, -127, -128, -5000])
+    want = [0, 0, 1, 15, 16, 16 + int(math.log(20 / 16) / math.log(8) * 16), 16 + int(math.log(4) / math.log(8) * 16),
+            16 + int(math.log(127 / 16) / math.log(8) * 16), 31, 31]
+    assert t5_bucket(d, bidirectional=False).tolist() == want
+
+
+def test_log2_bucket_values():
+    d = torch.tensor([-64, -9, -8, 0, 3, 16, 17])
+    assert log2_bucket(d).tolist() == [-12, -9, -8, 0, 3, 10, 10]
+    assert log2_bucket(torch.tensor([-64, -3, 0, 5]), bidirectional=False).tolist() == [-12, -3, 0, 0]
+    assert log2_bucket(torch.tensor([-1000, 1000]), max_bucket=11).tolist() == [-11, 11]
+    assert log2_bucket(torch.tensor([2, 3, 4, 5]), m=2).tolist() == [2, 3, 4, 4]
+
+
+@given(st.integers(-(10**9), 10**9), st.integers(1, 64))
+def test_log2_bucket_formula(d, m):
+    a = abs(d)
+    if a <= m:
+        b = a
+    else:  # m + floor(log2(a / m)) + 1, with floor(log2(a / m)) = the largest k such that m * 2^k <= a
+        k = 0
+        while m * 2 ** (k + 1) <= a:
+            k += 1
+        b = m + k + 1
+    want = int(math.copysign(b, d)) if d else 0
+    assert log2_bucket(torch.tensor([d]), m=m).item() == want
+
+
+def test_deberta_values():
+    # mid = 4, max_position = 17: |d| <= 4 kept; beyond, 4 + ceil(log(|d|/4) / log(16/4) * 3)
+    d = torch.tensor([-16, -5, -4, -1, 0, 3, 4, 5, 8, 16, 100])
+    want = [-7, -5, -4, -1, 0, 3, 4, 5, 6, 7, 4 + math.ceil(math.log(25) / math.log(4) * 3)]
+    assert deberta_log_bucket(d, bucket_size=8, max_position=17).tolist() == want
+
+
+# ----------------------------------------------------------------------------- properties
+
+
+@st.composite
+def t5_settings(draw):
+    bidirectional = draw(st.booleans())
+    nb = draw(st.integers(4 if bidirectional else 2, 64))
+    n = nb // 2 if bidirectional else nb
+    md = draw(st.integers(n // 2 + 1, 1000))
+    return bidirectional, nb, md
+
+
+@given(t5_settings(), st.lists(st.integers(-5000, 5000), min_size=1, max_size=50))
+def test_t5_bucket_in_range(settings, ds):
+    bidirectional, nb, md = settings
+    b = t5_bucket(torch.tensor(ds), bidirectional=bidirectional, num_buckets=nb, max_distance=md)
+    assert b.dtype == torch.int64
+    assert bool(((b >= 0) & (b < nb)).all())
+
+
+@given(t5_settings())
+def test_t5_bucket_monotone_per_direction_and_saturates(settings):
+    bidirectional, nb, md = settings
+    n = nb // 2 if bidirectional else nb
+    dist = torch.arange(0, 2 * md + 3)
+    past = t5_bucket(-dist, bidirectional=bidirectional, num_buckets=nb, max_distance=md)
+    assert bool((past[1:] >= past[:-1]).all())
+    assert bool((past[md:] == n - 1).all())  # saturated from max_distance on
+    assert past[0] == 0 and bool((past[: n // 2] == dist[: n // 2]).all())  # exact range
+    fut = t5_bucket(dist, bidirectional=bidirectional, num_buckets=nb, max_distance=md)
+    if bidirectional:
+        assert bool((fut[1:] >= fut[:-1]).all())
+        assert bool((fut[md:] == 2 * n - 1).all())  # = num_buckets - 1 for even num_buckets
+        assert bool((fut[1:] >= n).all())  # the future has its own half
+    else:
+        assert bool((fut == 0).all())
+
+
+@given(st.lists(st.integers(-10000, 10000), min_size=1, max_size=40), st.sampled_from([(256, 512), (8, 17), (2, 5)]))
+def test_deberta_sign_preserved_and_monotone(ds, cfg):
+    bs, mp = cfg
+    d = torch.tensor(ds)
+    b = deberta_log_bucket(d, bucket_size=bs, max_position=mp)
+    assert torch.equal(torch.sign(b), torch.sign(d))
+    torch.testing.assert_close(deberta_log_bucket(-d, bucket_size=bs, max_position=mp), -b)
+    mid = bs // 2
+    small = d.abs() <= mid
+    assert torch.equal(b[small], d[small])
+    a = torch.arange(0, 3 * mp)
+    ba = deberta_log_bucket(a, bucket_size=bs, max_position=mp)
+    assert bool((ba[1:] >= ba[:-1]).all())
+
+
+def test_deberta_matches_transformers():
+    pytest.importorskip("transformers")
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    d = torch.arange(-3000, 3001)
+    for bs, mp in [(256, 512), (32, 100), (8, 17)]:
+        assert torch.equal(deberta_log_bucket(d, bucket_size=bs, max_position=mp),
+                           make_log_bucket_position(d, bs, mp).long())
+
+
+def test_alibi_slopes_powers_of_two_exact():
+    assert alibi_slopes(1).tolist() == [2.0**-8]
+    assert alibi_slopes(2).tolist() == [2.0**-4, 2.0**-8]
+    assert alibi_slopes(4).tolist() == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
+    assert alibi_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]
+    assert alibi_slopes(16, dtype=torch.float64).tolist() == pytest.approx([2.0 ** (-k / 2) for k in range(1, 17)], rel=1e-15)
+    assert alibi_slopes(8, dtype=torch.float64).dtype == torch.float64
+
+
+def test_alibi_slopes_interleaved_otherwise():
+    # 6 heads: the 4-head sequence, then every other slope of the 8-head sequence (2^-1, 2^-3)
+    assert alibi_slopes(6).tolist() == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+    # 3 heads: (2^-4, 2^-8) then 2^-2
+    assert alibi_slopes(3).tolist() == [2.0**-4, 2.0**-8, 2.0**-2]
+    # 12 heads: 8-head sequence, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5
+    want12 = [2.0**-k for k in range(1, 9)] + [2.0 ** -(k + 0.5) for k in range(4)]
+    torch.testing.assert_close(alibi_slopes(12, dtype=torch.float64), torch.tensor(want12, dtype=torch.float64))
+
+
+@given(st.integers(1, 200))
+def test_alibi_slopes_in_unit_interval_and_distinct(n):
+    s = alibi_slopes(n, dtype=torch.float64)
+    assert s.shape == (n,) and bool(((s > 0) & (s < 1)).all())
+    assert len(set(s.tolist())) == n
+
+
+# ----------------------------------------------------------------------------- Toeplitz
+
+
+@given(st.integers(1, 12), st.integers(1, 12), st.integers(0, 6), st.integers(0, 2))
+def test_toeplitz_equals_index_construction(nq, nk, q_offset, lead):
+    if q_offset + nq > nk + 6:
+        q_offset = 0
+    offs = offsets_range(nq, nk, q_offset)
+    assert offs.shape == (nq + nk - 1,)
+    delta = relative_positions(nq, nk, q_offset=q_offset)  # (Nq, Nk)
+    assert int(offs[0]) == int(delta.min()) and int(offs[-1]) == int(delta.max())
+    g = torch.Generator().manual_seed(nq * 100 + nk)
+    shape = (2, 3)[:lead]
+    vals = torch.randn(*shape, nq + nk - 1, generator=g, requires_grad=True)
+    got = toeplitz(vals, nq, nk)
+    want = vals[..., delta - offs[0]]  # index construction
+    assert torch.equal(got, want)
+    w = torch.randn(got.shape, generator=g)
+    g1, = torch.autograd.grad((got * w).sum(), vals)
+    g2, = torch.autograd.grad((want * w).sum(), vals)
+    torch.testing.assert_close(g1, g2)
+
+
+def test_toeplitz_on_strided_views():
+    base = torch.arange(40.0).view(2, 20)
+    vals = base[:, ::2]  # stride 2 in the last dim, 10 offsets
+    got = toeplitz(vals, 4, 7)
+    delta = relative_positions(4, 7)
+    torch.testing.assert_close(got, vals.contiguous()[:, delta + 3])
+    vt = torch.arange(30.0).view(10, 3).T  # (3, 10), non-contiguous
+    torch.testing.assert_close(toeplitz(vt, 4, 7), vt.contiguous()[:, delta + 3])
+
+
+# ------------------------------------------------------------------------------- errors
+
+BAD_INPUTS = [
+    (lambda: relative_positions(0), ValueError, "q_len"),
+    (lambda: relative_positions(2, 0), ValueError, "k_len"),
+    (lambda: relative_positions(2, q_offset=-1), ValueError, "q_offset"),
+    (lambda: relative_positions(2, convention="i+j"), ValueError, "convention"),
+    (lambda: relative_positions(2, clip=-1), ValueError, "clip"),
+    (lambda: relative_positions(2.0), TypeError, "q_len"),
+    (lambda: clip_relative(torch.tensor([1]), -1), ValueError, "k"),
+    (lambda: clip_relative(torch.tensor([1.0]), 2), TypeError, "d"),
+    (lambda: clip_relative([1, 2], 2), TypeError, "d"),
+    (lambda: t5_bucket(torch.tensor([1.0])), TypeError, "relative_position"),
+    (lambda: t5_bucket(torch.tensor([True])), TypeError, "relative_position"),
+    (lambda: t5_bucket(torch.tensor([1]), num_buckets=3), ValueError, "num_buckets"),
+    (lambda: t5_bucket(torch.tensor([1]), bidirectional=False, num_buckets=1), ValueError, "num_buckets"),
+    (lambda: t5_bucket(torch.tensor([1]), num_buckets=32, max_distance=8), ValueError, "max_distance"),
+    (lambda: t5_bucket(torch.tensor([1]), bidirectional=False, num_buckets=32, max_distance=16), ValueError,
+     "max_distance"),
+    (lambda: t5_bucket(torch.tensor([1]), num_buckets=32.0), TypeError, "num_buckets"),
+    (lambda: t5_bucket(torch.tensor([1]), bidirectional=1), TypeError, "bidirectional"),
+    (lambda: log2_bucket(torch.tensor([1.5])), TypeError, "d"),
+    (lambda: log2_bucket(torch.tensor([1]), m=0), ValueError, "m"),
+    (lambda: log2_bucket(torch.tensor([1]), m=8, max_bucket=4), ValueError, "max_bucket"),
+    (lambda: log2_bucket(torch.tensor([1]), bidirectional="yes"), TypeError, "bidirectional"),
+    (lambda: deberta_log_bucket(torch.tensor([1.0])), TypeError, "d"),
+    (lambda: deberta_log_bucket(torch.tensor([1]), bucket_size=1), ValueError, "bucket_size"),
+    (lambda: deberta_log_bucket(torch.tensor([1]), bucket_size=256, max_position=128), ValueError, "max_position"),
+    (lambda: alibi_slopes(0), ValueError, "n_heads"),
+    (lambda: alibi_slopes(True), TypeError, "n_heads"),
+    (lambda: offsets_range(0, 3), ValueError, "q_len"),
+    (lambda: offsets_range(2, 3, -1), ValueError, "q_offset"),
+    (lambda: toeplitz(torch.zeros(5), 3, 4), ValueError, "values"),
+    (lambda: toeplitz(torch.zeros(6), 3, 0), ValueError, "k_len"),
+]
+
+
+@pytest.mark.parametrize("call,exc,match", BAD_INPUTS, ids=[str(i) for i in range(len(BAD_INPUTS))])
+def test_bad_inputs_raise_naming_the_parameter(call, exc, match):
+    with pytest.raises(exc, match=rf"\b{match}\b"):
+        call()
