@@ -1,0 +1,181 @@
+"""CoPE: contextual position encoding (positions counted by content gates).
+
+Paper: Golovneva, Wang, Weston and Sukhbaatar 2024, "Contextual Position
+Encoding: Learning to Count What's Important", https://arxiv.org/abs/2405.18719
+
+Formula, for a query ``i`` and a key ``j <= i`` (causal attention only)::
+
+    g_it = sigmoid(scale * q_i . k_t)                 gates (the content logits)
+    p_ij = sum_{t = j .. i} g_it                      contextual position, clipped at npos_max - 1
+    e[p] = (p - floor p) e[ceil p] + (1 - (p - floor p)) e[floor p]     interpolated embedding
+    logits[i, j] += q_i . e[p_ij]
+
+``p_ij`` counts backwards from the query: it is ``g_ii`` in ``(0, 1)`` for the
+query's own key and grows (never shrinks) as ``j`` moves into the past, by at most
+1 per key. ``e`` is a learned ``(npos_max, D)`` table (one per head with
+``per_head=True``, else shared by the heads), zero-initialised as in the paper.
+
+Sign and scaling: positions count the past (``p_ij`` is an analogue of
+``i - j + 1``). The gates use the *scaled* content logits and the position term
+``q_i . e[p_ij]`` is added in logit units *without* the ``1/sqrt(D)`` factor,
+as in the paper's reference code (the term sits outside the scaling).
+
+Which keys count. CoPE is driven by the order of keys, not by integer
+positions (``integer_positions = False``): query ``i`` sits at key index
+``idx(i) = #{t : kpos_t <= qpos_i} - 1`` (``q_offset + t`` for the default
+positions, and the same for any increasing explicit positions), and the keys
+``t <= idx(i)`` are its past. Explicit positions only serve to find that place.
+Padding: ``score()`` does not see the padding mask, so a padding key lying
+*between* ``j`` and ``i`` would add its gate to ``p_ij``. Left padding (the
+usual for batched decoding) and right padding never lie between a real query
+and a real key, so they change nothing; only padding in the middle of a row
+(packed sequences) would.
+
+Cost: besides the content logits it needs a reverse cumulative sum over keys,
+so a pair's term depends on every key between them (``score_needs_all_keys``).
+Gates, counts and interpolation are computed in float32 (float64 for float64
+inputs). Cached decoding is exact: pass the whole cache as keys.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from relpos.encodings.base import Encoding
+
+__all__ = ["CoPE", "query_key_index"]
+
+
+def query_key_index(qpos: Tensor, kpos: Tensor) -> Tensor:
+    """Key index of each query: ``#{t : kpos_t <= qpos_i} - 1``.
+
+    Args:
+        qpos: ``(B or 1, Nq)`` int64.
+        kpos: ``(B or 1, Nk)`` int64.
+    Returns:
+        ``(B or 1, Nq)`` int64 (``-1`` if no key is at or before the query).
+    """
+    return (kpos[:, None, :] <= qpos[:, :, None]).sum(-1) - 1
+
+
+class CoPE(Encoding):
+    """Contextual position encoding.
+
+    Args:
+        n_heads: heads H.
+        head_dim: per-head dimension D.
+        npos_max: number of integer positions in the table (>= 2); counts are
+            clipped at ``npos_max - 1``. Default 64.
+        per_head: one table per head (default False: one table for all heads,
+            as in the paper's code).
+        init_std: std of the normal initialisation of the table (default 0:
+            zeros, as in the paper).
+
+    Parameters: ``pos_emb`` of shape ``(H or 1, npos_max, D)``.
+
+    Example:
+        >>> enc = CoPE(n_heads=1, head_dim=2, npos_max=8)
+        >>> q = torch.tensor([[[[4.0, 0.0]] * 3]]); k = torch.tensor([[[[4.0, 0.0]] * 3]])
+        >>> pos = torch.arange(3)[None]
+        >>> enc.positions(q, k, pos, pos, scale=1.0).round()[0, 0]
+        tensor([[1., 0., 0.],
+                [2., 1., 0.],
+                [3., 2., 1.]])
+    """
+
+    name = "cope"
+    acts_on = frozenset({"score"})
+    causal_only = True
+    integer_positions = False
+    score_needs_all_keys = True
+    paper = "https://arxiv.org/abs/2405.18719"
+
+    def __init__(
+        self,
+        n_heads: int = 8,
+        head_dim: int = 64,
+        *,
+        npos_max: int = 64,
+        per_head: bool = False,
+        init_std: float = 0.0,
+    ) -> None:
+        super().__init__(n_heads)
+        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+            raise ValueError(f"head_dim must be an int >= 1, got {head_dim!r}")
+        if isinstance(npos_max, bool) or not isinstance(npos_max, int):
+            raise TypeError(f"npos_max must be an int, got {type(npos_max).__name__}")
+        if npos_max < 2:
+            raise ValueError(f"npos_max must be >= 2, got {npos_max}")
+        if not isinstance(per_head, bool):
+            raise TypeError(f"per_head must be a bool, got {type(per_head).__name__}")
+        if not (isinstance(init_std, (int, float)) and not isinstance(init_std, bool)
+                and math.isfinite(init_std) and init_std >= 0):
+            raise ValueError(f"init_std must be a float >= 0, got {init_std!r}")
+        self.head_dim = head_dim
+        self.npos_max = npos_max
+        self.per_head = per_head
+        self.pos_emb = nn.Parameter(torch.randn(n_heads if per_head else 1, npos_max, head_dim) * init_std)
+
+    # ------------------------------------------------------------ fast path
+
+    def _visible(self, qpos: Tensor, kpos: Tensor, Nk: int) -> Tensor:
+        idx = query_key_index(qpos, kpos)  # (B|1, Nq)
+        j = torch.arange(Nk, device=idx.device)
+        return (j[None, None, :] <= idx[:, :, None])[:, None]  # (B|1, 1, Nq, Nk)
+
+    def positions(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
+        """Contextual positions ``p_ij`` (clipped at ``npos_max - 1``; 0 for future keys).
+
+        Args:
+            q: ``(B, H, Nq, D)``; k: ``(B, H, Nk, D)``; positions as in :meth:`score`.
+        Returns:
+            ``(B, H, Nq, Nk)`` float32 (float64 for float64 inputs).
+        """
+        cdt = torch.promote_types(q.dtype, torch.float32)
+        vis = self._visible(qpos, kpos, k.shape[2])  # (B|1, 1, Nq, Nk)
+        gates = torch.sigmoid(scale * (q.to(cdt) @ k.to(cdt).transpose(-1, -2)))  # (B, H, Nq, Nk)
+        gates = gates * vis
+        p = gates.flip(-1).cumsum(-1).flip(-1)  # p_ij = sum_{t >= j} g_it
+        return p.clamp(max=self.npos_max - 1)
+
+    def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
+        cdt = torch.promote_types(q.dtype, torch.float32)
+        p = self.positions(q, k, qpos, kpos, scale)  # (B, H, Nq, Nk)
+        lo = p.detach().floor()
+        w = p - lo  # fraction, differentiable through p
+        lo_i = lo.long()
+        hi_i = p.detach().ceil().long()
+        logits_int = q.to(cdt) @ self.pos_emb.to(cdt).transpose(-1, -2)  # (B, H, Nq, npos_max)
+        out = logits_int.gather(-1, hi_i) * w + logits_int.gather(-1, lo_i) * (1 - w)
+        vis = self._visible(qpos, kpos, k.shape[2])
+        return out * vis
+
+    # ------------------------------------------------------------ reference
+
+    def reference_score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
+        q, k = q.double(), k.double()
+        B, H, Nq, D = q.shape
+        Nk = k.shape[2]
+        emb = self.pos_emb.double().expand(H, -1, -1)  # (H, npos_max, D)
+        Bp = max(B, qpos.shape[0], kpos.shape[0])
+        qp_l, kp_l = qpos.expand(Bp, -1).tolist(), kpos.expand(Bp, -1).tolist()
+        cap = float(self.npos_max - 1)
+        out = torch.zeros(B, H, Nq, Nk, dtype=torch.float64)
+        for b in range(B):
+            for i in range(Nq):
+                last = sum(1 for t in kp_l[b] if t <= qp_l[b][i]) - 1  # the query's key index
+                if last < 0:
+                    continue
+                gates = torch.sigmoid(scale * torch.einsum("hd,htd->ht", q[b, :, i], k[b, :, : last + 1]))  # (H, T)
+                for j in range(last + 1):
+                    p = gates[:, j : last + 1].sum(-1).clamp(max=cap)  # (H,) = sum_{t=j..i} g_it
+                    for h in range(H):
+                        ph = p[h]
+                        lo, hi = math.floor(ph.item()), math.ceil(ph.item())
+                        frac = ph - lo
+                        e = frac * emb[h, hi] + (1 - frac) * emb[h, lo]
+                        out[b, h, i, j] = q[b, h, i] @ e
+        return out
