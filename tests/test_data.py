@@ -1,0 +1,86 @@
+"""The embedded corpus (Python standard library) and the byte-level batch source."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from relpos import data
+
+
+def test_stdlib_files_split_is_disjoint_sorted_and_excludes_tests():
+    root = data.stdlib_root()
+    train, val = data.stdlib_files("train"), data.stdlib_files("val")
+    assert len(train) > 100 and len(val) > 10
+    assert not set(train) & set(val)
+    for files in (train, val):
+        rel = [p.relative_to(root).as_posix() for p in files]
+        assert rel == sorted(rel)
+        for r in rel:
+            parts = r.split("/")[:-1]
+            assert not {"test", "tests", "idle_test", "site-packages"} & set(parts), r
+            assert r.endswith(".py")
+    frac = len(val) / (len(train) + len(val))
+    assert 0.04 < frac < 0.2  # ~10% by construction
+    assert data.stdlib_files("train") == train  # stable
+
+
+def test_stdlib_corpus_join_and_truncation():
+    files = data.stdlib_files("val")
+    head = files[0].read_bytes() + b"\n\n" + files[1].read_bytes()
+    c = data.stdlib_corpus("val", max_bytes=len(head))
+    assert c == head
+    assert data.stdlib_corpus("val", max_bytes=10) == head[:10]
+    assert data.stdlib_corpus("val", max_bytes=5000) == data.stdlib_corpus("val", max_bytes=5000)
+
+
+@pytest.mark.parametrize("bad", [{"split": "test"}, {"split": "val", "max_bytes": 0}, {"split": "val", "max_bytes": 1.5}])
+def test_corpus_bad_input(bad):
+    with pytest.raises(ValueError, match="split|max_bytes"):
+        data.stdlib_corpus(**bad)
+
+
+def test_byte_source_shapes_shift_and_determinism():
+    corpus = bytes(range(256)) * 4
+    src = data.ByteLMSource(corpus, batch_size=3, seq_len=10, seed=5)
+    x, y = src.batch(7, 1)
+    assert x.shape == y.shape == (3, 10) and x.dtype == y.dtype == torch.int64
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    buf = torch.tensor(list(corpus))
+    for row_x, row_y in zip(x, y):  # each row is a real window of the corpus
+        s = int(row_x[0])
+        cand = [i for i in range(len(corpus) - 10) if int(buf[i]) == s and torch.equal(buf[i:i + 10], row_x)]
+        assert cand and torch.equal(buf[cand[0] + 1: cand[0] + 11], row_y)
+    x2, y2 = data.ByteLMSource(corpus, 3, 10, seed=5).batch(7, 1)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    assert not torch.equal(x, src.batch(7, 0)[0])
+    assert not torch.equal(x, src.batch(8, 1)[0])
+    assert not torch.equal(x, data.ByteLMSource(corpus, 3, 10, seed=6).batch(7, 1)[0])
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"data": b"abc", "batch_size": 1, "seq_len": 3}, "seq_len \\+ 1"),
+        ({"data": b"abcdef", "batch_size": 0, "seq_len": 2}, "batch_size"),
+        ({"data": b"abcdef", "batch_size": 1, "seq_len": 0}, "seq_len"),
+        ({"data": "text", "batch_size": 1, "seq_len": 2}, "bytes"),
+    ],
+)
+def test_byte_source_bad_input(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        data.ByteLMSource(**kwargs)
+
+
+def test_byte_source_bad_step():
+    src = data.ByteLMSource(b"abcdefgh", 1, 2)
+    with pytest.raises(ValueError, match="step"):
+        src.batch(-1)
+
+
+def test_encode_decode_round_trip():
+    s = "def f(x):\n    return 'é' + x"
+    ids = data.encode(s)
+    assert ids.dtype == torch.int64 and int(ids.max()) < data.VOCAB_SIZE
+    assert data.decode(ids) == s
+    assert data.decode([0xFF, 0x41]) == "\ufffdA"  # invalid UTF-8 never raises
