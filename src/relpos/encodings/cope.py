@@ -163,7 +163,7 @@ class CoPE(Encoding):
         Bp = max(B, qpos.shape[0], kpos.shape[0])
         qp_l, kp_l = qpos.expand(Bp, -1).tolist(), kpos.expand(Bp, -1).tolist()
         cap = float(self.npos_max - 1)
-        out = torch.zeros(B, H, Nq, Nk, dtype=torch.float64)
+        out = torch.zeros(B, H, Nq, Nk, dtype=torch.float64, device=q.device)
         for b in range(B):
             for i in range(Nq):
                 last = sum(1 for t in kp_l[b] if t <= qp_l[b][i]) - 1  # the query's key index

@@ -192,7 +192,9 @@ class DeBERTa(Encoding):
             if "c2p" in self.terms:
                 self.pos_key_proj = linear()
             if "p2c" in self.terms:
-                self.pos_query_proj = self.pos_key_proj if (share_projections and self.pos_key_proj) else linear()
+                self.pos_query_proj = (
+                    self.pos_key_proj if (share_projections and self.pos_key_proj is not None) else linear()
+                )
         self._content_projections: tuple | None = None  # held by reference, not registered
 
     # --------------------------------------------------------------- options
@@ -336,8 +338,8 @@ class DeBERTa(Encoding):
         S = self.span
         rows = [[[min(max(self._ref_bucket(i - j) + S, 0), 2 * S - 1) for j in kp_l[b]] for i in qp_l[b]]
                 for b in range(Bp)]
-        idx = torch.tensor(rows, dtype=torch.long).expand(B, Nq, Nk)  # (B, Nq, Nk)
-        out = torch.zeros(B, H, Nq, Nk, dtype=torch.float64)
+        idx = torch.tensor(rows, dtype=torch.long, device=q.device).expand(B, Nq, Nk)  # (B, Nq, Nk)
+        out = torch.zeros(B, H, Nq, Nk, dtype=torch.float64, device=q.device)
         for b in range(B):
             if kr is not None:  # q_i . Kr[delta(i, j)]
                 out[b] += torch.einsum("hid,ijhd->hij", q[b], kr[idx[b]])
