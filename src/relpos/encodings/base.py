@@ -103,6 +103,11 @@ class Encoding(nn.Module):
     causal_only: ClassVar[bool] = False
     integer_positions: ClassVar[bool] = True
     paper: ClassVar[str] = ""
+    #: True if ``score()`` for a pair ``(i, j)`` depends on keys other than ``j``
+    #: (CoPE counts gates between ``j`` and ``i``; FoX sums forget gates). Such
+    #: a scheme must get every key of a row in one ``score()`` call: splitting
+    #: queries into chunks is fine, splitting keys is not.
+    score_needs_all_keys: ClassVar[bool] = False
 
     def __init__(self, n_heads: int = 1) -> None:
         super().__init__()
