@@ -154,8 +154,9 @@ def save(
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-    for stale in path.parent.glob(f".{path.name}.old-*"):  # leftovers of an earlier crash
-        shutil.rmtree(stale, ignore_errors=True)
+    for pattern in (f".{path.name}.old-*", f".{path.name}.tmp-*"):  # leftovers of an earlier crash
+        for stale in path.parent.glob(pattern):
+            shutil.rmtree(stale, ignore_errors=True)
     return path
 
 
