@@ -1,0 +1,35 @@
+"""``relpos explore``: serve the interactive explorer on 127.0.0.1, or export it to one HTML file."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "interactive page that shows how relative positions work (serves on 127.0.0.1)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; anything else exposes the page to your network)")
+    p.add_argument("--port", type=int, default=0, help="port to bind (default 0: a free port)")
+    p.add_argument("--open", action="store_true", help="open the page in a web browser")
+    p.add_argument("--results", action="append", default=[], metavar="DIR",
+                   help="a relpos compare output folder (or its results.json) for the extrapolation view; repeatable")
+    p.add_argument("--checkpoint", action="append", default=[], metavar="DIR",
+                   help="a checkpoint folder (relpos train) for the attention-map view; repeatable")
+    p.add_argument("--export", metavar="FILE.html",
+                   help="write one self-contained HTML file with a snapshot of the data, then exit")
+    p.add_argument("--verbose", action="store_true", help="log every request")
+
+
+def main(args: argparse.Namespace) -> int:
+    from relpos.explorer import Explorer, export_html, serve
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be in 0..65535, got {args.port}")
+    explorer = Explorer(results=args.results, checkpoints=args.checkpoint)
+    if args.export:
+        path = export_html(explorer, args.export)
+        print(f"relpos explore: wrote {path} ({path.stat().st_size:,} bytes)")
+        return 0
+    serve(explorer, args.host, args.port, open_browser=args.open, quiet=not args.verbose)
+    return 0

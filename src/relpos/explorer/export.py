@@ -1,0 +1,160 @@
+"""``relpos explore --export FILE.html``: one self-contained page with a data snapshot.
+
+The file inlines the page's CSS and JavaScript and embeds the API answers for
+the default settings of every view (both sign conventions and every clip value
+of the example sentence; every bias scheme and head at the default length,
+causal and not; shifts 0..24 and a few larger; every task and metric of the
+loaded results; every layer of each loaded checkpoint on the example text). The
+page looks answers up by the same key it would send to a live server, so an
+exported page shows exactly what ``relpos explore`` shows for those settings,
+with no server and no network (its Content-Security-Policy forbids any
+connection).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from relpos.explorer.api import ApiError, Explorer
+from relpos.explorer.server import static_text
+
+__all__ = ["export_html", "snapshot", "snapshot_key", "DEFAULT_SENTENCE", "DEFAULT_CODE"]
+
+#: Defaults the page starts with (they are also written in static/index.html).
+DEFAULT_SENTENCE = "The cat sat on the warm mat"
+DEFAULT_CODE = "def add(a, b):\n    return a + b\n"
+DEFAULT_CLIP = 2
+BIAS_N = 32
+BIAS_HEADS = 4
+SHIFT_N = 12
+SHIFT_CS = list(range(0, 25)) + [32, 48, 64]
+
+EXPORT_CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+    "connect-src 'none'; base-uri 'none'; form-action 'none'"
+)
+
+
+def snapshot_key(route: str, params: dict[str, str]) -> str:
+    """The key the page's ``snapKey`` builds: route + JSON of the sorted (name, value) pairs."""
+    entries = [[k, str(params[k])] for k in sorted(params)]
+    return route + "?" + json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
+
+
+def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
+    """Every request the page makes for its default settings (mirrors app.js)."""
+    reqs: list[tuple[str, dict[str, str]]] = [("info", {})]
+    # view 1
+    n_tokens = len(ex.offsets({"text": DEFAULT_SENTENCE})["tokens"])
+    for conv in ("j-i", "i-j"):
+        for k in range(0, max(1, n_tokens - 1) + 1):
+            reqs.append(("offsets", {"text": DEFAULT_SENTENCE, "convention": conv, "clip": str(k)}))
+    # view 2
+    for e in info["bias_schemes"]:
+        if not e["available"]:
+            continue
+        for causal in ("false", "true"):
+            base = {"scheme": e["key"], "n": str(BIAS_N), "causal": causal}
+            if not e["per_head"]:
+                reqs.append(("bias", base))
+                continue
+            for h in range(BIAS_HEADS):
+                p = dict(base, n_heads=str(BIAS_HEADS), head=str(h), seed="0")
+                if e["head_dim"]:
+                    p["head_dim"] = "64"
+                shows = ("bias", "bucket") if e["kind"] == "t5" else (None,)
+                for show in shows:
+                    q = dict(p)
+                    if show:
+                        q["show"] = show
+                    reqs.append(("bias", q))
+    # view 3 (the page's default pair)
+    av = [s for s in info["schemes"] if s["available"]]
+    absl = [s["name"] for s in av if s.get("relative") is False]
+    rell = [s["name"] for s in av if s.get("relative") is True]
+    a = next((x for x in ("sinusoidal", "learned") if x in absl), absl[0] if absl else None)
+    r = next((x for x in ("rope", "t5", "alibi") if x in rell), rell[0] if rell else None)
+    if a and r:
+        for c in SHIFT_CS:
+            for h in ("0", "1"):
+                reqs.append(("shift", {"absolute": a, "relative": r, "n": str(SHIFT_N), "c": str(c), "seed": "0",
+                                       "head": h}))
+    # view 4
+    for src in info["results"]:
+        s = str(src["index"])
+        reqs.append(("results", {"source": s}))
+        agg = ex.results_view({"source": s})
+        for task in agg["tasks"]:
+            reqs.append(("results", {"source": s, "task": task}))
+            metrics = ex.results_view({"source": s, "task": task})["metrics"]
+            for m in metrics:
+                reqs.append(("results", {"source": s, "task": task, "metric": m}))
+    # view 5
+    for ck in info["checkpoints"]:
+        for layer in range(int(ck["n_layers"] or 0)):
+            reqs.append(("attention", {"checkpoint": str(ck["index"]), "text": DEFAULT_CODE, "layer": str(layer)}))
+    return reqs
+
+
+def snapshot(ex: Explorer) -> dict:
+    """The data an exported page embeds: ``{"created", "responses": {key: {"data"|"error": ...}}}``."""
+    info = ex.info({})
+    responses: dict[str, dict] = {}
+    for route, params in _requests(ex, info):
+        key = snapshot_key(route, params)
+        if key in responses:
+            continue
+        try:
+            responses[key] = {"data": ex.get(route, params)}
+        except ApiError as e:
+            responses[key] = {"error": e.to_json()}
+    created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return {"created": created, "version": info["version"], "responses": responses}
+
+
+def _script_json(obj) -> str:
+    s = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    # "<" never appears raw inside a <script> element; U+2028/9 are escaped for old parsers
+    return s.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def render_html(snap: dict) -> str:
+    """The self-contained page for a snapshot."""
+    html = static_text("index.html")
+    css = static_text("style.css")
+    js = static_text("app.js").replace("</script", "<\\/script")
+    link = '<link rel="stylesheet" href="style.css">'
+    script = '<script src="app.js"></script>'
+    if link not in html or script not in html:  # pragma: no cover - guards a broken edit of index.html
+        raise RuntimeError("index.html lost its stylesheet link or script tag; cannot inline them")
+    html = html.replace('<meta charset="utf-8">',
+                        f'<meta charset="utf-8">\n<meta http-equiv="Content-Security-Policy" content="{EXPORT_CSP}">',
+                        1)
+    html = html.replace(link, "<style>\n" + css.replace("</style", "<\\/style") + "\n</style>", 1)
+    html = html.replace(script, "<script>window.RELPOS_SNAPSHOT = " + _script_json(snap) + ";</script>\n"
+                        "<script>\n" + js + "\n</script>", 1)
+    return html
+
+
+def export_html(explorer: Explorer, path: str | os.PathLike) -> Path:
+    """Write the self-contained page to ``path`` (atomically) and return the path."""
+    out = Path(path)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise ValueError(f"the export file must end in .html, got {str(out)!r}")
+    if not out.parent.exists():
+        raise FileNotFoundError(f"folder {str(out.parent)!r} does not exist")
+    html = render_html(snapshot(explorer))
+    fd, tmp = tempfile.mkstemp(prefix=".relpos-export-", suffix=".html", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(html)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out

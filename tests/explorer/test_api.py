@@ -1,0 +1,465 @@
+"""The explorer's JSON API, HTTP server and export, without a browser.
+
+Every number the API returns is checked against relpos computed independently
+here (make_encoding + the scheme's own methods, relpos.attention, the model).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import relpos
+from relpos import distance
+from relpos.encodings import scheme_names
+from relpos.explorer import ApiError, Explorer, Limits, export_html
+from relpos.explorer import api as api_mod
+from relpos.explorer.export import DEFAULT_CODE, DEFAULT_SENTENCE, snapshot_key
+from relpos.explorer.server import make_server, serve_in_thread, static_text
+from tests.explorer.conftest import make_results
+
+
+@pytest.fixture(scope="module")
+def ex(results_dir, checkpoint_dir):
+    return Explorer(results=[results_dir], checkpoints=[checkpoint_dir])
+
+
+@pytest.fixture(scope="module")
+def server(ex):
+    srv = make_server(ex)
+    serve_in_thread(srv)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _raw(server, method: str, path: str, *, body: bytes | None = None, headers: dict | None = None):
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        hdrs = {"Host": f"127.0.0.1:{port}"}
+        hdrs.update(headers or {})
+        if body is not None:
+            hdrs.setdefault("Content-Length", str(len(body)))
+        for k, v in hdrs.items():
+            conn.putheader(k, v)
+        conn.endheaders()
+        if body is not None:
+            conn.send(body)
+        r = conn.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
+    finally:
+        conn.close()
+
+
+def _build(name, *, n_heads=4, head_dim=64, causal=False, max_len=32, seed=0, **opts):
+    """The scheme as the explorer should build it: the seed right before make_encoding."""
+    torch.manual_seed(seed)
+    return relpos.make_encoding(name, n_heads=n_heads, head_dim=head_dim, causal=causal, max_len=max_len, **opts)
+
+
+def _defaults(name):
+    return {o["name"]: o["default"] for o in api_mod.option_specs(name, next(
+        e.hidden for e in api_mod.BIAS_VIEW_SCHEMES if e.registry == name))}
+
+
+# ----------------------------------------------------------------------- view 1
+
+
+def test_tokenize_words_punctuation_cjk():
+    assert api_mod.tokenize("The cat's mat.") == ["The", "cat's", "mat", "."]
+    assert api_mod.tokenize("猫追老鼠 ok") == ["猫", "追", "老", "鼠", "ok"]
+    assert api_mod.tokenize("  \n ") == []
+
+
+@pytest.mark.parametrize("convention", ["j-i", "i-j"])
+def test_offsets_match_library(ex, convention):
+    out = ex.get("offsets", {"text": "a b c d e f g", "convention": convention, "clip": "2"})
+    assert out["tokens"] == list("abcdefg") and out["n"] == 7
+    d = distance.relative_positions(7, convention=convention)
+    assert out["offsets"] == d.tolist()
+    assert out["clipped"] == distance.clip_relative(d, 2).tolist()
+    row = out["offsets"][3]
+    assert row == ([-3, -2, -1, 0, 1, 2, 3] if convention == "j-i" else [3, 2, 1, 0, -1, -2, -3])
+    assert ex.get("offsets", {"text": "a b", "clip": "none"})["clipped"] is None
+
+
+def test_offsets_caps_and_empty(ex):
+    lim = ex.limits
+    with pytest.raises(ApiError) as e:
+        ex.get("offsets", {"text": " ".join(["w"] * (lim.max_tokens + 1))})
+    assert e.value.code == "too_large" and e.value.limit == lim.max_tokens and str(lim.max_tokens) in str(e.value)
+    with pytest.raises(ApiError) as e:
+        ex.get("offsets", {"text": "x" * (lim.max_text_chars + 1)})
+    assert e.value.code == "too_large" and e.value.unit == "chars"
+    with pytest.raises(ApiError) as e:
+        ex.get("offsets", {"text": "   "})
+    assert e.value.code == "empty"
+    with pytest.raises(ApiError, match="convention"):
+        ex.get("offsets", {"text": "a b", "convention": "k-q"})
+    with pytest.raises(ApiError, match="clip"):
+        ex.get("offsets", {"text": "a b", "clip": "-1"})
+
+
+# ----------------------------------------------------------------------- view 2
+
+BIAS_SCHEMES = [e.key for e in api_mod.BIAS_VIEW_SCHEMES if e.registry is None or e.registry in scheme_names()]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("key", BIAS_SCHEMES)
+def test_bias_matrix_equals_library(ex, key, causal):
+    n, head = 12, 1
+    out = ex.get("bias", {"scheme": key, "n": str(n), "causal": str(causal).lower(), "head": str(head),
+                          "n_heads": "3", "seed": "5"})
+    mat = torch.tensor(out["matrix"], dtype=torch.float64)
+    assert mat.shape == (n, n)
+    pos = torch.arange(n)[None]
+    delta = pos[0][None, :] - pos[0][:, None]
+    if key == "log2":
+        want = distance.log2_bucket(delta, m=8, bidirectional=not causal).double()
+    else:
+        entry = next(e for e in api_mod.BIAS_VIEW_SCHEMES if e.key == key)
+        enc = _build(entry.registry, n_heads=3, causal=causal, max_len=n, seed=5, **_defaults(entry.registry))
+        if key == "shaw":
+            norms = enc.key_table.detach().double().norm(dim=-1)
+            want = norms[enc.rel_index(pos, pos)[0]]
+        else:
+            with torch.no_grad():
+                want = enc.bias(pos, pos)[0, head].double()
+            # and the fast path agrees with the scheme's reference
+            torch.testing.assert_close(want, enc.reference_bias(pos, pos)[0, head], rtol=1e-5, atol=1e-6)
+        assert out["learned_params"] == enc.num_params()
+    torch.testing.assert_close(mat, want, rtol=1e-6, atol=1e-7)
+    # the curve is the same term against d (Toeplitz schemes: exactly the matrix's diagonals)
+    curve = out["curves"][head if len(out["curves"]) > 1 else 0]
+    assert len(curve) == len(out["offsets"])
+    if out.get("curve_row") is None:
+        for d, v in zip(out["offsets"], curve):
+            i = max(0, -d)
+            assert math.isclose(v, out["matrix"][i][i + d], rel_tol=1e-6, abs_tol=1e-7)
+    if causal:
+        assert max(out["offsets"]) <= 0
+
+
+def test_t5_buckets_and_boundaries(ex):
+    out = ex.get("bias", {"scheme": "t5", "n": "40", "show": "bucket", "opt.num_buckets": "16",
+                          "opt.max_distance": "20"})
+    offs = torch.tensor(out["offsets"])
+    ids = distance.t5_bucket(offs, bidirectional=True, num_buckets=16, max_distance=20)
+    assert out["curves"][0] == ids.tolist()
+    assert out["matrix"][0] == distance.t5_bucket(torch.arange(40), num_buckets=16, max_distance=20).tolist()
+    # the boundary table tiles the offsets and each range holds one bucket id
+    covered = []
+    for r in out["buckets"]:
+        seg = ids[(offs >= r["from"]) & (offs <= r["to"])]
+        assert (seg == r["bucket"]).all()
+        covered.extend(range(r["from"], r["to"] + 1))
+    assert covered == out["offsets"]
+    assert out["options"] == {"num_buckets": 16, "max_distance": 20, "init_std": 0.02}
+
+
+def test_overrides_set_the_shown_head(ex):
+    out = ex.get("bias", {"scheme": "alibi", "n": "6", "head": "2", "set.slope": "0.5"})
+    assert out["matrix"][5] == [-2.5, -2.0, -1.5, -1.0, -0.5, 0.0]
+    assert out["slopes"][2] == 0.5
+    assert out["slopes"][0] == pytest.approx(distance.alibi_slopes(4)[0].item())
+    # the cached module is not modified by an override
+    again = ex.get("bias", {"scheme": "alibi", "n": "6", "head": "2"})
+    assert again["slopes"][2] == pytest.approx(distance.alibi_slopes(4)[2].item())
+    if "kerple-log" in scheme_names():
+        k = ex.get("bias", {"scheme": "kerple-log", "n": "5", "head": "0", "set.r1": "2", "set.r2": "0.5"})
+        want = [-2 * math.log1p(0.5 * abs(j - 4)) for j in range(5)]
+        assert k["matrix"][4] == pytest.approx(want, rel=1e-5)
+        assert k["r1"][0] == pytest.approx(2) and k["r2"][0] == pytest.approx(0.5)
+
+
+def test_bias_bad_input(ex):
+    lim = ex.limits
+    with pytest.raises(ApiError) as e:
+        ex.get("bias", {"scheme": "t5", "n": str(lim.max_len + 1)})
+    assert e.value.code == "too_large" and e.value.limit == lim.max_len and e.value.unit == "tokens"
+    with pytest.raises(ApiError) as e:
+        ex.get("bias", {"scheme": "t5", "n_heads": "99"})
+    assert e.value.code == "too_large"
+    with pytest.raises(ApiError, match="num_buckets"):  # the library's own message
+        ex.get("bias", {"scheme": "t5", "opt.num_buckets": "1"})
+    with pytest.raises(ApiError, match="whole number"):
+        ex.get("bias", {"scheme": "t5", "n": "ten"})
+    with pytest.raises(ApiError, match="scheme must be one of"):
+        ex.get("bias", {"scheme": "../../etc"})
+    with pytest.raises(ApiError, match="slope"):
+        ex.get("bias", {"scheme": "alibi", "set.slope": "-1"})
+    with pytest.raises(ApiError, match="head"):
+        ex.get("bias", {"scheme": "alibi", "n_heads": "2", "head": "2"})
+
+
+# ----------------------------------------------------------------------- view 3
+
+
+def test_shift_relative_unchanged_absolute_changed(ex):
+    names = scheme_names()
+    out = ex.get("shift", {"absolute": "sinusoidal", "relative": "alibi", "n": "8", "c": "7"})
+    a, r = out["absolute"], out["relative"]
+    assert a["relative"] is False and r["relative"] is True
+    assert a["max_abs_diff"] > 0.1
+    assert r["max_abs_diff"] <= 1e-5
+    for slot in (a, r):
+        diff = torch.tensor(slot["shifted"]) - torch.tensor(slot["base"])
+        torch.testing.assert_close(torch.tensor(slot["diff"]), diff, rtol=1e-5, atol=1e-5)
+    if "rope" in names:
+        rope = ex.get("shift", {"relative": "rope", "n": "8", "c": "300"})["relative"]
+        assert rope["max_abs_diff"] < 1e-3  # float32 rounding of the angles only
+
+
+@pytest.mark.parametrize("name", ["sinusoidal", "alibi", "rope", "shaw"])
+def test_shift_logits_are_relpos_attention(name):
+    """softmax(the logits view 3 shows) == relpos.attention (reference impl) with v = identity."""
+    if name not in scheme_names():
+        pytest.skip(f"{name} not in this build")
+    n, c, seed = 6, 4, 3
+    enc = api_mod._build_encoding(name, (("init_std", 1.0),) if name == "shaw" else (), 2, 16, False, 0,
+                                  n + 2048, api_mod.threading.Lock())
+    logits = api_mod._logits(enc, n, c, seed)  # (H, N, N)
+    x, wq, wk = api_mod.shift_content(n, seed)
+    pos = torch.arange(c, c + n)
+    with torch.no_grad():
+        q, k = api_mod.shift_qk(enc, x, wq, wk, pos[None])
+        eye = torch.eye(n).expand(1, 2, n, n)
+        p = relpos.attention(q.double(), k.double(), eye.double(), enc, positions=pos, impl="reference")
+    torch.testing.assert_close(torch.softmax(logits.double(), -1), p[0], rtol=1e-4, atol=1e-5)
+
+
+def test_shift_caps(ex):
+    with pytest.raises(ApiError) as e:
+        ex.get("shift", {"c": str(ex.limits.max_shift + 1)})
+    assert e.value.code == "too_large"
+    with pytest.raises(ApiError, match="relative must be one of"):
+        ex.get("shift", {"relative": "nonsense"})
+
+
+# ----------------------------------------------------------------------- view 4
+
+
+def test_results_aggregation(ex):
+    out = ex.get("results", {"source": "0"})
+    assert out["task"] == "lm" and out["metric"] == "bpb"
+    assert out["tasks"] == ["copy", "lm"] and out["metrics"] == ["bpb", "loss"]
+    assert out["train_lens"] == [128]
+    labels = [s["label"] for s in out["series"]]
+    assert labels == ["alibi", "rope", "rope (yarn)", "sinusoidal"]
+    data = make_results()
+    for s in out["series"]:
+        runs = [r for r in data["runs"] if r["task"] == "lm" and r["scheme"] == s["scheme"]
+                and r["variant"] == s["variant"]]
+        for p in s["points"]:
+            vals = [m["bpb"] for r in runs for m in r["metrics"] if m["eval_len"] == p["eval_len"]]
+            assert p["n"] == len(vals)
+            assert p["mean"] == pytest.approx(sum(vals) / len(vals), rel=1e-5)
+            assert p["min"] == pytest.approx(min(vals), rel=1e-5)
+            assert p["max"] == pytest.approx(max(vals), rel=1e-5)
+    acc = ex.get("results", {"source": "0", "task": "copy"})
+    assert acc["metric"] == "accuracy" and acc["train_lens"] == [32]
+    with pytest.raises(ApiError, match="task must be one of"):
+        ex.get("results", {"source": "0", "task": "nope"})
+    with pytest.raises(ApiError, match="source"):
+        ex.get("results", {"source": "3"})
+
+
+def test_results_missing_and_malformed(tmp_path):
+    empty = Explorer()
+    with pytest.raises(ApiError) as e:
+        empty.get("results", {})
+    assert e.value.code == "no_results" and "--results" in str(e.value)
+    with pytest.raises(FileNotFoundError):
+        Explorer(results=[tmp_path])
+    (tmp_path / "results.json").write_text('{"version": 1, "runs": [{"metrics": []}]}')
+    with pytest.raises(ApiError, match="scheme"):
+        Explorer(results=[tmp_path])
+    with pytest.raises(ApiError, match="valid JSON"):
+        empty.post("results", b"{not json", {})
+    with pytest.raises(ApiError) as e:
+        Explorer(limits=Limits(max_body_bytes=10)).post("results", b"x" * 11, {})
+    assert e.value.code == "too_large" and e.value.status == 413
+    ok = empty.post("results", json.dumps(make_results()).encode(), {"task": "copy"})
+    assert ok["source"] == "upload" and ok["task"] == "copy"
+
+
+# ----------------------------------------------------------------------- view 5
+
+
+def test_attention_maps_match_model(ex, checkpoint_dir):
+    from relpos import checkpoint
+
+    model, cfg = checkpoint.load(checkpoint_dir)
+    text = "ab c\n"
+    out = ex.get("attention", {"text": text, "layer": "1"})
+    assert out["bytes"] == list(text.encode()) and out["tokens"] == ["a", "b", "\u2423", "c", "\u23ce"]
+    assert out["n_layers"] == cfg.n_layers and out["n_heads"] == cfg.n_heads and out["causal"] is True
+    with torch.no_grad():
+        want = model.attention_maps(torch.tensor([list(text.encode())]))[1][0]
+    got = torch.tensor(out["maps"])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.sum(-1), torch.ones(cfg.n_heads, len(text)), atol=1e-4, rtol=0)
+    assert float(got.triu(1).abs().max()) == 0.0
+
+
+def test_attention_caps(ex, checkpoint_dir):
+    with pytest.raises(ApiError) as e:
+        ex.get("attention", {"text": "x" * 65})  # the tiny checkpoint has max_len 64
+    assert e.value.code == "too_large" and e.value.limit == 64 and e.value.unit == "bytes"
+    with pytest.raises(ApiError, match="layer"):
+        ex.get("attention", {"text": "ab", "layer": "5"})
+    with pytest.raises(ApiError) as e:
+        Explorer().get("attention", {"text": "ab"})
+    assert e.value.code == "no_checkpoint"
+
+
+def test_checkpoint_loaded_only_through_safe_loader(tmp_path, checkpoint_dir):
+    import shutil
+
+    from relpos.checkpoint import CheckpointError
+
+    bad = tmp_path / "bad"
+    shutil.copytree(checkpoint_dir, bad)
+    w = bad / "model.safetensors"
+    w.write_bytes(w.read_bytes()[:-7])
+    with pytest.raises(CheckpointError):
+        Explorer(checkpoints=[bad])
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    torch.save({"x": torch.zeros(1)}, pickled / "model.pt")
+    with pytest.raises(CheckpointError):
+        Explorer(checkpoints=[pickled])
+
+
+def test_info(ex):
+    info = ex.get("info", {})
+    assert {s["name"] for s in info["schemes"] if s["available"]} == set(scheme_names()) - {
+        s["name"] for s in info["schemes"] if s.get("reason")}
+    keys = [b["key"] for b in info["bias_schemes"]]
+    assert keys[:3] == ["t5", "log2", "alibi"]
+    t5 = info["bias_schemes"][0]
+    assert {o["name"] for o in t5["options"]} >= {"num_buckets", "max_distance"}
+    assert info["results"] == [{"index": 0, "label": Path(info["results"][0]["label"]).name}]
+    assert info["checkpoints"][0]["scheme"] == "alibi"
+    assert info["limits"]["max_len"] == Limits().max_len
+
+
+# ----------------------------------------------------------------------- server
+
+
+def test_server_binds_loopback_on_a_free_port(server):
+    host, port = server.server_address[:2]
+    assert host == "127.0.0.1" and port > 0
+    assert server.url == f"http://127.0.0.1:{port}/"
+
+
+def test_static_files_and_headers(server):
+    for path, ctype in (("/", "text/html"), ("/app.js", "text/javascript"), ("/style.css", "text/css")):
+        status, headers, body = _raw(server, "GET", path)
+        assert status == 200 and headers["Content-Type"].startswith(ctype)
+        assert "default-src 'none'" in headers["Content-Security-Policy"]
+        assert headers["X-Content-Type-Options"] == "nosniff"
+    status, _, body = _raw(server, "GET", "/")
+    assert body.decode() == static_text("index.html")
+
+
+@pytest.mark.parametrize("path", [
+    "/../pyproject.toml", "/%2e%2e/%2e%2e/pyproject.toml", "/static/app.js", "/app.js/../../api.py",
+    "//etc/passwd", "/api.py", "/server.py", "/..%2fapi.py", "/index.html%00.js", "/static/../api.py",
+    "/api/../server.py", "/api/info/../../x",
+])
+def test_no_path_traversal(server, path):
+    status, headers, body = _raw(server, "GET", path)
+    assert status == 404, (path, status)
+    assert b"import" not in body and b"root:" not in body
+
+
+def test_api_over_http(server):
+    status, _, body = _raw(server, "GET", "/api/offsets?text=a%20b%20c&clip=1")
+    assert status == 200 and json.loads(body)["clipped"] == [[0, 1, 1], [-1, 0, 1], [-1, -1, 0]]
+    status, _, body = _raw(server, "GET", "/api/bias?n=100000")
+    err = json.loads(body)
+    assert status == 400 and err["code"] == "too_large" and err["limit"] == 256
+    status, _, body = _raw(server, "GET", "/api/offsets?text=a&text=b")
+    assert status == 400 and "twice" in json.loads(body)["error"]
+    status, _, _ = _raw(server, "GET", "/api/" + "x" * 30)
+    assert status == 404
+    status, _, body = _raw(server, "GET", "/api/offsets?text=" + "a" * 9000)
+    assert status == 414 and json.loads(body)["code"] == "too_large"
+
+
+def test_host_header_checked(server):
+    status, _, body = _raw(server, "GET", "/api/info", headers={"Host": "evil.example:80"})
+    assert status == 421 and json.loads(body)["code"] == "bad_host"
+    port = server.server_address[1]
+    status, _, _ = _raw(server, "GET", "/api/info", headers={"Host": f"localhost:{port}"})
+    assert status == 200
+
+
+def test_methods_and_upload_limits(server):
+    status, headers, _ = _raw(server, "PUT", "/api/info", body=b"")
+    assert status == 405
+    status, _, body = _raw(server, "POST", "/api/results?task=lm", body=json.dumps(make_results()).encode())
+    assert status == 200 and json.loads(body)["source"] == "upload"
+    big = server.explorer.limits.max_body_bytes + 1
+    status, _, body = _raw(server, "POST", "/api/results", body=b"", headers={"Content-Length": str(big)})
+    assert status == 413 and json.loads(body)["code"] == "too_large"
+    status, _, _ = _raw(server, "POST", "/api/info", body=b"{}")
+    assert status == 405
+    status, _, _ = _raw(server, "POST", "/", body=b"{}")
+    assert status == 405
+
+
+# ----------------------------------------------------------------------- export
+
+
+def test_export_is_self_contained(ex, tmp_path):
+    out = export_html(ex, tmp_path / "explorer.html")
+    html = out.read_text(encoding="utf-8")
+    # no external resources: no src= or stylesheet links at all, only inline script/style
+    assert not re.search(r"<(script|img|iframe|link|source|video|audio)[^>]*\s(src|href)=[\"'](?!data:)", html, re.I)
+    assert "@import" not in html and "url(http" not in html
+    assert "connect-src 'none'" in html
+    snap = json.loads(re.search(r"window\.RELPOS_SNAPSHOT = (.*?);</script>", html, re.S).group(1))
+    assert snapshot_key("info", {}) in snap["responses"]
+    key = snapshot_key("offsets", {"text": DEFAULT_SENTENCE, "convention": "j-i", "clip": "2"})
+    assert snap["responses"][key]["data"]["clipped"][3] == [-2, -2, -1, 0, 1, 2, 2]
+    att = snapshot_key("attention", {"checkpoint": "0", "text": DEFAULT_CODE, "layer": "0"})
+    assert len(snap["responses"][att]["data"]["maps"]) == 2
+    assert out.stat().st_size < 6_000_000
+    with pytest.raises(ValueError, match=".html"):
+        export_html(ex, tmp_path / "x.txt")
+
+
+def test_page_defaults_match_export():
+    html = static_text("index.html")
+    assert f'value="{DEFAULT_SENTENCE}"' in html
+    assert DEFAULT_CODE in html
+
+
+def test_snapshot_key_matches_javascript():
+    """app.js builds keys as route + JSON.stringify(sorted [name, String(value)] pairs)."""
+    js = static_text("app.js")
+    assert "route + '?' + JSON.stringify(entries)" in js
+    assert snapshot_key("bias", {"n": "3", "head": "0", "text": "猫 \"x\""}) == \
+        'bias?[["head","0"],["n","3"],["text","猫 \\"x\\""]]'
+
+
+def test_cli_export_and_errors(tmp_path, results_dir, capsys):
+    from relpos.cli import main
+
+    out = tmp_path / "page.html"
+    assert main(["explore", "--export", str(out), "--results", str(results_dir)]) == 0
+    assert out.exists() and "wrote" in capsys.readouterr().out
+    assert main(["explore", "--export", str(out), "--results", str(tmp_path / "missing")]) == 2
+    assert "no results.json" in capsys.readouterr().err
+    assert main(["explore", "--port", "70000"]) == 2
