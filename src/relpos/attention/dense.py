@@ -1,11 +1,19 @@
 """Dense attention: materialise the position terms, then one fused softmax.
 
-Position-only terms of Toeplitz schemes are evaluated on the ``Nq + Nk - 1``
-distinct offsets and expanded once (:func:`relpos.distance.toeplitz`), never
-from an ``Nq x Nk`` bucket computation, and never copied per batch element.
-When a scheme adds nothing to the value side the final step is
-``torch.nn.functional.scaled_dot_product_attention`` with the terms as an
-additive mask.
+The ``(Nq, Nk)`` position term is formed once per call and shared by the whole
+batch (shape ``(1, H, Nq, Nk)``; never copied per batch element). Toeplitz terms
+are evaluated on the ``Nq + Nk - 1`` distinct offsets and expanded with one
+strided copy (:func:`relpos.distance.toeplitz`), never from an ``Nq x Nk``
+bucket computation. Under causal masking the future offsets are set to -inf
+*before* the expansion, so the mask costs nothing extra. When a scheme adds
+nothing to the value side the final step is
+:func:`torch.nn.functional.scaled_dot_product_attention` with the term as an
+additive mask (the fused kernel when the term needs no gradient).
+
+Memory grows with ``Nq x Nk``; use ``impl="chunked"`` for long sequences.
+
+The helpers :func:`rotated_qk`, :func:`position_bias` and :func:`additive_terms`
+are shared with other modules (the model's attention maps, the explorer).
 """
 
 from __future__ import annotations
@@ -17,23 +25,34 @@ from torch import Tensor
 from relpos.attention import Request
 from relpos.distance import offsets_range, toeplitz
 
+__all__ = ["supports", "run", "position_bias", "rotated_qk", "additive_terms", "row_has_key"]
+
 
 def supports(req: Request) -> str | None:
     return None
 
 
-def position_bias(req: Request) -> Tensor:
-    """The ``"bias"`` term, ``(B or 1, H, Nq, Nk)`` float32."""
+def position_bias(req: Request, *, causal_fill: bool = False) -> Tensor:
+    """The ``"bias"`` term, ``(B or 1, H, Nq, Nk)`` float32.
+
+    Args:
+        req: the request.
+        causal_fill: for Toeplitz schemes on contiguous positions, put -inf at
+            future offsets (``j > i``) so the result is also the causal mask.
+    """
     enc = req.encoding
     B, H, Nq, Nk, _ = req.shape
     if enc.toeplitz and req.contiguous:
-        offs = offsets_range(Nq, Nk, req.q_offset).to(req.q.device)
+        offs = offsets_range(Nq, Nk, req.q_offset).to(req.q.device)  # (Nq + Nk - 1,)
         vals = enc.relative_bias(offs)  # (H, Nq + Nk - 1)
+        if causal_fill:
+            vals = vals.masked_fill(offs > 0, float("-inf"))
         return toeplitz(vals, Nq, Nk)[None]  # (1, H, Nq, Nk)
     return enc.bias(req.qpos, req.kpos)
 
 
 def rotated_qk(req: Request) -> tuple[Tensor, Tensor]:
+    """``q, k`` after the scheme's rotation (unchanged for schemes without a ``"qk"`` site)."""
     enc = req.encoding
     if "qk" not in enc.acts_on:
         return req.q, req.k
@@ -43,37 +62,68 @@ def rotated_qk(req: Request) -> tuple[Tensor, Tensor]:
     return q, k
 
 
-def additive_terms(req: Request, q: Tensor, k: Tensor) -> Tensor | None:
-    """Sum of the bias and score terms in logit units, or None."""
+def additive_terms(req: Request, q: Tensor, k: Tensor, *, causal_fill: bool = False) -> Tensor | None:
+    """Sum of the bias and score terms in logit units (no masking), or None.
+
+    Args:
+        causal_fill: see :func:`position_bias` (only affects Toeplitz biases).
+    """
     enc = req.encoding
     add = None
     if "bias" in enc.acts_on:
-        add = position_bias(req)
+        add = position_bias(req, causal_fill=causal_fill)
     if "score" in enc.acts_on:
         s = enc.score(q, k, req.qpos, req.kpos, req.scale)
         add = s if add is None else add + s
     return add
 
 
+def row_has_key(req: Request) -> Tensor | None:
+    """``(B, 1, Nq, 1)`` bool: whether each query row has at least one allowed key.
+
+    None when every row has one (no key padding: causal rows always see key 0).
+    Computed in ``O(B N)`` from the padding mask, without forming the mask.
+    """
+    kpm = req.key_padding_mask
+    if kpm is None:
+        return None
+    B, H, Nq, Nk, _ = req.shape
+    if req.causal:
+        seen = kpm.cumsum(-1) > 0  # (B, Nk): some real key at index <= j
+        last = (torch.arange(Nq, device=kpm.device) + req.q_offset).clamp(max=Nk - 1)
+        ok = seen[:, last]  # (B, Nq)
+    else:
+        ok = kpm.any(-1, keepdim=True).expand(B, Nq)
+    if bool(ok.all()):
+        return None
+    return ok[:, None, :, None]
+
+
 def run(req: Request) -> Tensor:
     enc = req.encoding
     q, k = rotated_qk(req)  # (B, H, Nq, D), (B, H, Nk, D)
-    add = additive_terms(req, q, k)  # (B|1, H|1, Nq, Nk) or None
-    mask = req.mask()  # (B|1, 1, Nq, Nk) bool or None
     B, H, Nq, Nk, _ = req.shape
     dtype = q.dtype
+    toeplitz_causal = req.causal and "bias" in enc.acts_on and enc.toeplitz and req.contiguous
+    add = additive_terms(req, q, k, causal_fill=toeplitz_causal)  # (B|1, H, Nq, Nk) or None
+    valid = row_has_key(req)  # (B, 1, Nq, 1) or None
 
-    valid = None
-    if mask is not None:
-        valid = mask.any(dim=-1, keepdim=True)  # (B|1, 1, Nq, 1)
-        if not bool(valid.all()):
-            # Rows with no key: let them attend everywhere, then zero them.
-            mask = mask | ~valid
-        else:
-            valid = None
+    # Fast case: no term and plain causal (or no) masking -> the fused kernel's own causal mode.
+    plain_causal = req.causal and req.key_padding_mask is None and req.q_offset == 0 and Nq == Nk
+    if add is None and "value" not in enc.acts_on and (plain_causal or (not req.causal and req.key_padding_mask is None)):
+        return F.scaled_dot_product_attention(q, k, req.v, is_causal=req.causal, scale=req.scale)
+
+    # the boolean mask still to apply (causality is already in `add` when toeplitz_causal)
+    mask = None
+    if valid is not None:
+        mask = req.mask() | ~valid  # rows without keys attend everywhere, then are zeroed
+    elif req.causal and not toeplitz_causal:
+        mask = req.mask()  # (B|1, 1, Nq, Nk)
+    elif req.key_padding_mask is not None:
+        mask = req.key_padding_mask[:, None, None, :]  # (B, 1, 1, Nk)
 
     if "value" in enc.acts_on:
-        logits = req.scale * (q @ k.transpose(-1, -2))
+        logits = req.scale * (q @ k.transpose(-1, -2))  # (B, H, Nq, Nk)
         if add is not None:
             logits = logits + add.to(dtype)
         if mask is not None:
@@ -81,20 +131,13 @@ def run(req: Request) -> Tensor:
         p = torch.softmax(logits.float(), dim=-1).to(dtype)
         out = p @ req.v + enc.value(p, req.qpos, req.kpos).to(dtype)
     else:
-        use_is_causal = (
-            add is None and req.causal and req.key_padding_mask is None and req.q_offset == 0 and Nq == Nk
-        )
-        if use_is_causal:
-            out = F.scaled_dot_product_attention(q, k, req.v, is_causal=True, scale=req.scale)
+        if add is not None:
+            attn_mask = add.to(dtype)
+            if mask is not None:
+                attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
         else:
-            attn_mask = None
-            if add is not None:
-                attn_mask = add.to(dtype)
-                if mask is not None:
-                    attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
-            elif mask is not None:
-                attn_mask = mask
-            out = F.scaled_dot_product_attention(q, k, req.v, attn_mask=attn_mask, scale=req.scale)
+            attn_mask = mask
+        out = F.scaled_dot_product_attention(q, k, req.v, attn_mask=attn_mask, scale=req.scale)
     if valid is not None:
         out = out * valid.to(out.dtype)
     return out

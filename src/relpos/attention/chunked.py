@@ -1,0 +1,625 @@
+"""Memory-efficient attention for every scheme (``impl="chunked"``).
+
+Extra memory grows with ``N x block`` (or ``N x D``), never ``N x N``, in the
+forward *and* the backward pass: every engine here is a
+:class:`torch.autograd.Function` that saves only ``q, k, v``, the output and one
+log-sum-exp per row, and recomputes position terms block by block in backward.
+Gradients reach every learned tensor of the scheme (tables, slopes, MLPs, and
+tensors a scheme borrows from the model, such as DeBERTa's bound projections).
+
+The implementation picks one of three internal engines per call (see
+:func:`engine_for`; the choice is logged at DEBUG level under ``relpos.attention``).
+Each serves the whole request exactly -- they are strategies of this one
+implementation, not fallbacks to another.
+
+``"sdpa"``
+    No position term inside attention (NoPE, RoPE and xPos after rotating q
+    and k): :func:`torch.nn.functional.scaled_dot_product_attention`, which is
+    already a fused, memory-efficient kernel.
+
+``"regions"`` (CPU, float32/float64, contiguous positions, no key padding)
+    Toeplitz bias schemes (ALiBi, Sandwich, KERPLE, T5, DPB, ...). The bias of
+    offset ``d = j - i`` is evaluated once on the ``Nq + Nk - 1`` distinct offsets.
+    With the keys stored in *reverse* order, the bias of any rectangle of
+    (query, key) pairs is a Hankel matrix: a zero-copy strided view of the
+    reversed offset vector (strides ``(1, 1)``), which PyTorch's fused CPU flash
+    kernel accepts as ``attn_mask``. Causal attention is cut into a staircase of
+    rectangles (large rectangles below the diagonal, small masked squares on
+    it) so the masked half is skipped; the partial results are merged with
+    their log-sum-exps, and the backward pass calls the flash backward kernel on
+    each rectangle with the *global* output and log-sum-exp, which gives exact
+    partial gradients. A learned bias then needs ``dL/dbias`` per offset, i.e.
+    the diagonal sums of ``dS = P * (dP - rowsum(dO * O))``:
+
+    * for schemes constant beyond a distance ``M`` (T5: ``max_distance``) under
+      causal masking, only the band ``-M < d <= 0`` is recomputed; the
+      saturated offsets get minus the band's total, because every row of ``dS``
+      sums to zero;
+    * otherwise ``dS`` is recomputed block by block (two extra matmuls).
+
+``"blocks"`` (everything else: score and value terms, non-Toeplitz biases,
+explicit positions, key padding, half precision, other devices)
+    Query blocks against all (causally visible) keys; each block forms its
+    logits, softmax and output explicitly, calling the scheme's own
+    ``bias``/``score``/``value`` on just that block. Backward recomputes each
+    block and obtains the scheme's gradients by differentiating the recomputed
+    term. Fully masked rows give zeros, never NaN.
+
+Block sizes: see :data:`BLOCK_BYTES` (tests lower it to exercise many blocks).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from relpos.attention import Request
+from relpos.attention.dense import rotated_qk
+from relpos.distance import offsets_range
+
+__all__ = ["supports", "run", "engine_for", "saturation_distance", "BLOCK_BYTES"]
+
+log = logging.getLogger("relpos.attention")
+
+#: Target size in bytes of one block of logits ``(B, H, rows, keys)`` in the
+#: ``"blocks"`` engine and of the recomputation passes of ``"regions"``.
+BLOCK_BYTES = 8 * 2**20
+#: Minimum / maximum query rows per block.
+MIN_ROWS, MAX_ROWS = 16, 1024
+#: Size of the masked diagonal squares of the causal staircase (``"regions"``).
+DIAG_ROWS = 256
+#: Testing hook: force this many query rows per block (None = automatic).
+FORCE_ROWS: int | None = None
+
+
+def supports(req: Request) -> str | None:
+    """Every scheme, mode and device is served (``"blocks"`` covers all)."""
+    return None
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _flash_ops():
+    """PyTorch's fused CPU flash-attention forward/backward ops, or None."""
+    ops = torch.ops.aten
+    try:
+        return ops._scaled_dot_product_flash_attention_for_cpu, ops._scaled_dot_product_flash_attention_for_cpu_backward
+    except (AttributeError, RuntimeError):  # pragma: no cover - older/newer torch
+        return None
+
+
+def _rows_per_block(bh: int, keys: int, itemsize: int) -> int:
+    if FORCE_ROWS is not None:
+        return int(FORCE_ROWS)
+    r = BLOCK_BYTES // max(1, bh * keys * itemsize)
+    r = max(MIN_ROWS, min(MAX_ROWS, int(r)))
+    return r
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def saturation_distance(enc) -> int | None:
+    """Distance ``M`` beyond which a Toeplitz bias is one constant per side, or None.
+
+    ``relative_bias(d)`` must be the *same function of the parameters* for every
+    ``d <= -M`` (and for every ``d >= M``). A scheme may declare it with a
+    ``saturation_distance()`` method; T5 is known here (its buckets saturate at
+    ``max_distance``).
+    """
+    hook = getattr(enc, "saturation_distance", None)
+    if callable(hook):
+        m = hook()
+        return None if m is None else int(m)
+    if getattr(enc, "name", "") == "t5" and hasattr(enc, "max_distance"):
+        return int(enc.max_distance)
+    return None
+
+
+def _toeplitz_block(vals: Tensor, lo: int, d_min: int, rows: int, cols: int) -> Tensor:
+    """``out[..., t, j] = vals[..., (d_min + rows - 1) + j - t - lo]``: a ``(..., rows, cols)`` copy.
+
+    ``vals[..., r]`` holds the term of offset ``lo + r``; the block covers
+    offsets ``d_min .. d_min + rows + cols - 2`` with offset ``d_min`` at the
+    bottom-left corner.
+    """
+    s = d_min - lo
+    seg = vals[..., s : s + rows + cols - 1]
+    return seg.unfold(-1, cols, 1).flip(-2)  # row r of unfold is t = rows-1-r
+
+
+def _diag_sums(ds: Tensor) -> Tensor:
+    """Sums of ``ds (H, R, C)`` along diagonals: ``out[h, m] = sum_{j - t + R - 1 = m} ds[h, t, j]``."""
+    H, R, C = ds.shape
+    W = R + C - 1
+    z = ds.new_zeros(H, R, W)
+    # write row t at columns (R-1-t) .. (R-1-t+C-1): flat index t*W + (j - t + R - 1)
+    z.as_strided((H, R, C), (R * W, W - 1, 1), z.storage_offset() + R - 1).copy_(ds)
+    return z.sum(1)
+
+
+def _leaf_tensors(t: Tensor) -> list[Tensor]:
+    """Leaf tensors requiring grad that ``t`` was computed from (walks the autograd graph)."""
+    out, seen, stack = [], set(), [t.grad_fn] if t.grad_fn is not None else []
+    ids = set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        var = getattr(fn, "variable", None)
+        if var is not None:
+            if id(var) not in ids:
+                ids.add(id(var))
+                out.append(var)
+            continue
+        stack.extend(f for f, _ in fn.next_functions)
+    return out
+
+
+def _probe_leaves(req: Request, q: Tensor, k: Tensor, gen_bias: bool) -> list[Tensor]:
+    """Leaves the scheme's per-block terms depend on (found on a 1 x 1 probe)."""
+    enc = req.encoding
+    leaves: list[Tensor] = []
+    with torch.enable_grad():
+        qp, kp = req.qpos[:, :1], req.kpos[:, :1]
+        outs = []
+        if gen_bias:
+            outs.append(enc.bias(qp, kp))
+        if "score" in enc.acts_on:
+            outs.append(enc.score(q[:, :, :1].detach(), k[:, :, :1].detach(), qp, kp, req.scale))
+        if "value" in enc.acts_on:
+            B, H = q.shape[:2]
+            p = torch.ones(B, H, 1, 1, dtype=_compute_dtype(q.dtype), device=q.device)
+            outs.append(enc.value(p, qp, kp))
+    for o in outs:
+        if isinstance(o, Tensor) and o.requires_grad:
+            for leaf in _leaf_tensors(o):
+                if all(leaf is not x for x in leaves):
+                    leaves.append(leaf)
+    return leaves
+
+
+def _add_grads(acc: list, grads) -> None:
+    for i, g in enumerate(grads):
+        if g is None:
+            continue
+        acc[i] = g if acc[i] is None else acc[i] + g
+
+
+# ------------------------------------------------------------------ engine selection
+
+
+def _toeplitz_terms(req: Request) -> bool:
+    enc = req.encoding
+    return "bias" in enc.acts_on and enc.toeplitz and req.contiguous
+
+
+def engine_for(req: Request) -> str:
+    """Which internal engine :func:`run` uses: ``"sdpa"``, ``"regions"`` or ``"blocks"``."""
+    enc = req.encoding
+    sites = enc.acts_on - {"embedding", "qk"}
+    if not sites and req.key_padding_mask is None:
+        return "sdpa" if (not req.causal or (req.q_offset == 0 and req.q.shape[2] == req.k.shape[2])) else _regions_or_blocks(req)
+    if sites == {"bias"} and _toeplitz_terms(req) and req.key_padding_mask is None:
+        return _regions_or_blocks(req)
+    return "blocks"
+
+
+def _regions_or_blocks(req: Request) -> str:
+    ok = (
+        req.q.device.type == "cpu"
+        and req.q.dtype in (torch.float32, torch.float64)
+        and req.key_padding_mask is None
+        and req.contiguous
+        and _flash_ops() is not None
+    )
+    return "regions" if ok else "blocks"
+
+
+def run(req: Request) -> Tensor:
+    q, k = rotated_qk(req)  # autograd handles the rotation (O(N D))
+    engine = engine_for(req)
+    B, H, Nq, Nk, D = req.shape
+    log.debug("chunked: scheme=%s engine=%s B=%d H=%d Nq=%d Nk=%d causal=%s",
+              req.encoding.name, engine, B, H, Nq, Nk, req.causal)
+    if engine == "sdpa":
+        return F.scaled_dot_product_attention(q, k, req.v, is_causal=req.causal, scale=req.scale)
+    enc = req.encoding
+    tvals, lo = None, -(req.q_offset + Nq - 1)  # offsets d = j - i run from lo to Nk - 1 - q_offset
+    if _toeplitz_terms(req):
+        offs = offsets_range(Nq, Nk, req.q_offset).to(q.device)
+        lo = int(offs[0])
+        tvals = enc.relative_bias(offs)  # (H, Nq + Nk - 1), float32, autograd to the parameters
+        if tvals.dim() != 2:
+            raise RuntimeError(f"scheme {enc.name!r}: relative_bias returned shape {tuple(tvals.shape)}")
+    if engine == "regions":
+        cfg = _RegionCfg(req, lo, saturation_distance(enc))
+        return _RegionFn.apply(cfg, q, k, req.v, tvals)
+    gen_bias = "bias" in enc.acts_on and tvals is None
+    leaves = _probe_leaves(req, q, k, gen_bias) if (gen_bias or enc.acts_on & {"score", "value"}) else []
+    cfg = _BlockCfg(req, lo, gen_bias, len(leaves))
+    out = _BlockFn.apply(cfg, q, k, req.v, tvals, *leaves)
+    return out
+
+
+# ------------------------------------------------------------------- "blocks" engine
+
+
+class _BlockCfg:
+    """Static description of one call of the ``"blocks"`` engine."""
+
+    def __init__(self, req: Request, lo: int, gen_bias: bool, n_leaves: int) -> None:
+        enc = req.encoding
+        B, H, Nq, Nk, D = req.shape
+        self.enc = enc
+        self.B, self.H, self.Nq, self.Nk = B, H, Nq, Nk
+        self.Dv = req.v.shape[-1]
+        self.scale = req.scale
+        self.causal = req.causal
+        self.qo = req.q_offset
+        self.qpos, self.kpos = req.qpos, req.kpos
+        self.kpm = req.key_padding_mask
+        self.lo = lo
+        self.gen_bias = gen_bias
+        self.has_score = "score" in enc.acts_on
+        self.has_value = "value" in enc.acts_on
+        self.n_leaves = n_leaves
+        self.cd = _compute_dtype(req.q.dtype)
+        itemsize = torch.finfo(self.cd).bits // 8
+        self.rows = _rows_per_block(B * H, Nk, itemsize)
+
+    def blocks(self):
+        for a in range(0, self.Nq, self.rows):
+            b = min(self.Nq, a + self.rows)
+            C = min(self.Nk, self.qo + b) if self.causal else self.Nk
+            yield a, b, C
+
+
+def _mask_block(s: Tensor, cfg: _BlockCfg, a: int, b: int, C: int) -> None:
+    """Set masked logits of block rows ``[a, b)`` x keys ``[0, C)`` to -inf, in place."""
+    if cfg.causal:
+        first = cfg.qo + a + 1  # row a sees keys <= qo + a
+        if first < C:
+            t = torch.arange(a, b, device=s.device)[:, None] + cfg.qo
+            j = torch.arange(first, C, device=s.device)[None, :]
+            s[..., first:].masked_fill_(j > t, float("-inf"))
+    if cfg.kpm is not None:
+        s.masked_fill_(~cfg.kpm[:, None, None, :C], float("-inf"))
+
+
+def _block_base(cfg: _BlockCfg, qb: Tensor, kr: Tensor, tvals: Tensor | None, a: int, b: int, C: int,
+                sub: Tensor | None = None) -> Tensor:
+    """``scale * q k^T + toeplitz bias [- sub]`` for one block, ``(B, H, R, C)`` in the compute dtype."""
+    B, H, R = cfg.B, cfg.H, b - a
+    s = torch.empty(B, H, R, C, dtype=cfg.cd, device=qb.device)
+    q3 = qb.reshape(B * H, R, qb.shape[-1])
+    k3 = kr.reshape(B * H, C, kr.shape[-1]).transpose(1, 2)
+    if tvals is not None:
+        tb = _toeplitz_block(tvals, cfg.lo, -(cfg.qo + b - 1), R, C)  # (H, R, C)
+        if sub is not None:
+            torch.sub(tb, sub, out=s)
+        else:
+            s.copy_(tb)
+        s.view(B * H, R, C).baddbmm_(q3, k3, alpha=cfg.scale)
+    else:
+        torch.baddbmm(s.view(B * H, R, C), q3, k3, beta=0.0, alpha=cfg.scale, out=s.view(B * H, R, C))
+        if sub is not None:
+            s.sub_(sub)
+    return s
+
+
+class _BlockFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cfg: _BlockCfg, q, k, v, tvals, *leaves):
+        enc, cd = cfg.enc, cfg.cd
+        qc, kc, vc = q.to(cd), k.to(cd), v.to(cd)
+        tv = None if tvals is None else tvals.to(cd)
+        B, H, Nq = cfg.B, cfg.H, cfg.Nq
+        out = torch.empty(B, H, Nq, cfg.Dv, dtype=cd, device=q.device)
+        lse = torch.empty(B, H, Nq, dtype=cd, device=q.device)
+        tiny = torch.finfo(cd).tiny
+        for a, b, C in cfg.blocks():
+            qb, kr, vr = qc[:, :, a:b], kc[:, :, :C], vc[:, :, :C]
+            qp, kp = cfg.qpos[:, a:b], cfg.kpos[:, :C]
+            s = _block_base(cfg, qb, kr, tv, a, b, C)
+            if cfg.gen_bias:
+                s += enc.bias(qp, kp).to(cd)
+            if cfg.has_score:
+                s += enc.score(qb, kr, qp, kp, cfg.scale).to(cd)
+            _mask_block(s, cfg, a, b, C)
+            m = s.amax(-1, keepdim=True)
+            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+            p = s.sub_(m).exp_()
+            l = p.sum(-1, keepdim=True)  # (B, H, R, 1)
+            if cfg.has_value:
+                p.div_(l.clamp_min(tiny))
+                o = p @ vr + enc.value(p, qp, kp).to(cd)
+            else:
+                o = (p @ vr).div_(l.clamp_min(tiny))
+            out[:, :, a:b] = o
+            lse[:, :, a:b] = torch.where(l > 0, m + l.log(), torch.full_like(l, math.inf)).squeeze(-1)
+        ctx.cfg = cfg
+        ctx.in_dtypes = (q.dtype, k.dtype, v.dtype)
+        ctx.tvals_dtype = None if tvals is None else tvals.dtype
+        ctx.save_for_backward(qc, kc, vc, tv, out, lse, *leaves)
+        return out.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, dout):
+        cfg: _BlockCfg = ctx.cfg
+        enc, cd = cfg.enc, cfg.cd
+        qc, kc, vc, tv, out, lse, *leaves = ctx.saved_tensors
+        need_q, need_k, need_v = ctx.needs_input_grad[1:4]
+        need_t = ctx.needs_input_grad[4]
+        do = dout.to(cd)
+        dq = torch.zeros_like(qc)
+        dk = torch.zeros_like(kc)
+        dv = torch.zeros_like(vc)
+        dtv = torch.zeros_like(tv) if (tv is not None and need_t) else None
+        dleaves: list = [None] * len(leaves)
+        delta = (do * out).sum(-1)  # (B, H, Nq)
+        B, H = cfg.B, cfg.H
+        for a, b, C in cfg.blocks():
+            R = b - a
+            qb, kr, vr = qc[:, :, a:b], kc[:, :, :C], vc[:, :, :C]
+            qp, kp = cfg.qpos[:, a:b], cfg.kpos[:, :C]
+            dob = do[:, :, a:b]
+            s = _block_base(cfg, qb, kr, tv, a, b, C)
+            sc = qleaf = kleaf = None
+            if cfg.gen_bias:
+                s += enc.bias(qp, kp).to(cd)
+            if cfg.has_score:
+                with torch.enable_grad():
+                    qleaf = qb.detach().requires_grad_(True)
+                    kleaf = kr.detach().requires_grad_(True)
+                    sc = enc.score(qleaf, kleaf, qp, kp, cfg.scale)
+                s += sc.detach().to(cd)
+            _mask_block(s, cfg, a, b, C)
+            p = s.sub_(lse[:, :, a:b, None]).exp_()  # normalised probabilities; empty rows -> 0
+            dp = torch.matmul(dob, vr.transpose(-1, -2))  # (B, H, R, C)
+            if cfg.has_value:
+                with torch.enable_grad():
+                    pleaf = p.detach().requires_grad_(True)
+                    val = enc.value(pleaf, qp, kp)
+                    g = torch.autograd.grad(val, [pleaf, *leaves], dob.to(val.dtype), allow_unused=True)
+                dp += g[0].to(cd)
+                _add_grads(dleaves, g[1:])
+                d_row = (p * dp).sum(-1, keepdim=True)
+            else:
+                d_row = delta[:, :, a:b, None]
+            if need_v:
+                dv[:, :, :C] += torch.matmul(p.transpose(-1, -2), dob)
+            ds = dp.sub_(d_row).mul_(p)  # (B, H, R, C)
+            if need_q:
+                dq[:, :, a:b] += torch.matmul(ds, kr).mul_(cfg.scale)
+            if need_k:
+                dk[:, :, :C] += torch.matmul(ds.transpose(-1, -2), qb).mul_(cfg.scale)
+            if dtv is not None:
+                d_min = -(cfg.qo + b - 1)
+                s0 = d_min - cfg.lo
+                dtv[:, s0 : s0 + R + C - 1] += _diag_sums(ds.sum(0))
+            if cfg.gen_bias and leaves:
+                with torch.enable_grad():
+                    bb = enc.bias(qp, kp)  # (B|1, H, R, C)
+                    gb = ds if bb.shape[0] == B else ds.sum(0, keepdim=True)
+                    g = torch.autograd.grad(bb, leaves, gb.to(bb.dtype), allow_unused=True)
+                _add_grads(dleaves, g)
+            if sc is not None:
+                g = torch.autograd.grad(sc, [qleaf, kleaf, *leaves], ds.to(sc.dtype), allow_unused=True)
+                if g[0] is not None and need_q:
+                    dq[:, :, a:b] += g[0].to(cd)
+                if g[1] is not None and need_k:
+                    dk[:, :, :C] += g[1].to(cd)
+                _add_grads(dleaves, g[2:])
+        q_dt, k_dt, v_dt = ctx.in_dtypes
+        grads = [
+            None,
+            dq.to(q_dt) if need_q else None,
+            dk.to(k_dt) if need_k else None,
+            dv.to(v_dt) if need_v else None,
+            None if dtv is None else dtv.to(ctx.tvals_dtype),
+        ]
+        for i, g in enumerate(dleaves):
+            if g is not None:
+                g = g.to(leaves[i].dtype)
+            grads.append(g)
+        return tuple(grads)
+
+
+# ------------------------------------------------------------------ "regions" engine
+
+
+class _RegionCfg:
+    """Static description of one call of the ``"regions"`` engine."""
+
+    def __init__(self, req: Request, lo: int, saturation: int | None) -> None:
+        B, H, Nq, Nk, D = req.shape
+        self.B, self.H, self.Nq, self.Nk = B, H, Nq, Nk
+        self.scale = req.scale
+        self.causal = req.causal
+        self.qo = req.q_offset
+        self.lo = lo
+        self.L = Nq + Nk - 1
+        self.saturation = saturation
+        self.rects = _staircase(Nq, Nk, self.qo, self.causal, DIAG_ROWS if FORCE_ROWS is None else FORCE_ROWS)
+        self.cd = req.q.dtype
+        itemsize = torch.finfo(self.cd).bits // 8
+        self.rows = _rows_per_block(B * H, Nk, itemsize)
+
+
+def _staircase(Nq: int, Nk: int, qo: int, causal: bool, S: int) -> list[tuple[int, int, int, int, bool]]:
+    """Cover the visible (query, key) pairs with rectangles ``(a0, a1, c0, c1, diagonal)``.
+
+    Non-causal: one rectangle. Causal (query ``t`` sees keys ``j <= qo + t``): the
+    queries are cut into blocks of ``S`` rows; each block's diagonal square
+    ``[qo + a, qo + b)`` carries the causal mask, and the fully visible keys to
+    its left form a staircase, which is cut recursively into few, large
+    rectangles (the flash kernel is most efficient on large ones).
+    """
+    if not causal:
+        return [(0, Nq, 0, Nk, False)]
+    S = max(1, S)
+    starts = list(range(0, Nq, S))
+    ends = [min(Nq, a + S) for a in starts]
+    rects = [(a, e, qo + a, qo + e, True) for a, e in zip(starts, ends)]
+    width = [qo + a for a in starts]  # keys fully visible to block i: [0, width[i])
+
+    def stair(i0: int, i1: int, c0: int) -> None:
+        if i0 >= i1:
+            return
+        if i1 - i0 == 1:
+            if width[i0] > c0:
+                rects.append((starts[i0], ends[i0], c0, width[i0], False))
+            return
+        mid = (i0 + i1) // 2
+        if width[mid] > c0:
+            rects.append((starts[mid], ends[i1 - 1], c0, width[mid], False))
+        stair(i0, mid, c0)
+        stair(mid, i1, max(c0, width[mid]))
+
+    stair(0, len(starts), 0)
+    return rects
+
+
+def _hankel_mask(rv: Tensor, cfg: _RegionCfg, a0: int, a1: int, c0: int, c1: int) -> Tensor:
+    """Bias of queries ``[a0, a1)`` x keys ``[c0, c1)`` *in reversed key order*, as a strided view.
+
+    ``rv`` is the offset vector reversed (``rv[L-1-r]`` is the term of offset
+    ``lo + r``). For local query ``t`` and reversed local key ``j'`` the offset is
+    ``(c1 - 1 - qo - a0) - t - j'``, so the entry is ``rv[base + t + j']``.
+    """
+    R, C = a1 - a0, c1 - c0
+    d_top = c1 - 1 - cfg.qo - a0
+    base = cfg.L - 1 - (d_top - cfg.lo)
+    Hs = rv.stride(0) if rv.shape[0] > 1 else 0
+    return rv.as_strided((1, rv.shape[0], R, C), (0, Hs, 1, 1), rv.storage_offset() + base)
+
+
+class _RegionFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cfg: _RegionCfg, q, k, v, tvals):
+        flash, _ = _flash_ops()
+        Nk = cfg.Nk
+        kr, vr = k.flip(2), v.flip(2)  # reversed key order: Hankel masks become strided views
+        rv = _masked_reversed(cfg, tvals, q)
+        out = lse = None
+        for a0, a1, c0, c1, diag in cfg.rects:
+            mask = None if rv is None or (not diag and tvals is None) else _hankel_mask(rv, cfg, a0, a1, c0, c1)
+            o, l = flash(q[:, :, a0:a1], kr[:, :, Nk - c1 : Nk - c0], vr[:, :, Nk - c1 : Nk - c0], 0.0, False,
+                         attn_mask=mask, scale=cfg.scale)
+            if len(cfg.rects) == 1:
+                out, lse = o, l
+                break
+            if out is None:
+                out = torch.zeros(cfg.B, cfg.H, cfg.Nq, v.shape[-1], dtype=o.dtype, device=o.device)
+                lse = torch.full((cfg.B, cfg.H, cfg.Nq), -math.inf, dtype=l.dtype, device=l.device)
+            lo_, oo = lse[:, :, a0:a1], out[:, :, a0:a1]
+            new = torch.logaddexp(lo_, l)
+            oo.mul_(torch.exp(lo_ - new)[..., None]).add_(o * torch.exp(l - new)[..., None])
+            lse[:, :, a0:a1] = new
+        ctx.cfg = cfg
+        ctx.save_for_backward(q, kr, vr, tvals, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        cfg: _RegionCfg = ctx.cfg
+        _, flash_bwd = _flash_ops()
+        q, kr, vr, tvals, out, lse = ctx.saved_tensors
+        Nk = cfg.Nk
+        dout = dout.contiguous()
+        rv = _masked_reversed(cfg, tvals, q)
+        dq = torch.zeros_like(q)
+        dkr = torch.zeros_like(kr)
+        dvr = torch.zeros_like(vr)
+        for a0, a1, c0, c1, diag in cfg.rects:
+            mask = None if rv is None or (not diag and tvals is None) else _hankel_mask(rv, cfg, a0, a1, c0, c1)
+            ks = slice(Nk - c1, Nk - c0)
+            gq, gk, gv = flash_bwd(dout[:, :, a0:a1], q[:, :, a0:a1], kr[:, :, ks], vr[:, :, ks],
+                                   out[:, :, a0:a1], lse[:, :, a0:a1], 0.0, False, attn_mask=mask, scale=cfg.scale)
+            dq[:, :, a0:a1] += gq
+            dkr[:, :, ks] += gk
+            dvr[:, :, ks] += gv
+        dt = None
+        if tvals is not None and ctx.needs_input_grad[4]:
+            dt = _toeplitz_grad(cfg, q, kr.flip(2), vr.flip(2), tvals, out, lse, dout)
+        return None, dq, dkr.flip(2), dvr.flip(2), dt
+
+
+def _masked_reversed(cfg: _RegionCfg, tvals: Tensor | None, q: Tensor) -> Tensor | None:
+    """The offset vector in q's dtype, -inf at future offsets (causal), reversed; None if no mask is needed."""
+    if tvals is None and not cfg.causal:
+        return None
+    if tvals is None:
+        vals = torch.zeros(1, cfg.L, dtype=q.dtype, device=q.device)
+    else:
+        vals = tvals.detach().to(q.dtype)
+    if cfg.causal:
+        n_future = cfg.L - 1 + cfg.lo  # offsets 1 .. hi are the last entries
+        if n_future > 0:
+            vals = vals.clone()
+            vals[:, cfg.L - n_future :] = float("-inf")
+    return vals.flip(-1).contiguous()
+
+
+def _toeplitz_grad(cfg: _RegionCfg, q: Tensor, k: Tensor, v: Tensor, tvals: Tensor, out: Tensor, lse: Tensor,
+                   dout: Tensor) -> Tensor:
+    """``dL/dtvals``: diagonal sums of ``dS``, recomputed block by block.
+
+    Under causal masking with a saturating scheme only the band of offsets
+    ``(-M, 0]`` is recomputed; all saturated offsets share one value, so their
+    total goes to offset ``-M`` and equals minus the band's total (every row of
+    ``dS`` sums to zero).
+    """
+    tv = tvals.detach().to(q.dtype)
+    dt = torch.zeros_like(tv)
+    delta = (dout * out).sum(-1)  # (B, H, Nq)
+    M = cfg.saturation if cfg.causal else None
+    B, H, Nq, Nk, qo = cfg.B, cfg.H, cfg.Nq, cfg.Nk, cfg.qo
+    bcfg = _BlockCfg.__new__(_BlockCfg)
+    bcfg.B, bcfg.H, bcfg.cd, bcfg.lo, bcfg.qo, bcfg.scale = B, H, q.dtype, cfg.lo, qo, cfg.scale
+    bcfg.causal, bcfg.kpm = cfg.causal, None
+    R = cfg.rows
+    for a in range(0, Nq, R):
+        b = min(Nq, a + R)
+        C = min(Nk, qo + b) if cfg.causal else Nk
+        c0 = 0 if M is None else max(0, qo + a - M + 1)
+        if c0 >= C:
+            continue
+        rows = b - a
+        qb = q[:, :, a:b]
+        kr, vrr = k[:, :, c0:C], v[:, :, c0:C]
+        # logits minus lse, for keys [c0, C): offsets start at c0 - (qo + b - 1)
+        tb = _toeplitz_block(tv, cfg.lo, c0 - (qo + b - 1), rows, C - c0)
+        s = torch.empty(B, H, rows, C - c0, dtype=q.dtype, device=q.device)
+        torch.sub(tb, lse[:, :, a:b, None], out=s)
+        s.view(B * H, rows, C - c0).baddbmm_(qb.reshape(B * H, rows, -1), kr.reshape(B * H, C - c0, -1).transpose(1, 2),
+                                              alpha=cfg.scale)
+        if cfg.causal:
+            first = qo + a + 1
+            if first < C:
+                t = torch.arange(a, b, device=q.device)[:, None] + qo
+                j = torch.arange(max(first, c0), C, device=q.device)[None, :]
+                s[..., max(first, c0) - c0 :].masked_fill_(j > t, float("-inf"))
+        p = s.exp_()
+        dp = torch.matmul(dout[:, :, a:b], vrr.transpose(-1, -2))
+        ds = dp.sub_(delta[:, :, a:b, None]).mul_(p)
+        d_min = c0 - (qo + b - 1)
+        s0 = d_min - cfg.lo
+        dsum = _diag_sums(ds.sum(0))  # (H, rows + C - c0 - 1)
+        if dt.shape[0] == 1:
+            dsum = dsum.sum(0, keepdim=True)
+        dt[:, s0 : s0 + dsum.shape[-1]] += dsum
+    if M is not None and -M >= cfg.lo:
+        # offsets <= -M: only the band blocks' partial sums landed there; replace by the exact total
+        cut = -M - cfg.lo  # index of offset -M
+        dt[:, : cut + 1] = 0
+        dt[:, cut] = -dt[:, cut + 1 :].sum(-1)
+    return dt.to(tvals.dtype)
