@@ -209,14 +209,14 @@ def test_shift_relative_unchanged_absolute_changed(ex):
     out = ex.get("shift", {"absolute": "sinusoidal", "relative": "alibi", "n": "8", "c": "7"})
     a, r = out["absolute"], out["relative"]
     assert a["relative"] is False and r["relative"] is True
-    assert a["max_abs_diff"] > 0.1
-    assert r["max_abs_diff"] <= 1e-5
+    assert a["max_abs_diff"] > 0.1 and a["unchanged"] is False
+    assert r["max_abs_diff"] <= 1e-5 and r["unchanged"] is True
     for slot in (a, r):
         diff = torch.tensor(slot["shifted"]) - torch.tensor(slot["base"])
         torch.testing.assert_close(torch.tensor(slot["diff"]), diff, rtol=1e-5, atol=1e-5)
     if "rope" in names:
         rope = ex.get("shift", {"relative": "rope", "n": "8", "c": "300"})["relative"]
-        assert rope["max_abs_diff"] < 1e-3  # float32 rounding of the angles only
+        assert rope["max_abs_diff"] < 1e-3 and rope["unchanged"] is True  # float32 rounding of the angles only
 
 
 @pytest.mark.parametrize("name", ["sinusoidal", "alibi", "rope", "shaw"])

@@ -138,7 +138,8 @@ def cell_readout(page, canvas: str, readout: str, i: int, j: int) -> str:
 def test_relative_distance_view(view):
     page, watch = view("offsets")
     page.fill("#v1-text", "one two three four five six seven")
-    page.wait_for_function("() => document.querySelectorAll('#v1-tokens .tok').length === 7")
+    page.wait_for_function("() => document.querySelectorAll('#v1-tokens .tok').length === 7 &&"
+                           " document.querySelector('#v1-tokens .tok-text').textContent === 'one'")
     page.click("#v1-tokens .tok[data-j='3']")
     page.wait_for_selector("#v1-tokens .tok[data-j='3'][aria-pressed=true]")
     want = distance.relative_positions(7)[3].tolist()
@@ -250,6 +251,11 @@ def test_bias_view_rejects_oversize_input_with_a_clear_message(view):
     assert "256" in msg and "tokens" in msg
     page.fill("#v2-n", "16")
     page.wait_for_selector("#v2-error", state="hidden")
+    # the same message in Chinese
+    page.click(".lang button[data-lang=zh]")
+    page.fill("#v2-n", "99999")
+    page.wait_for_selector("#v2-error:not([hidden])")
+    assert "最多 256 个词元" in page.text_content("#v2-error")
 
 
 # ------------------------------------------------------------------- view 3
@@ -285,6 +291,13 @@ def test_extrapolation_view(view, server):
     svg = page.locator("#v4-chart svg")
     assert "train length 128" in svg.text_content()
     assert svg.locator("g.series").count() == 4
+    # lines can be switched off from the legend (keyboard-reachable buttons)
+    page.click("#v4-legend li:nth-child(2) button")
+    page.wait_for_selector("#v4-legend li:nth-child(2) button[aria-pressed=false]")
+    assert page.locator("#v4-chart svg g.series").count() == 3
+    page.focus("#v4-legend li:nth-child(2) button")
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => document.querySelectorAll('#v4-chart svg g.series').length === 4")
     page.click("#v4-details summary")
     agg = server.explorer.get("results", {"source": "0"})
     rows = page.locator("#v4-numbers tr").all()[1:]

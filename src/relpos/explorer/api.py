@@ -285,7 +285,7 @@ def _set_override(enc, entry: BiasEntry, name: str, head: int, value: float) -> 
 
 # ------------------------------------------------------------------ view 4: results
 
-_METRICS = ("bpb", "loss", "ppl", "accuracy")
+_METRICS = ("bpb", "loss", "ppl", "accuracy", "token_accuracy")
 
 
 def load_results(path: str | Path) -> dict:
@@ -335,10 +335,13 @@ def aggregate_results(data: dict, task: str | None, metric: str | None) -> dict:
         metric = have[0] if have else _METRICS[0]
     if metric not in _METRICS:
         raise ApiError(f"metric must be one of {', '.join(_METRICS)}; got {metric!r}", field="metric")
-    groups: dict[tuple[str, str | None], dict] = {}
+    groups: dict[str, dict] = {}
     for r in truns:
-        key = (r["scheme"], r.get("variant"))
-        g = groups.setdefault(key, {"values": {}, "train_lens": set(), "seeds": set()})
+        variant = r.get("variant")
+        label = r.get("label") if isinstance(r.get("label"), str) and r.get("label") else (
+            r["scheme"] if not variant else f"{r['scheme']} ({variant})")
+        g = groups.setdefault(label, {"values": {}, "train_lens": set(), "seeds": set(), "scheme": r["scheme"],
+                                      "variant": variant})
         if isinstance(r.get("train_len"), int):
             g["train_lens"].add(r["train_len"])
         g["seeds"].add(r.get("seed"))
@@ -347,11 +350,10 @@ def aggregate_results(data: dict, task: str | None, metric: str | None) -> dict:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 g["values"].setdefault(x["eval_len"], []).append(float(v))
     series = []
-    for (scheme, variant), g in groups.items():
+    for label, g in groups.items():
         pts = [{"eval_len": L, "mean": _sig(sum(vs) / len(vs), 6), "min": _sig(min(vs), 6),
                 "max": _sig(max(vs), 6), "n": len(vs)} for L, vs in sorted(g["values"].items())]
-        label = scheme if not variant else f"{scheme} ({variant})"
-        series.append({"label": label, "scheme": scheme, "variant": variant, "points": pts,
+        series.append({"label": label, "scheme": g["scheme"], "variant": g["variant"], "points": pts,
                        "train_lens": sorted(g["train_lens"]), "seeds": len(g["seeds"])})
     series.sort(key=lambda s: s["label"])
     train_lens = sorted({L for s in series for L in s["train_lens"]})
@@ -656,9 +658,13 @@ class Explorer:
         base = _logits(enc, n, 0, seed)[head]  # (N, N)
         moved = _logits(enc, n, c, seed)[head]
         diff = moved - base
+        max_diff = float(diff.abs().max())
+        # float32 rounding of position terms grows with the positions and the logits' size
+        scale = max(1.0, float(base.abs().max()), float(moved.abs().max()))
+        tol = max(1e-5, 1e-6 * (n + c) * scale)
         return {"scheme": name, "relative": enc.describe()["relative"], "acts_on": enc.describe()["acts_on"],
                 "base": _tolist(base), "shifted": _tolist(moved), "diff": _tolist(diff),
-                "max_abs_diff": _sig(float(diff.abs().max()), 4)}
+                "max_abs_diff": _sig(max_diff, 4), "tolerance": _sig(tol, 3), "unchanged": max_diff <= tol}
 
     # ------------------------------------------------------------ view 4
 
@@ -724,7 +730,7 @@ def _copy_module(enc):
     return copy.deepcopy(enc)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def _build_cached(name, options, n_heads, head_dim, causal, seed, max_len):
     cls, _ = get_scheme(name)
     causal = causal or cls.causal_only

@@ -83,7 +83,7 @@
       'scheme.t5': 'T5 buckets', 'scheme.log2': 'Simplified log2 buckets', 'scheme.alibi': 'ALiBi',
       'scheme.kerple-log': 'KERPLE (log kernel)', 'scheme.kerple-power': 'KERPLE (power kernel)', 'scheme.fire': 'FIRE',
       'scheme.sandwich': 'Sandwich', 'scheme.shaw': 'Shaw key-table norms',
-      'x.t5': 'T5 keeps one learned number per bucket and head. Offsets inside the exact range (|d| < n/2, with n buckets per direction) get a bucket each; further ones share logarithmically wider buckets up to max distance, and everything beyond falls into the last bucket. Bidirectional attention has separate buckets for d > 0. The learned numbers here are a seeded random start, so bands of equal colour are the buckets; choose “bucket id” to see the ids themselves.',
+      'x.t5': 'T5 keeps one learned number per bucket and head. Offsets inside the exact range (|d| < n/2, with n buckets per direction) get a bucket each; further ones share logarithmically wider buckets up to max distance, and everything beyond falls into the last bucket. Bidirectional attention has separate buckets for d > 0; causal attention puts every later key in bucket 0. The learned numbers here are a seeded random start, so bands of equal colour are the buckets; choose “bucket id” to see the ids themselves.',
       'f.t5': 'b(i, j) = T[bucket(j − i), h];  bucket(d) = |d| if |d| < n/2, else min(n − 1, n/2 + ⌊ln(|d| / (n/2)) / ln(max_distance / (n/2)) · (n − n/2)⌋), plus n when d > 0 (bidirectional)',
       'x.log2': 'A simplified bucketing seen in teaching material: exact up to m, then one bucket per doubling of the distance, with the sign kept. It is not T5’s formula (T5 spreads its log buckets up to max distance); compare the two boundary tables. In causal mode only d ≤ 0 is measured.',
       'f.log2': 'b(a) = a for a ≤ m;  b(a) = m + ⌊log₂(a / m)⌋ + 1 for a > m;  bucket = sign(d) · b(|d|)',
@@ -109,7 +109,7 @@
       'v3.base': 'positions 0 … {e}', 'v3.shifted': 'positions {c} … {e}', 'v3.diff': 'difference (shifted − original)',
       'v3.kind_abs': 'absolute', 'v3.kind_rel': 'relative',
       'v3.changed': 'Changed: max |difference| = {v} logit units.',
-      'v3.same': 'Unchanged: max |difference| = {v} (float32 rounding only).',
+      'v3.same': 'Unchanged: max |difference| = {v} (float32 rounding only, below {tol}).',
       'v3.cell': 'query i = {i}, key j = {j}: original {a}, shifted {b}, difference {d}',
 
       'v4.title': 'Extrapolation',
@@ -123,6 +123,8 @@
       'v4.cap': '{metric} against evaluation length, task “{task}” ({src}).',
       'metric.bpb': 'bits per byte (lower is better)', 'metric.loss': 'loss in nats (lower is better)',
       'metric.ppl': 'perplexity (lower is better)', 'metric.accuracy': 'accuracy, fraction correct (higher is better)',
+      'metric.token_accuracy': 'token accuracy, fraction of symbols right (higher is better)',
+      'v4.toggle': 'show or hide this line',
       'v4.col_series': 'scheme', 'v4.col_len': 'eval length', 'v4.col_mean': 'mean', 'v4.col_min': 'min', 'v4.col_max': 'max', 'v4.col_n': 'seeds',
 
       'v5.title': 'Attention maps',
@@ -135,7 +137,8 @@
       'v5.cap': 'Attention probabilities, layer {l}, head {h} ({n} bytes). Rows: query i ↓, columns: key j →.',
       'v5.cell': 'query i = {i} (“{a}”) → key j = {j} (“{b}”): p = {p}',
       'v5.thumb': 'head {h}',
-      'layer_n': 'layer {l}'
+      'layer_n': 'layer {l}',
+      'hm.keys': '(arrow keys move a cursor and read the value)'
     },
     zh: {
       skip: '跳到正文',
@@ -211,7 +214,7 @@
       'scheme.t5': 'T5 分桶', 'scheme.log2': '简化的 log2 分桶', 'scheme.alibi': 'ALiBi',
       'scheme.kerple-log': 'KERPLE（对数核）', 'scheme.kerple-power': 'KERPLE（幂核）', 'scheme.fire': 'FIRE',
       'scheme.sandwich': 'Sandwich', 'scheme.shaw': 'Shaw 键表的行范数',
-      'x.t5': 'T5 为每个桶、每个头各学一个数。精确区间内的偏移（|d| < n/2，n 为每个方向的桶数）各占一个桶；更远的偏移按对数间隔合并进越来越宽的桶，直到最大距离，再远的全部落入最后一个桶。双向注意力为 d > 0 另设一套桶。这里的可学习数值是按种子生成的随机初始值，所以颜色相同的条带就是一个桶；选择“桶编号”可直接看编号。',
+      'x.t5': 'T5 为每个桶、每个头各学一个数。精确区间内的偏移（|d| < n/2，n 为每个方向的桶数）各占一个桶；更远的偏移按对数间隔合并进越来越宽的桶，直到最大距离，再远的全部落入最后一个桶。双向注意力为 d > 0 另设一套桶；因果注意力把所有后面的键都放进 0 号桶。这里的可学习数值是按种子生成的随机初始值，所以颜色相同的条带就是一个桶；选择“桶编号”可直接看编号。',
       'f.t5': 'b(i, j) = T[bucket(j − i), h]；当 |d| < n/2 时 bucket(d) = |d|，否则 bucket(d) = min(n − 1, n/2 + ⌊ln(|d| / (n/2)) / ln(max_distance / (n/2)) · (n − n/2)⌋)；双向时 d > 0 再加 n',
       'x.log2': '教学材料中常见的一种简化分桶：m 以内逐一精确，之后距离每翻一倍才多一个桶，并保留符号。它并不是 T5 的公式（T5 把对数桶一直铺到最大距离）；可以对比两者的边界表。因果模式下只区分 d ≤ 0。',
       'f.log2': 'a ≤ m 时 b(a) = a；a > m 时 b(a) = m + ⌊log₂(a / m)⌋ + 1；桶号 = sign(d) · b(|d|)',
@@ -237,7 +240,7 @@
       'v3.base': '位置 0 … {e}', 'v3.shifted': '位置 {c} … {e}', 'v3.diff': '差值（平移后 − 平移前）',
       'v3.kind_abs': '绝对', 'v3.kind_rel': '相对',
       'v3.changed': '变了：最大 |差值| = {v}（logit 单位）。',
-      'v3.same': '没变：最大 |差值| = {v}（只是 float32 舍入误差）。',
+      'v3.same': '没变：最大 |差值| = {v}（只是 float32 舍入误差，低于 {tol}）。',
       'v3.cell': '查询 i = {i}，键 j = {j}：平移前 {a}，平移后 {b}，差值 {d}',
 
       'v4.title': '长度外推',
@@ -251,6 +254,8 @@
       'v4.cap': '{metric}随评测长度的变化，任务“{task}”（{src}）。',
       'metric.bpb': '每字节比特数（越低越好）', 'metric.loss': '损失，单位 nat（越低越好）',
       'metric.ppl': '困惑度（越低越好）', 'metric.accuracy': '准确率，答对的比例（越高越好）',
+      'metric.token_accuracy': '逐符号准确率，答对的符号比例（越高越好）',
+      'v4.toggle': '显示或隐藏这条线',
       'v4.col_series': '方案', 'v4.col_len': '评测长度', 'v4.col_mean': '平均', 'v4.col_min': '最小', 'v4.col_max': '最大', 'v4.col_n': '种子数',
 
       'v5.title': '注意力图',
@@ -263,7 +268,8 @@
       'v5.cap': '注意力概率，第 {l} 层，第 {h} 个头（{n} 字节）。行：查询 i ↓，列：键 j →。',
       'v5.cell': '查询 i = {i}（“{a}”）→ 键 j = {j}（“{b}”）：p = {p}',
       'v5.thumb': '第 {h} 个头',
-      'layer_n': '第 {l} 层'
+      'layer_n': '第 {l} 层',
+      'hm.keys': '（方向键移动光标并读出数值）'
     }
   };
 
@@ -414,7 +420,7 @@
   function Heatmap(host, opts) {
     opts = opts || {};
     const wrap = el('div', { class: 'hm' });
-    const canvas = el('canvas', { tabindex: '0', class: 'hm-canvas' });
+    const canvas = el('canvas', { tabindex: '0', class: 'hm-canvas', role: 'img' });
     const bar = el('canvas', { class: 'hm-bar', 'aria-hidden': 'true' });
     const barLabels = el('div', { class: 'hm-bar-labels' });
     wrap.append(canvas, el('div', { class: 'hm-barwrap' }, bar, barLabels));
@@ -493,7 +499,7 @@
       }
       if (hm.cursor) outline(ctx, hm.cursor[0], hm.cursor[1]);
       drawBar(data);
-      canvas.setAttribute('aria-label', data.aria || 'heatmap');
+      canvas.setAttribute('aria-label', (data.aria || 'heatmap') + ' ' + t('hm.keys'));
     };
 
     function outline(ctx, i, j) {
@@ -806,7 +812,7 @@
     const scheme = $('#v2-scheme'), nIn = $('#v2-n'), causal = $('#v2-causal'), heads = $('#v2-heads');
     const head = $('#v2-head'), headDim = $('#v2-headdim'), seed = $('#v2-seed'), show = $('#v2-show');
     const optList = $('#v2-option-list');
-    const hm = Heatmap($('#v2-heatmap'), { onCell: cell });
+    const hm = Heatmap($('#v2-heatmap'), { onCell: cell, maxSize: 400 });
 
     function fillSchemes() {
       scheme.replaceChildren();
@@ -1024,18 +1030,19 @@
       const host = $('#v3-rows');
       const keep = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.key : null;
       host.replaceChildren();
+      // one colour scale for both difference maps, so "unchanged" looks white next to "changed"
+      const dsc = scaleFor([].concat(...data.absolute.diff, ...data.relative.diff), 'diverging');
       for (const slot of ['absolute', 'relative']) {
         const r = data[slot];
         const row = el('div', { class: 'shift-row', 'data-slot': slot });
-        const isSame = r.max_abs_diff !== null && r.max_abs_diff <= 1e-4;
+        const isSame = r.unchanged === true;
         row.append(el('h3', {}, r.scheme + ' · ' + t(r.relative ? 'v3.kind_rel' : 'v3.kind_abs')));
         const verdict = el('p', { class: 'verdict ' + (isSame ? 'same' : 'changed'), id: 'v3-verdict-' + slot },
-          (isSame ? '= ' : '≠ ') + t(isSame ? 'v3.same' : 'v3.changed', { v: fmtNum(r.max_abs_diff, 3) }));
+          (isSame ? '= ' : '≠ ') + t(isSame ? 'v3.same' : 'v3.changed', { v: fmtNum(r.max_abs_diff, 3), tol: fmtNum(r.tolerance, 2) }));
         row.append(verdict);
         const grid = el('div', { class: 'triple' });
         const flat = [].concat(...r.base, ...r.shifted);
         const sc = scaleFor(flat, 'diverging');
-        const dsc = scaleFor([].concat(...r.diff), 'diverging');
         const readout = el('p', { class: 'readout', 'aria-live': 'polite', id: 'v3-readout-' + slot });
         const e = data.n - 1;
         const panels = [
@@ -1075,6 +1082,7 @@
   const V4 = (function () {
     const run = latest();
     let data = null, loaded = false, uploaded = null;
+    const hidden = new Set();  // series labels switched off in the legend
     const source = $('#v4-source'), file = $('#v4-file'), task = $('#v4-task'), metric = $('#v4-metric');
 
     function init() {
@@ -1140,7 +1148,7 @@
       const lens = Array.from(new Set([].concat(...data.series.map((s) => s.points.map((p) => p.eval_len))))).sort((a, b) => a - b);
       const vlines = data.train_lens.map((n) => ({ x: n, label: t('v4.train', { n }), dash: '6 4', colour: '#333', width: 1.5 }));
       lineChart($('#v4-chart'), {
-        series, vlines, xLog: true, xTicks: lens.length <= 12 ? lens : null, xLabel: t('v4.x'),
+        series: series.filter((s) => !hidden.has(s.label)), vlines, xLog: true, xTicks: lens.length <= 12 ? lens : null, xLabel: t('v4.x'),
         yLabel: t('metric.' + data.metric), maxWidth: 760, height: 360, aria: $('#v4-cap').textContent
       });
       const leg = $('#v4-legend');
@@ -1149,7 +1157,15 @@
         const sw = svg('svg', { width: 34, height: 12, 'aria-hidden': 'true' },
           svg('line', { x1: 0, x2: 34, y1: 6, y2: 6, stroke: s.colour, 'stroke-width': 2.2, 'stroke-dasharray': s.dash || null }),
           marker(s.marker, 17, 6, s.colour));
-        leg.append(el('li', {}, sw, ' ' + s.label));
+        const on = !hidden.has(s.label);
+        const b = el('button', { type: 'button', class: 'series-toggle', 'aria-pressed': String(on), title: t('v4.toggle') }, sw, ' ' + s.label);
+        b.addEventListener('click', () => {
+          if (hidden.has(s.label)) hidden.delete(s.label); else hidden.add(s.label);
+          render();
+          const again = leg.querySelectorAll('button')[series.indexOf(s)];
+          if (again) again.focus();
+        });
+        leg.append(el('li', {}, b));
       });
       const tbl = el('table', { class: 'mini data', id: 'v4-numbers' },
         el('tr', {}, ...['v4.col_series', 'v4.col_len', 'v4.col_mean', 'v4.col_min', 'v4.col_max', 'v4.col_n'].map((k) => el('th', { scope: 'col' }, t(k)))));

@@ -1,0 +1,126 @@
+"""Screenshots of every explorer view at 1280x800, for the docs and the README.
+
+Run ``python -m relpos.explorer.screenshots`` (needs Playwright and a Chromium;
+``/usr/bin/chromium`` by default). Without ``--checkpoint`` it trains a tiny
+byte-level model for a few hundred steps on Python's standard library so the
+attention-map view has something to show; without ``--results`` the
+extrapolation view is shot in its empty state (pass a ``relpos compare``
+folder for real curves). The test suite never runs this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+VIEWS = (("1-relative-distance", "offsets"), ("2-bias-matrices", "bias"), ("3-absolute-vs-relative", "shift"),
+         ("4-extrapolation", "extrap"), ("5-attention-maps", "attn"))
+
+
+def train_demo_checkpoint(out: Path, steps: int, scheme: str = "alibi") -> Path:
+    """A tiny byte-level LM trained briefly on the standard library (for the attention view)."""
+    from relpos import checkpoint
+    from relpos.data import ByteLMSource, stdlib_corpus
+    from relpos.model import ModelConfig
+    from relpos.train import TrainConfig, train
+
+    cfg = ModelConfig.preset("tiny", scheme=scheme, n_heads=4, d_model=64)
+    data = ByteLMSource(stdlib_corpus("train", max_bytes=2_000_000), batch_size=16, seq_len=64, seed=0)
+    res = train(cfg, TrainConfig(steps=steps, batch_size=16, seq_len=64, lr=3e-3, warmup=20, progress=False), data)
+    print(f"trained a demo {scheme} model: loss {res.losses[0]:.2f} -> {res.losses[-1]:.2f} in {res.seconds:.0f}s")
+    checkpoint.save(out, res.model, cfg)
+    return out
+
+
+def _prepare(page, view: str) -> None:
+    """Put each view in a telling state before the shot."""
+    if view == "offsets":
+        page.click("#v1-tokens .tok[data-j='3']")
+    elif view == "bias":
+        page.wait_for_function("() => document.querySelector('#v2-hm-cap').textContent.length > 0")
+        page.focus("#v2-heatmap canvas")
+        for _ in range(20):
+            page.keyboard.press("ArrowDown")
+        for _ in range(9):
+            page.keyboard.press("ArrowRight")
+    elif view == "shift":
+        page.wait_for_selector("#v3-rows canvas")
+        page.hover("#v3-rows canvas[data-key='absolute-diff']", position={"x": 120, "y": 80})
+    elif view == "extrap":
+        page.wait_for_timeout(300)
+    elif view == "attn":
+        page.wait_for_selector("#v5-thumbs .thumb")
+        page.focus("#v5-heatmap canvas")
+        for _ in range(24):
+            page.keyboard.press("ArrowDown")
+        for _ in range(19):
+            page.keyboard.press("ArrowRight")
+    page.wait_for_timeout(250)
+
+
+def shoot(url: str, out: Path, chromium: str, *, zh: bool = True, narrow: bool = True) -> list[Path]:
+    """Take the screenshots from a running explorer at ``url``; return the files written."""
+    from playwright.sync_api import sync_playwright
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run", "--disable-quic"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=args)
+        try:
+            jobs = [(name, view, "en", 1280) for name, view in VIEWS]
+            if zh:
+                jobs += [("zh-1-relative-distance", "offsets", "zh", 1280), ("zh-2-bias-matrices", "bias", "zh", 1280)]
+            if narrow:
+                jobs += [("narrow-1-relative-distance", "offsets", "en", 400)]
+            for name, view, lang, width in jobs:
+                ctx = browser.new_context(viewport={"width": width, "height": 800}, device_scale_factor=1)
+                page = ctx.new_page()
+                page.goto(f"{url}?lang={lang}#{view}")
+                page.wait_for_selector("body[data-ready=true]")
+                page.wait_for_timeout(400)
+                _prepare(page, view)
+                path = out / f"{name}.png"
+                page.screenshot(path=str(path), full_page=width < 1280)
+                written.append(path)
+                ctx.close()
+        finally:
+            browser.close()
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m relpos.explorer.screenshots", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="docs/screenshots", help="folder for the PNG files (default docs/screenshots)")
+    ap.add_argument("--results", action="append", default=[], metavar="DIR", help="relpos compare output folder(s)")
+    ap.add_argument("--checkpoint", action="append", default=[], metavar="DIR", help="checkpoint folder(s)")
+    ap.add_argument("--train-steps", type=int, default=300, help="steps of the demo model (default 300)")
+    ap.add_argument("--chromium", default="/usr/bin/chromium", help="Chromium executable")
+    ap.add_argument("--no-zh", action="store_true", help="skip the Chinese screenshots")
+    args = ap.parse_args(argv)
+    if not Path(args.chromium).exists():
+        print(f"no Chromium at {args.chromium}", file=sys.stderr)
+        return 2
+
+    from relpos.explorer import Explorer
+    from relpos.explorer.server import make_server, serve_in_thread
+
+    with tempfile.TemporaryDirectory(prefix="relpos-shots-") as tmp:
+        ckpts = args.checkpoint or [str(train_demo_checkpoint(Path(tmp) / "demo-alibi", args.train_steps))]
+        srv = make_server(Explorer(results=args.results, checkpoints=ckpts))
+        serve_in_thread(srv)
+        try:
+            files = shoot(srv.url, Path(args.out), args.chromium, zh=not args.no_zh)
+        finally:
+            srv.shutdown()
+            srv.server_close()
+    for f in files:
+        print(f"wrote {f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
