@@ -7,6 +7,7 @@ here (make_encoding + the scheme's own methods, relpos.attention, the model).
 from __future__ import annotations
 
 import http.client
+import os
 import json
 import math
 import re
@@ -463,3 +464,31 @@ def test_cli_export_and_errors(tmp_path, results_dir, capsys):
     assert main(["explore", "--export", str(out), "--results", str(tmp_path / "missing")]) == 2
     assert "no results.json" in capsys.readouterr().err
     assert main(["explore", "--port", "70000"]) == 2
+
+
+def test_cli_serves_on_loopback_and_stops_on_ctrl_c():
+    """`relpos explore` prints its address, serves the page and the API, opens nothing, stops on Ctrl+C."""
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    env = dict(os.environ, BROWSER="false")  # a stray webbrowser.open would run `false`, not a browser
+    proc = subprocess.Popen([sys.executable, "-m", "relpos.cli", "explore"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert m, line + proc.stderr.read() if proc.poll() is not None else line
+        url = m.group(0)
+        with urllib.request.urlopen(url, timeout=10) as r:
+            assert b"relpos explorer" in r.read()
+        with urllib.request.urlopen(url + "api/offsets?text=a%20b", timeout=10) as r:
+            assert json.loads(r.read())["offsets"] == [[0, 1], [-1, 0]]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0 and "stopped" in out, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
