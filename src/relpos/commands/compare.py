@@ -1,0 +1,150 @@
+"""``relpos compare``: train every scheme short, test it long, report how each holds up.
+
+With no arguments it runs the ``default`` preset (eleven schemes on byte-level
+language modelling of Python's standard library and on string copying) with two
+worker processes, prints the tables and writes ``runs/compare-default/``
+(``results.sqlite``, ``results.json``, plots, ``report.md``). Rerunning the same
+command skips the runs that are already stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+
+HELP = "train each position scheme at a short length, evaluate far past it, and report (the main benchmark)"
+
+
+def _csv(kind):
+    def parse(s: str):
+        items = [x.strip() for x in s.split(",") if x.strip()]
+        if kind is int:
+            out = []
+            for x in items:
+                try:
+                    out.append(int(x))
+                except ValueError:
+                    raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {x!r}") from None
+            return out
+        return items
+
+    return parse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("what to run")
+    g.add_argument("--preset", default="default", help="default | ci | full (default: default)")
+    g.add_argument("--schemes", type=_csv(str), help="comma-separated scheme names (see `relpos schemes`)")
+    g.add_argument("--add-schemes", type=_csv(str), default=[], help="schemes added to the preset's list")
+    g.add_argument("--tasks", type=_csv(str), help="comma-separated: lm, copy, reverse, recall, parity")
+    g.add_argument("--seeds", type=_csv(int), help="comma-separated training seeds, e.g. 0,1,2")
+    g.add_argument("--randomized", type=_csv(str),
+                   help="schemes also trained with randomized positions (Ruoss et al. 2023); 'none' for none")
+    g.add_argument("--rope-variants", type=_csv(str),
+                   help="RoPE scalings evaluated on the trained RoPE model: pi,ntk,dynamic,yarn or 'none'")
+    g = p.add_argument_group("model and training")
+    g.add_argument("--d-model", type=int, help="model width")
+    g.add_argument("--layers", type=int, help="Transformer blocks")
+    g.add_argument("--heads", type=int, help="attention heads")
+    g.add_argument("--steps", type=int, help="training steps (every task)")
+    g.add_argument("--batch-size", type=int, help="batch size (every task)")
+    g.add_argument("--lr", type=float, help="peak learning rate (every task)")
+    g = p.add_argument_group("lengths")
+    g.add_argument("--train-len", type=int, help="language-modelling training length in bytes")
+    g.add_argument("--eval-lengths", type=_csv(int),
+                   help="language-modelling evaluation lengths in bytes (default 1,2,4,8,16 x --train-len)")
+    g.add_argument("--eval-tokens", type=int, help="validation bytes scored at each length")
+    g.add_argument("--task-len", type=int, help="longest training problem L of the algorithmic tasks")
+    g.add_argument("--task-eval-lengths", type=_csv(int),
+                   help="algorithmic problem lengths to evaluate (default 1,2,3,4 x --task-len)")
+    g = p.add_argument_group("running")
+    g.add_argument("--out", help="output folder (default runs/compare-<preset>)")
+    g.add_argument("--runner", default="local", help="local (process pool, default) | serial | ray | torchrun")
+    g.add_argument("--workers", type=int, help="worker processes of the local runner (default: CPU count)")
+    g.add_argument("--threads", type=int, help="torch threads per worker (default 1)")
+    g.add_argument("--ray-address", help="Ray cluster address for --runner ray (default: a local instance)")
+    g.add_argument("--nproc", type=int, default=2, help="processes per run for --runner torchrun (default 2)")
+    g.add_argument("--force", action="store_true",
+                   help="if --out holds results of another configuration, move them aside and start afresh")
+    g.add_argument("--no-plots", action="store_true", help="skip the PNG plots and report.md")
+    g.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show the bar")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="never show the bar")
+    g.add_argument("--dry-run", action="store_true", help="print the plan and the fingerprint, run nothing")
+
+
+def _none_or(items):
+    if items is None:
+        return None
+    return [] if [x.lower() for x in items] in (["none"], ["-"]) else items
+
+
+def build_config(args: argparse.Namespace):
+    """The :class:`ExperimentConfig` that the flags describe (validated)."""
+    from relpos.experiments.config import preset
+
+    cfg = preset(args.preset)
+    if args.schemes is not None:
+        cfg.schemes = list(args.schemes)
+    cfg.schemes += [s for s in args.add_schemes if s not in cfg.schemes]
+    if args.tasks is not None:
+        cfg.tasks = list(args.tasks)
+    if args.seeds is not None:
+        cfg.seeds = list(args.seeds)
+    if _none_or(args.randomized) is not None:
+        cfg.randomized = _none_or(args.randomized)
+    if _none_or(args.rope_variants) is not None:
+        cfg.rope_variants = _none_or(args.rope_variants)
+    for flag, field in (("d_model", "d_model"), ("layers", "n_layers"), ("heads", "n_heads")):
+        v = getattr(args, flag)
+        if v is not None:
+            setattr(cfg, field, v)
+    for flag in ("steps", "batch_size", "lr"):
+        v = getattr(args, flag)
+        if v is not None:
+            setattr(cfg, flag, v)
+            for over in cfg.task_train.values():
+                over.pop(flag, None)
+    if args.train_len is not None:
+        cfg.lm["train_len"] = args.train_len
+    if args.eval_lengths is not None:
+        cfg.lm["eval_lengths"] = list(args.eval_lengths)
+        cfg.lm.pop("eval_factors", None)
+    if args.eval_tokens is not None:
+        cfg.lm["eval_tokens"] = args.eval_tokens
+    if args.task_len is not None:
+        cfg.algorithmic["train_len"] = args.task_len
+        if args.task_eval_lengths is None:  # the preset's lengths were for its own L
+            cfg.algorithmic["eval_factors"] = [1, 2, 3, 4]
+            cfg.algorithmic.pop("eval_lengths", None)
+    if args.task_eval_lengths is not None:
+        cfg.algorithmic["eval_lengths"] = list(args.task_eval_lengths)
+        cfg.algorithmic.pop("eval_factors", None)
+    cfg.workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    if args.threads is not None:
+        cfg.threads = args.threads
+    return cfg.validate()
+
+
+def main(args: argparse.Namespace) -> int:
+    from relpos.experiments.compare import compare, plan, summary_text
+    from relpos.experiments.runner import make_runner
+
+    cfg = build_config(args)
+    out = args.out or os.path.join("runs", f"compare-{cfg.preset}")
+    if args.dry_run:
+        jobs = plan(cfg)
+        print(f"preset {cfg.preset}, fingerprint {cfg.fingerprint()}, {len(jobs)} training runs -> {out}")
+        for j in jobs:
+            print("  " + j.key)
+        return 0
+    runner = make_runner(args.runner, workers=cfg.workers, threads=cfg.threads, ray_address=args.ray_address,
+                         nproc=args.nproc)
+    command = "relpos compare " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else ""
+    summary = compare(cfg, out, runner=runner, force=args.force, progress=args.progress, plots=not args.no_plots,
+                      command=command.strip())
+    print(summary_text(summary))
+    if summary.interrupted:
+        return 130
+    return 1 if summary.failed else 0

@@ -1,0 +1,303 @@
+"""The ``relpos compare`` sweep: plan the jobs, skip what is done, run the rest, report.
+
+Output folder layout::
+
+    OUT/results.sqlite   every run and measurement (the source of truth)
+    OUT/config.json      the configuration of the latest invocation
+    OUT/results.json     summary of every stored run (rewritten after each job)
+    OUT/report.md        tables and links to the plots
+    OUT/*.png            plots
+
+Resuming: jobs already in the database are skipped, so rerunning a command
+that was interrupted (Ctrl-C, SIGKILL, a crash) continues where it stopped.
+A folder bound to a different configuration fingerprint is refused with a
+clear error; ``force=True`` first moves its results into
+``OUT/previous-<fingerprint>-<time>/`` (nothing is deleted).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from relpos.experiments.config import ExperimentConfig, config_diff
+from relpos.experiments.report import make_plots, results_dict, text_tables, write_json_atomic, write_report
+from relpos.experiments.runner import Job, LocalRunner, SerialRunner
+from relpos.experiments.store import ConfigMismatchError, Store
+
+__all__ = ["plan", "compare", "CompareSummary", "prepare_output", "build_results", "OUTPUT_FILES"]
+
+#: Files a sweep writes (moved aside by ``force``).
+OUTPUT_FILES = ("results.sqlite", "results.sqlite-wal", "results.sqlite-shm", "results.json", "config.json",
+                "report.md")
+
+
+def plan(cfg: ExperimentConfig) -> list[Job]:
+    """Every job of a configuration, in running order (seed, task, scheme)."""
+    jobs = []
+    for seed in cfg.seeds:
+        for task in cfg.tasks:
+            for s in cfg.schemes:
+                jobs.append(Job(task, s, seed))
+            for s in cfg.randomized:
+                jobs.append(Job(task, s, seed, randomized=True))
+    return jobs
+
+
+@dataclass
+class CompareSummary:
+    out_dir: Path
+    fingerprint: str
+    total: int
+    skipped: int
+    finished: int = 0
+    failed: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    results: dict | None = None
+    plots: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _archive(out: Path, old_fp: str | None) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    dest = out / f"previous-{old_fp or 'unknown'}-{stamp}"
+    dest.mkdir(parents=True)
+    for name in OUTPUT_FILES:
+        p = out / name
+        if p.exists():
+            shutil.move(str(p), str(dest / name))
+    for p in out.glob("*.png"):
+        shutil.move(str(p), str(dest / p.name))
+    return dest
+
+
+def _folder_meta(out: Path) -> tuple[str | None, dict | None]:
+    """``(fingerprint, protocol)`` recorded in an existing folder, read-only
+    (the database first, then results.json); ``(None, None)`` if there is none."""
+    db = out / "results.sqlite"
+    if db.exists():
+        import sqlite3
+
+        try:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60)
+            try:
+                rows = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('fingerprint', 'protocol')"))
+            finally:
+                con.close()
+        except sqlite3.DatabaseError as e:
+            raise ConfigMismatchError(f"{db} is not a relpos results database ({e}); choose another --out") from None
+        if rows.get("fingerprint"):
+            try:
+                proto = json.loads(rows.get("protocol") or "null")
+            except ValueError:
+                proto = None
+            return rows["fingerprint"], proto
+    rj = out / "results.json"
+    if rj.exists():
+        try:
+            return json.loads(rj.read_text()).get("fingerprint") or "unknown", None
+        except (ValueError, AttributeError):
+            return "unknown", None
+    return None, None
+
+
+def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = False,
+                   log: Callable[[str], None] = lambda s: None) -> Store:
+    """Create or reopen the output folder for ``cfg`` and return its bound store.
+
+    Raises:
+        ConfigMismatchError: the folder holds results of another configuration
+            (and ``force`` is False); nothing in it is changed.
+        ValueError: ``out_dir`` exists and is not a folder.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"output folder {out} exists and is not a folder")
+    fp = cfg.fingerprint()
+    old, old_proto = _folder_meta(out) if out.exists() else (None, None)
+    if old is not None and old != fp:
+        if not force:
+            diff = config_diff(old_proto, cfg.protocol()) if isinstance(old_proto, dict) else []
+            detail = ("; it differs in " + ", ".join(diff[:8]) + (" ..." if len(diff) > 8 else "")) if diff else ""
+            raise ConfigMismatchError(
+                f"output folder {out} holds results of a different configuration (fingerprint {old}, this "
+                f"configuration {fp}){detail}. Nothing was changed. Use another --out folder, or pass --force to "
+                f"move the old results into {out}/previous-{old}-<time>/ and start afresh."
+            )
+        dest = _archive(out, old)
+        log(f"moved the results of configuration {old} to {dest}")
+    out.mkdir(parents=True, exist_ok=True)
+    store = Store(out / "results.sqlite")
+    store.bind(fp, cfg.protocol())
+    write_json_atomic(out / "config.json", {"fingerprint": fp, **cfg.to_dict(), "protocol": cfg.protocol()})
+    return store
+
+
+def build_results(store: Store, cfg: ExperimentConfig) -> dict:
+    fp = cfg.fingerprint()
+    return results_dict(cfg.to_dict(), fp, store.runs(fp), store.jobs(fp), store.failures(fp))
+
+
+class _Progress:
+    """One progress bar over jobs; shows which jobs run, their step, and the ETA.
+
+    A bar on a terminal; otherwise one log line per finished job.
+    """
+
+    def __init__(self, total: int, initial: int, workers: int, enabled: bool | None,
+                 log: Callable[[str], None]) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.log = log
+        self.total, self.done, self.workers = total, initial, workers
+        self.running: dict[str, str] = {}
+        self.durations: list[float] = []
+        self.started: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.bar = None
+        if self.enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, unit="run", dynamic_ncols=True, file=sys.stderr,
+                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} runs [{elapsed}<{remaining}] {postfix}")
+
+    def _postfix(self) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(", ".join(f"{k} {v}" for k, v in self.running.items()), refresh=True)
+
+    def start(self, job: Job) -> None:
+        with self.lock:
+            self.running[job.key] = ""
+            self.started[job.key] = time.perf_counter()
+            self._postfix()
+
+    def step(self, key: str, step: int, steps: int) -> None:
+        with self.lock:
+            if key in self.running:
+                self.running[key] = f"{step}/{steps}"
+                self._postfix()
+
+    def finish(self, job: Job, ok: bool, seconds: float | None, note: str = "") -> None:
+        with self.lock:
+            self.running.pop(job.key, None)
+            t0 = self.started.pop(job.key, None)
+            dur = seconds if seconds is not None else (time.perf_counter() - t0 if t0 else None)
+            if ok and dur:
+                self.durations.append(dur)
+            self.done += 1
+            if self.bar is not None:
+                if not ok:
+                    self.bar.write(f"FAILED {job.key}: {note}")
+                self.bar.update(1)
+                self._postfix()
+            else:
+                left = self.total - self.done
+                eta = ""
+                if self.durations and left:
+                    mean = sum(self.durations) / len(self.durations)
+                    eta = f"; about {(left + self.workers - 1) // self.workers * mean / 60:.1f} min left"
+                status = f"done in {dur:.1f} s" if ok and dur else f"FAILED: {note}"
+                self.log(f"[{self.done}/{self.total}] {job.key} {status}{eta}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def compare(
+    cfg: ExperimentConfig,
+    out_dir: str | Path,
+    *,
+    runner=None,
+    force: bool = False,
+    progress: bool | None = None,
+    plots: bool = True,
+    log: Callable[[str], None] | None = None,
+    command: str = "",
+) -> CompareSummary:
+    """Run (or resume) a sweep and write its results, plots and report.
+
+    Args:
+        cfg: the configuration (validated here).
+        out_dir: output folder.
+        runner: a runner from :mod:`relpos.experiments.runner` (default:
+            :class:`LocalRunner` with ``cfg.workers`` processes of
+            ``cfg.threads`` threads).
+        force: move results of a different configuration aside instead of failing.
+        progress: progress bar (None: only when stderr is a terminal).
+        plots: write PNG plots and the report.
+        log: where status lines go (default: stderr).
+        command: the command line, recorded in the report.
+
+    Raises:
+        ValueError: bad configuration (unknown scheme/task, lengths <= 0, ...),
+            or :class:`ConfigMismatchError` for a folder of another configuration.
+    """
+    t0 = time.perf_counter()
+    if log is None:
+        def log(s: str) -> None:
+            print(s, file=sys.stderr, flush=True)
+
+    cfg.validate()
+    fp = cfg.fingerprint()
+    out = Path(out_dir)
+    store = prepare_output(cfg, out, force=force, log=log)
+    try:
+        jobs = plan(cfg)
+        done = store.done_jobs(fp)
+        pending = [j for j in jobs if j.key not in done]
+        summary = CompareSummary(out, fp, total=len(jobs), skipped=len(jobs) - len(pending))
+        if summary.skipped:
+            log(f"{summary.skipped} of {len(jobs)} runs already in {out}/results.sqlite; skipping them")
+        if runner is None:
+            runner = LocalRunner(cfg.workers, cfg.threads) if cfg.workers > 1 else SerialRunner(cfg.threads)
+        workers = getattr(runner, "workers", 1)
+        bar = _Progress(len(jobs), summary.skipped, workers, progress, log)
+        try:
+            for job, res, err in runner.run(pending, cfg.to_dict(), on_start=bar.start, on_progress=bar.step):
+                if res is not None:
+                    store.write_job(fp, res)
+                    summary.finished += 1
+                    secs = res["train"]["seconds"] + res["eval_seconds"]
+                    bar.finish(job, True, secs)
+                else:
+                    store.record_failure(fp, job.key, err or "unknown error")
+                    summary.failed.append(job.key)
+                    bar.finish(job, False, None, (err or "").strip().splitlines()[-1] if err else "")
+                write_json_atomic(out / "results.json", build_results(store, cfg))
+        except KeyboardInterrupt:
+            summary.interrupted = True
+            log("interrupted: finished runs are saved; rerun the same command to resume")
+        finally:
+            bar.close()
+        results = build_results(store, cfg)
+        write_json_atomic(out / "results.json", results)
+        summary.results = results
+        summary.seconds = time.perf_counter() - t0
+        if plots and results["runs"]:
+            summary.plots = make_plots(results, out)
+            write_report(results, out, summary.plots, command=command, wall_seconds=summary.seconds)
+        return summary
+    finally:
+        store.close()
+
+
+def summary_text(summary: CompareSummary) -> str:
+    """Tables plus where the results are."""
+    lines = []
+    if summary.results and summary.results["runs"]:
+        lines.append(text_tables(summary.results))
+    lines.append(
+        f"{summary.finished} runs finished, {summary.skipped} skipped (already done), {len(summary.failed)} failed"
+        f" in {summary.seconds / 60:.1f} min. Results: {summary.out_dir}/results.json"
+        + (f", report: {summary.out_dir}/report.md" if summary.plots else "")
+    )
+    if summary.failed:
+        lines.append("failed runs (rerun to retry): " + ", ".join(summary.failed))
+    return "\n".join(lines)

@@ -1,0 +1,395 @@
+"""Configuration of a ``relpos compare`` sweep: presets, validation, fingerprint.
+
+A sweep is the product of *what to run* (schemes, tasks, seeds, which schemes to
+also train with randomized positions) and *how each run is done* (model size,
+training, task and evaluation settings, RoPE scalings). The second part alone
+defines the **fingerprint**: two invocations with the same fingerprint produce
+comparable runs, so they may share an output folder (a later invocation skips
+what is done and adds what is new); a different fingerprint in the same folder is
+an error. Execution settings (workers, threads, runner) change neither.
+
+Presets:
+
+* ``default`` -- what ``relpos compare`` runs with no arguments: eleven schemes
+  on language modelling and string copying, one seed, a tiny model; under ten
+  minutes on a 2-core CPU.
+* ``ci`` -- the same schemes with fewer steps and shorter lengths; under two
+  minutes.
+* ``full`` -- every task, three seeds, a bigger model, more schemes and
+  randomized positions; the numbers in ``docs/results.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+__all__ = [
+    "ExperimentConfig",
+    "PRESETS",
+    "DEFAULT_SCHEMES",
+    "ROPE_VARIANTS",
+    "PROTOCOL_VERSION",
+    "preset",
+    "config_diff",
+]
+
+#: Bumped whenever measurements change meaning (enters the fingerprint).
+PROTOCOL_VERSION = 1
+
+#: The schemes of the default preset (issue 4).
+DEFAULT_SCHEMES: tuple[str, ...] = (
+    "nope",
+    "sinusoidal",
+    "learned",
+    "shaw",
+    "t5",
+    "alibi",
+    "rope",
+    "transformer-xl",
+    "kerple-log",
+    "fire",
+    "sandwich",
+)
+
+#: RoPE scalings evaluated on the trained RoPE model: variant name -> (scaling, fixed factor or None).
+#: ``None`` means ``factor = eval sequence length / training sequence length`` (at least 1).
+#: Dynamic NTK rescales itself with the current length; it takes the fixed factor 2 that is
+#: its common setting (``factor * s / L - (factor - 1)``), otherwise it would equal "ntk" here.
+ROPE_VARIANTS: dict[str, tuple[str, float | None]] = {
+    "pi": ("linear", None),
+    "ntk": ("ntk", None),
+    "dynamic": ("dynamic", 2.0),
+    "yarn": ("yarn", None),
+}
+
+ALGORITHMIC = ("copy", "reverse", "recall", "parity")
+ALL_TASKS = ("lm",) + ALGORITHMIC
+
+
+def _normalise(name: Any) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"scheme name must be a str, got {type(name).__name__}")
+    return name.strip().lower().replace("_", "-")
+
+
+def _positive_int(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    return v
+
+
+def _int_list(name: str, v: Any, *, lo: int = 1) -> list[int]:
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        raise TypeError(f"{name} must be a list of ints, got {v!r}")
+    out = []
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise TypeError(f"{name} must contain ints, got {x!r}")
+        if x < lo:
+            raise ValueError(f"{name} must be >= {lo} (evaluation lengths must be above zero), got {x}")
+        out.append(x)
+    if not out:
+        raise ValueError(f"{name} must not be empty")
+    return out
+
+
+@dataclasses.dataclass
+class ExperimentConfig:
+    """Everything a sweep needs. See the module docstring.
+
+    Attributes:
+        preset: name of the preset this came from (informational).
+        schemes: registry names of the schemes to train.
+        tasks: task names (``lm``, ``copy``, ``reverse``, ``recall``, ``parity``).
+        seeds: training seeds; each (scheme, task, seed) is one run.
+        randomized: schemes also trained with randomized positions
+            (Ruoss et al. 2023); each gives a run with variant ``"randomized"``.
+        d_model, n_layers, n_heads: model size (the same for every scheme).
+        steps, batch_size, lr, warmup, weight_decay: training, shared by all tasks
+            unless ``task_train`` overrides them for a task.
+        task_train: per-task training overrides, e.g. ``{"recall": {"steps": 600}}``.
+        lm: options of :class:`relpos.tasks.LanguageModelling` (``train_len``,
+            ``eval_factors``, ``eval_tokens``, ``train_bytes``, ...).
+        algorithmic: options shared by the algorithmic tasks (``train_len``,
+            ``eval_factors``, ``n_eval``, ...).
+        task_options: extra per-task options (e.g. ``{"copy": {"alphabet": 8}}``).
+        rope_variants: RoPE scalings evaluated on the trained RoPE model
+            (keys of :data:`ROPE_VARIANTS`).
+        random_positions_factor: randomized runs draw their training positions
+            from ``[0, factor * longest evaluation sequence)`` (Ruoss et al. draw
+            from a range at least as long as the longest test sequence).
+        scheme_options: per-scheme encoding options, e.g. ``{"shaw": {"k": 16}}``.
+        workers, threads: processes and threads per process (execution only).
+    """
+
+    preset: str = "default"
+    schemes: list[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_SCHEMES))
+    tasks: list[str] = dataclasses.field(default_factory=lambda: ["lm", "copy"])
+    seeds: list[int] = dataclasses.field(default_factory=lambda: [0])
+    randomized: list[str] = dataclasses.field(default_factory=list)
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    steps: int = 200
+    batch_size: int = 16
+    lr: float = 3e-3
+    warmup: int = 20
+    weight_decay: float = 0.1
+    task_train: dict = dataclasses.field(default_factory=dict)
+    lm: dict = dataclasses.field(default_factory=lambda: {"train_len": 64, "eval_factors": [1, 2, 4, 8, 16]})
+    algorithmic: dict = dataclasses.field(default_factory=lambda: {"train_len": 16, "eval_factors": [1, 2, 3, 4]})
+    task_options: dict = dataclasses.field(default_factory=dict)
+    rope_variants: list[str] = dataclasses.field(default_factory=lambda: list(ROPE_VARIANTS))
+    random_positions_factor: int = 1
+    scheme_options: dict = dataclasses.field(default_factory=dict)
+    workers: int = 2
+    threads: int = 1
+
+    # ------------------------------------------------------------ validation
+    def validate(self) -> "ExperimentConfig":
+        """Check every field; normalise names. Returns self.
+
+        Raises:
+            ValueError: unknown scheme/task/variant names, lengths not above
+                zero, sizes out of range (the message names the setting).
+            TypeError: a setting of the wrong type.
+        """
+        from relpos.encodings import SCHEMES, scheme_names
+        from relpos.tasks import TASKS
+
+        available = scheme_names()
+        if not self.schemes:
+            raise ValueError("schemes must not be empty")
+        norm = []
+        for s in self.schemes:
+            k = _normalise(s)
+            if k not in SCHEMES:
+                raise ValueError(f"unknown scheme {s!r}; known schemes: {', '.join(available)}")
+            if k not in available:
+                raise ValueError(f"scheme {s!r} is not available in this build; available: {', '.join(available)}")
+            if k not in norm:
+                norm.append(k)
+        self.schemes = norm
+        rnd = []
+        for s in self.randomized:
+            k = _normalise(s)
+            if k not in SCHEMES or k not in available:
+                raise ValueError(f"unknown scheme {s!r} in randomized; known schemes: {', '.join(available)}")
+            if k not in rnd:
+                rnd.append(k)
+        self.randomized = rnd
+        if not self.tasks:
+            raise ValueError("tasks must not be empty")
+        tasks = []
+        for t in self.tasks:
+            k = t.strip().lower() if isinstance(t, str) else t
+            if k not in TASKS:
+                raise ValueError(f"unknown task {t!r}; known tasks: {', '.join(TASKS)}")
+            if k not in tasks:
+                tasks.append(k)
+        self.tasks = tasks
+        self.seeds = sorted(set(_int_list("seeds", self.seeds, lo=0)))
+        for name in ("d_model", "n_layers", "n_heads", "steps", "batch_size", "workers", "threads",
+                     "random_positions_factor"):
+            _positive_int(name, getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"head dim d_model/n_heads ({self.d_model // self.n_heads}) must be even (rotary schemes)")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"warmup must be an int >= 0, got {self.warmup!r}")
+        for name in ("lr", "weight_decay"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or (name == "lr" and v == 0):
+                raise ValueError(f"{name} must be a number {'> 0' if name == 'lr' else '>= 0'}, got {v!r}")
+        for t, over in self.task_train.items():
+            if t not in TASKS:
+                raise ValueError(f"unknown task {t!r} in task_train; known tasks: {', '.join(TASKS)}")
+            bad = set(over) - {"steps", "batch_size", "lr", "warmup", "weight_decay"}
+            if bad:
+                raise ValueError(f"task_train[{t!r}] has unknown keys {sorted(bad)}")
+        for t in self.task_options:
+            if t not in TASKS:
+                raise ValueError(f"unknown task {t!r} in task_options; known tasks: {', '.join(TASKS)}")
+        for v in self.rope_variants:
+            if v not in ROPE_VARIANTS:
+                raise ValueError(f"unknown RoPE variant {v!r}; known: {', '.join(ROPE_VARIANTS)}")
+        for s in self.scheme_options:
+            if _normalise(s) not in SCHEMES:
+                raise ValueError(f"unknown scheme {s!r} in scheme_options")
+        _positive_int("lm.train_len", self.lm.get("train_len"))
+        _positive_int("algorithmic.train_len", self.algorithmic.get("train_len"))
+        for sect in (self.lm, self.algorithmic):
+            if "eval_factors" in sect:
+                _int_list("eval factors", sect["eval_factors"])
+            if "eval_lengths" in sect and sect["eval_lengths"] is not None:
+                _int_list("evaluation lengths", sect["eval_lengths"])
+        # Building every task checks its own options (and catches typos in them).
+        for t in ALL_TASKS:
+            self.make_task(t)
+        return self
+
+    # -------------------------------------------------------------- derived
+    def train_settings(self, task: str) -> dict:
+        """Training settings for one task (shared values plus its overrides)."""
+        out = {
+            "steps": self.steps,
+            "batch_size": self.batch_size,
+            "lr": self.lr,
+            "warmup": self.warmup,
+            "weight_decay": self.weight_decay,
+        }
+        out.update(self.task_train.get(task, {}))
+        out["warmup"] = min(out["warmup"], max(out["steps"] - 1, 0))
+        return out
+
+    def task_kwargs(self, task: str) -> dict:
+        """Constructor options of a task, resolved from the sections above."""
+        sect = dict(self.lm if task == "lm" else self.algorithmic)
+        factors = sect.pop("eval_factors", None)
+        if sect.get("eval_lengths") is None:
+            sect.pop("eval_lengths", None)
+            if factors is not None:
+                sect["eval_lengths"] = [sect["train_len"] * f for f in factors]
+        extra = dict(self.task_options.get(task, {}))
+        if task != "lm":
+            # options meant for one algorithmic task only
+            for k in ("alphabet", "n_keys", "n_values"):
+                sect.pop(k, None)
+        sect.update(extra)
+        return sect
+
+    def make_task(self, task: str):
+        from relpos.tasks import make_task
+
+        return make_task(task, **self.task_kwargs(task))
+
+    def protocol(self) -> dict:
+        """The fingerprinted part: everything that changes what a run measures."""
+        return {
+            "protocol_version": PROTOCOL_VERSION,
+            "model": {"d_model": self.d_model, "n_layers": self.n_layers, "n_heads": self.n_heads},
+            "train": {t: self.train_settings(t) for t in ALL_TASKS},
+            "tasks": {t: self.make_task(t).options() for t in ALL_TASKS},
+            "rope_variants": sorted(self.rope_variants),
+            "random_positions_factor": self.random_positions_factor,
+            "scheme_options": {_normalise(k): v for k, v in sorted(self.scheme_options.items())},
+        }
+
+    def fingerprint(self) -> str:
+        """16 hex digits identifying :meth:`protocol`."""
+        blob = json.dumps(self.protocol(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        return copy.deepcopy(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ExperimentConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown configuration keys {sorted(unknown)}")
+        return cls(**copy.deepcopy(d))
+
+    def replace(self, **changes) -> "ExperimentConfig":
+        d = self.to_dict()
+        d.update(changes)
+        return ExperimentConfig.from_dict(d)
+
+
+def _ci() -> ExperimentConfig:
+    return ExperimentConfig(
+        preset="ci",
+        tasks=["lm", "copy"],
+        d_model=32,
+        n_layers=2,
+        n_heads=2,
+        steps=100,
+        batch_size=8,
+        lr=3e-3,
+        warmup=10,
+        task_train={"copy": {"steps": 200, "batch_size": 16, "lr": 5e-3}},
+        lm={"train_len": 32, "eval_factors": [1, 2, 4], "eval_tokens": 2048, "train_bytes": 1_000_000},
+        algorithmic={"train_len": 6, "eval_factors": [1, 2, 3], "n_eval": 32},
+        task_options={"copy": {"alphabet": 8}},
+    )
+
+
+def _default() -> ExperimentConfig:
+    return ExperimentConfig(
+        preset="default",
+        tasks=["lm", "copy"],
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        steps=600,
+        batch_size=16,
+        lr=3e-3,
+        warmup=30,
+        task_train={"copy": {"steps": 1200, "batch_size": 32, "lr": 5e-3, "warmup": 50}},
+        lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 8192},
+        algorithmic={"train_len": 8, "eval_lengths": [8, 10, 12, 16, 24, 32], "n_eval": 100},
+        task_options={"copy": {"alphabet": 8}},
+    )
+
+
+def _full() -> ExperimentConfig:
+    return ExperimentConfig(
+        preset="full",
+        tasks=list(ALL_TASKS),
+        seeds=[0, 1, 2],
+        randomized=["learned", "rope"],
+        d_model=64,
+        n_layers=3,
+        n_heads=4,
+        steps=800,
+        batch_size=16,
+        lr=3e-3,
+        warmup=40,
+        task_train={
+            "copy": {"steps": 1500, "batch_size": 32, "lr": 5e-3, "warmup": 50},
+            "reverse": {"steps": 1500, "batch_size": 32, "lr": 5e-3, "warmup": 50},
+            "recall": {"steps": 1500, "batch_size": 32, "lr": 5e-3, "warmup": 50},
+            "parity": {"steps": 600, "batch_size": 32, "lr": 5e-3, "warmup": 50},
+        },
+        lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 16384},
+        algorithmic={"train_len": 8, "eval_lengths": [8, 10, 12, 16, 24, 32], "n_eval": 200},
+        task_options={"copy": {"alphabet": 8}, "reverse": {"alphabet": 8}, "recall": {"n_values": 8}},
+    )
+
+
+#: preset name -> factory (a fresh config each call).
+PRESETS = {"default": _default, "ci": _ci, "full": _full}
+
+
+def preset(name: str, **overrides) -> ExperimentConfig:
+    """A preset with some fields replaced (not yet validated)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
+    cfg = PRESETS[name]()
+    for k, v in overrides.items():
+        if not hasattr(cfg, k):
+            raise ValueError(f"unknown configuration key {k!r}")
+        setattr(cfg, k, v)
+    return cfg
+
+
+def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Human-readable differences between two nested dicts (``key: old -> new``)."""
+    out = []
+    for k in sorted(set(a) | set(b), key=str):
+        p = f"{prefix}{k}"
+        if k not in a:
+            out.append(f"{p}: (absent) -> {b[k]!r}")
+        elif k not in b:
+            out.append(f"{p}: {a[k]!r} -> (absent)")
+        elif isinstance(a[k], dict) and isinstance(b[k], dict):
+            out += config_diff(a[k], b[k], p + ".")
+        elif a[k] != b[k]:
+            out.append(f"{p}: {a[k]!r} -> {b[k]!r}")
+    return out

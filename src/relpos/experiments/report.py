@@ -1,0 +1,432 @@
+"""What a sweep leaves behind: ``results.json``, PNG plots, ``report.md``, terminal tables.
+
+Everything here reads the database (:class:`~relpos.experiments.store.Store`)
+and is pure reporting: it can be rerun at any time (``relpos compare
+--report-only``) and never changes results. The format of ``results.json`` is
+documented in ``docs/results-format.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+__all__ = [
+    "RESULTS_VERSION",
+    "label",
+    "results_dict",
+    "write_json_atomic",
+    "aggregate",
+    "text_tables",
+    "markdown_tables",
+    "make_plots",
+    "write_report",
+]
+
+RESULTS_VERSION = 1
+
+
+def label(scheme: str, variant: str | None) -> str:
+    """Display name of a run: ``rope``, ``rope-yarn`` (scaled at evaluation), ``alibi+rand``."""
+    if not variant:
+        return scheme
+    if variant == "randomized":
+        return f"{scheme}+rand"
+    return f"{scheme}-{variant}"
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[dict] | None = None,
+                 failures: list[dict] | None = None) -> dict:
+    """The ``results.json`` document from stored runs (see docs/results-format.md)."""
+    train_info = {j["job"]: j["info"].get("train", {}) for j in (jobs or [])}
+    out_runs = []
+    for r in runs:
+        metrics, pos, fixed = [], [], []
+        for m in r["measurements"]:
+            if m["protocol"] in ("window", "accuracy"):
+                metrics.append({
+                    "eval_len": m["eval_len"],
+                    "loss": _clean(m["loss"]),
+                    "bpb": _clean(m["bpb"]),
+                    "ppl": _clean(m["ppl"]),
+                    "accuracy": _clean(m["accuracy"]),
+                    "token_accuracy": _clean(m["token_accuracy"]),
+                    "count": m["count"],
+                })
+            elif m["protocol"] == "position":
+                pos.append({"eval_len": m["eval_len"], "bucket_start": m["bucket_start"],
+                            "bucket_end": m["bucket_end"], "bpb": _clean(m["bpb"])})
+            elif m["protocol"] == "fixed_target":
+                fixed.append({"context_len": m["eval_len"], "bpb": _clean(m["bpb"]), "loss": _clean(m["loss"]),
+                              "count": m["count"]})
+        t = dict(train_info.get(r["job"], {}))
+        t.pop("model", None)
+        out_runs.append({
+            "scheme": r["scheme"],
+            "variant": r["variant"],
+            "label": label(r["scheme"], r["variant"]),
+            "task": r["task"],
+            "seed": r["seed"],
+            "train_len": r["train_len"],
+            "job": r["job"],
+            "metrics": sorted(metrics, key=lambda m: m["eval_len"]),
+            "position_loss": sorted(pos, key=lambda m: (m["eval_len"], m["bucket_start"])),
+            "fixed_target": sorted(fixed, key=lambda m: m["context_len"]),
+            "train": t,
+        })
+    return {
+        "version": RESULTS_VERSION,
+        "fingerprint": fingerprint,
+        "config": config,
+        "runs": out_runs,
+        "failures": failures or [],
+    }
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    """Write JSON to a temporary file in the same folder, then rename it into place."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, allow_nan=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ------------------------------------------------------------- aggregation
+
+
+def _stats(xs: list[float]) -> tuple[float, float, int]:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return math.nan, math.nan, 0
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
+
+
+def aggregate(results: dict, task: str, field: str, section: str = "metrics", x: str = "eval_len",
+              where: dict | None = None) -> dict[str, dict[int, tuple[float, float, int]]]:
+    """``label -> {x: (mean, std, n seeds)}`` of one field of one task over seeds."""
+    acc: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in results["runs"]:
+        if r["task"] != task:
+            continue
+        for m in r[section]:
+            if where and any(m.get(k) != v for k, v in where.items()):
+                continue
+            acc[r["label"]][m[x]].append(m.get(field))
+    return {lab: {k: _stats(v) for k, v in sorted(d.items())} for lab, d in acc.items()}
+
+
+def _order(labels, results: dict) -> list[str]:
+    """Labels in the configuration's scheme order; each scheme's variants after it, in config order."""
+    cfg = results.get("config", {})
+    schemes = list(cfg.get("schemes", []))
+    variants = list(cfg.get("rope_variants", [])) + ["randomized"]
+    rank = {s: i for i, s in enumerate(schemes)}
+
+    def key(lab):
+        for s in sorted(rank, key=len, reverse=True):
+            if lab == s:
+                return (rank[s], 0, 0, lab)
+            if lab == s + "+rand":
+                return (rank[s], 1, len(variants), lab)
+            if lab.startswith(s + "-") and lab[len(s) + 1:] in variants:
+                return (rank[s], 1, variants.index(lab[len(s) + 1:]), lab)
+        return (len(rank), 0, 0, lab)
+
+    return sorted(labels, key=key)
+
+
+def _tasks(results: dict) -> list[str]:
+    order = ["lm", "copy", "reverse", "recall", "parity"]
+    present = {r["task"] for r in results["runs"]}
+    return [t for t in order if t in present] + sorted(present - set(order))
+
+
+def _train_len(results: dict, task: str) -> int | None:
+    for r in results["runs"]:
+        if r["task"] == task:
+            return r["train_len"]
+    return None
+
+
+def _fmt(mean: float, std: float, n: int, digits: int) -> str:
+    if n == 0 or not math.isfinite(mean):
+        return "-"
+    s = f"{mean:.{digits}f}"
+    if n > 1:
+        s += f"±{std:.{digits}f}"
+    return s
+
+
+def _table_rows(results: dict, task: str):
+    """(title, header, rows) tables for a task."""
+    tl = _train_len(results, task)
+    tables = []
+    if task == "lm":
+        for field, section, xname, title in (
+            ("bpb", "metrics", "eval_len", f"Language modelling: bits per byte at each evaluation length "
+                                           f"(trained at {tl} bytes; lower is better)"),
+            ("bpb", "fixed_target", "context_len", "Language modelling, fixed targets: bits per byte on the same "
+                                                   "final bytes given contexts of each length"),
+        ):
+            agg = aggregate(results, task, field, section, xname)
+            xs = sorted({x for d in agg.values() for x in d})
+            rows = [[lab] + [_fmt(*agg[lab].get(x, (math.nan, 0, 0)), 3) for x in xs]
+                    for lab in _order(agg, results)]
+            tables.append((title, ["scheme"] + [str(x) for x in xs], rows))
+    else:
+        for field, what in (("accuracy", "exact-match accuracy"), ("token_accuracy", "per-token accuracy")):
+            agg = aggregate(results, task, field)
+            xs = sorted({x for d in agg.values() for x in d})
+            rows = [[lab] + [_fmt(*agg[lab].get(x, (math.nan, 0, 0)), 2) for x in xs]
+                    for lab in _order(agg, results)]
+            tables.append((f"{task}: {what} by length (trained on lengths <= {tl}; greedy decoding)",
+                           ["scheme"] + [f"{x}{'*' if tl and x > tl else ''}" for x in xs], rows))
+    return tables
+
+
+def text_tables(results: dict) -> str:
+    """Plain-text tables for the terminal."""
+    out = []
+    for task in _tasks(results):
+        for title, header, rows in _table_rows(results, task):
+            widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+            out.append(title)
+            out.append("  ".join(h.ljust(widths[0]) if i == 0 else h.rjust(widths[i]) for i, h in enumerate(header)))
+            for r in rows:
+                out.append("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
+            out.append("")
+    return "\n".join(out)
+
+
+def markdown_tables(results: dict, task: str) -> str:
+    out = []
+    for title, header, rows in _table_rows(results, task):
+        out.append(f"**{title}**\n")
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+        for r in rows:
+            out.append("| " + " | ".join(r) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------- plots
+
+
+def _style(labels: list[str]):
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab20"]
+    base_order: list[str] = []
+    for lab in labels:
+        b = lab.split("+")[0]
+        b = "rope" if b.startswith("rope-") else b
+        if b not in base_order:
+            base_order.append(b)
+    styles = {}
+    variant_ls = {"pi": (0, (4, 2)), "ntk": (0, (1, 1)), "dynamic": (0, (4, 1, 1, 1)), "yarn": (0, (6, 2, 1, 2))}
+    for lab in labels:
+        b = lab.split("+")[0]
+        ls = "-"
+        if b.startswith("rope-"):
+            ls = variant_ls.get(b[5:], "--")
+            b = "rope"
+        if "+rand" in lab:
+            ls = ":"
+        styles[lab] = {"color": cmap(base_order.index(b) % 20), "linestyle": ls}
+    return styles
+
+
+def _line_plot(ax, agg, results, styles, *, logx=True):
+    for lab in _order(agg, results):
+        d = agg[lab]
+        xs = [x for x in d if d[x][2] > 0 and math.isfinite(d[x][0])]
+        if not xs:
+            continue
+        ys = [d[x][0] for x in xs]
+        ax.plot(xs, ys, marker="o", ms=3, lw=1.4, label=lab, **styles[lab])
+        sd = [d[x][1] for x in xs]
+        if any(s > 0 for s in sd):
+            ax.fill_between(xs, [y - s for y, s in zip(ys, sd)], [y + s for y, s in zip(ys, sd)],
+                            color=styles[lab]["color"], alpha=0.12, lw=0)
+    if logx:
+        ax.set_xscale("log", base=2)
+
+
+def _cap_ylim(ax, agg, x0):
+    """Keep the interesting range visible when a few schemes explode."""
+    at0 = [d[x0][0] for d in agg.values() if x0 in d and math.isfinite(d[x0][0])]
+    allv = [v[0] for d in agg.values() for v in d.values() if math.isfinite(v[0])]
+    if not at0 or not allv:
+        return
+    lo, hi = min(allv), max(allv)
+    cap = max(at0) + 2.0 * (max(at0) - min(at0) + 0.25)
+    if hi > cap:
+        ax.set_ylim(lo - 0.05 * (cap - lo), cap)
+
+
+def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
+    """Write the PNG plots; returns their file names (relative to ``out_dir``)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    made = []
+    tasks = _tasks(results)
+    labels = sorted({r["label"] for r in results["runs"]})
+    styles = _style(_order(labels, results))
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(out_dir / name, dpi=110)
+        plt.close(fig)
+        made.append(name)
+
+    if "lm" in tasks:
+        tl = _train_len(results, "lm")
+        agg = aggregate(results, "lm", "bpb")
+        fig, ax = plt.subplots(figsize=(8, 5))
+        _line_plot(ax, agg, results, styles)
+        ax.axvline(tl, color="grey", lw=0.8, ls="--")
+        _cap_ylim(ax, agg, tl)
+        ax.set_xlabel("evaluation length (bytes; dashed line: training length)")
+        ax.set_ylabel("bits per byte (validation)")
+        ax.set_title("Language modelling: loss against evaluation length")
+        ax.legend(fontsize=7, ncol=2, loc="best")
+        ax.grid(alpha=0.3)
+        save(fig, "lm_loss_vs_length.png")
+
+        longest = max((m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r["position_loss"]),
+                      default=None)
+        if longest is not None:
+            acc: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+            for r in results["runs"]:
+                if r["task"] != "lm":
+                    continue
+                for m in r["position_loss"]:
+                    if m["eval_len"] == longest and m["bpb"] is not None:
+                        acc[r["label"]][(m["bucket_start"] + m["bucket_end"]) / 2].append(m["bpb"])
+            pagg = {lab: {x: _stats(v) for x, v in sorted(d.items())} for lab, d in acc.items()}
+            fig, ax = plt.subplots(figsize=(8, 5))
+            _line_plot(ax, pagg, results, styles, logx=False)
+            ax.axvline(tl, color="grey", lw=0.8, ls="--")
+            first = min(pagg[next(iter(pagg))]) if pagg else 0
+            _cap_ylim(ax, pagg, first)
+            ax.set_xlabel(f"position inside a {longest}-byte window (dashed line: training length)")
+            ax.set_ylabel("bits per byte")
+            ax.set_title("Language modelling: loss by position")
+            ax.legend(fontsize=7, ncol=2, loc="best")
+            ax.grid(alpha=0.3)
+            save(fig, "lm_loss_by_position.png")
+
+        fagg = aggregate(results, "lm", "bpb", "fixed_target", "context_len")
+        if fagg:
+            fig, ax = plt.subplots(figsize=(8, 5))
+            _line_plot(ax, fagg, results, styles)
+            ax.axvline(tl, color="grey", lw=0.8, ls="--")
+            _cap_ylim(ax, fagg, tl)
+            ax.set_xlabel("context length (bytes) before the same target bytes")
+            ax.set_ylabel("bits per byte on the fixed targets")
+            ax.set_title("Language modelling: fixed targets, growing context")
+            ax.legend(fontsize=7, ncol=2, loc="best")
+            ax.grid(alpha=0.3)
+            save(fig, "lm_fixed_target.png")
+
+    algo = [t for t in tasks if t != "lm"]
+    if algo:
+        fig, axes = plt.subplots(1, len(algo), figsize=(4.2 * len(algo) + 1.5, 4.2), squeeze=False)
+        for ax, task in zip(axes[0], algo):
+            agg = aggregate(results, task, "accuracy")
+            _line_plot(ax, agg, results, styles, logx=False)
+            tl = _train_len(results, task)
+            if tl:
+                ax.axvline(tl, color="grey", lw=0.8, ls="--")
+            ax.set_ylim(-0.03, 1.03)
+            ax.set_title(task)
+            ax.set_xlabel("problem length (dashed: longest trained)")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel("exact-match accuracy (greedy)")
+        handles, labs = axes[0][-1].get_legend_handles_labels()
+        fig.legend(handles, labs, fontsize=7, loc="center right")
+        fig.tight_layout(rect=(0, 0, 1 - 1.4 / (4.2 * len(algo) + 1.5), 1))
+        fig.savefig(out_dir / "accuracy_vs_length.png", dpi=110)
+        plt.close(fig)
+        made.append("accuracy_vs_length.png")
+    return made
+
+
+# ------------------------------------------------------------------ report
+
+
+def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *, command: str = "",
+                 wall_seconds: float | None = None) -> Path:
+    """``report.md``: configuration, tables, links to the plots, failures."""
+    out_dir = Path(out_dir)
+    cfg = results.get("config", {})
+    runs = results["runs"]
+    train_s = sum((r.get("train") or {}).get("seconds") or 0 for r in runs if not r["variant"]
+                  or r["variant"] == "randomized")
+    lines = [f"# relpos compare: preset `{cfg.get('preset', '?')}`", ""]
+    if command:
+        lines += ["Command:", "", f"    {command}", ""]
+    lines += [
+        f"- configuration fingerprint `{results['fingerprint']}`; {len(runs)} evaluated models "
+        f"({len({r['job'] for r in runs})} trainings)",
+        f"- model: d_model {cfg.get('d_model')}, {cfg.get('n_layers')} layers, {cfg.get('n_heads')} heads; "
+        f"{cfg.get('steps')} steps of batch {cfg.get('batch_size')} (per-task overrides: "
+        f"{cfg.get('task_train') or 'none'})",
+        f"- seeds {cfg.get('seeds')}; RoPE scalings evaluated on the trained RoPE model: "
+        f"{', '.join(cfg.get('rope_variants') or []) or 'none'}; randomized positions for: "
+        f"{', '.join(cfg.get('randomized') or []) or 'none'}",
+        f"- total training time {train_s / 60:.1f} min (summed over runs)"
+        + (f"; wall time of the last invocation {wall_seconds / 60:.1f} min" if wall_seconds else ""),
+        "",
+        "Labels: `rope-pi`, `rope-ntk`, `rope-dynamic`, `rope-yarn` are the trained `rope` model evaluated with "
+        "that scaling (no retraining); `X+rand` was trained with randomized positions. Lengths marked `*` are "
+        "longer than anything seen in training. `±` is the standard deviation over seeds.",
+        "",
+    ]
+    plot_for = {
+        "lm": ["lm_loss_vs_length.png", "lm_loss_by_position.png", "lm_fixed_target.png"],
+    }
+    for task in _tasks(results):
+        lines += [f"## {task}", "", markdown_tables(results, task)]
+        for p in plot_for.get(task, []):
+            if p in plots:
+                lines += [f"![{p}]({p})", ""]
+    if "accuracy_vs_length.png" in plots:
+        lines += ["## Accuracy against length", "", "![accuracy_vs_length.png](accuracy_vs_length.png)", ""]
+    if results.get("failures"):
+        lines += ["## Failed runs (retried on the next invocation)", ""]
+        for f in results["failures"]:
+            last = f["error"].strip().splitlines()[-1] if f["error"].strip() else ""
+            lines.append(f"- `{f['job']}`: {last}")
+        lines.append("")
+    path = out_dir / "report.md"
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, path)
+    return path

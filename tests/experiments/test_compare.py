@@ -1,0 +1,307 @@
+"""End to end: a tiny sweep, resume (also after SIGKILL), config mismatch, bad input, results.json."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from relpos.cli import main
+from relpos.experiments.compare import compare, plan
+from relpos.experiments.config import preset
+from relpos.experiments.runner import Job, SerialRunner, model_config_for, rope_variant_model_for
+from relpos.experiments.store import ConfigMismatchError, Store
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tiny(**kw):
+    cfg = preset("ci")
+    cfg.schemes = ["alibi", "rope"]
+    cfg.tasks = ["lm", "copy"]
+    cfg.steps = 3
+    cfg.d_model, cfg.n_heads, cfg.n_layers = 16, 2, 1
+    cfg.rope_variants = ["pi", "yarn"]
+    cfg.lm = {"train_len": 8, "eval_factors": [1, 2], "eval_tokens": 64, "train_bytes": 20_000}
+    cfg.algorithmic = {"train_len": 3, "eval_factors": [1, 2], "n_eval": 4}
+    cfg.workers = 1
+    for k, v in kw.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def quiet(_msg):
+    pass
+
+
+def run_tiny(out, **kw):
+    return compare(tiny(**kw), out, runner=SerialRunner(), progress=False, log=quiet)
+
+
+def digest(folder: Path) -> dict:
+    """Hashes of the files in a folder (SQLite's own -wal/-shm companions left out: a reader
+    may create them empty; the database's contents are compared through results.sqlite)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
+            if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    s = run_tiny(out)
+    return out, s
+
+
+def test_sweep_writes_everything(swept):
+    out, s = swept
+    assert s.total == 4 and s.finished == 4 and not s.failed
+    for name in ("results.sqlite", "results.json", "config.json", "report.md", "lm_loss_vs_length.png",
+                 "lm_loss_by_position.png", "lm_fixed_target.png", "accuracy_vs_length.png"):
+        assert (out / name).exists(), name
+    report = (out / "report.md").read_text()
+    for png in out.glob("*.png"):
+        assert f"]({png.name})" in report
+    with Store(out / "results.sqlite") as st:
+        assert st.integrity_check() == "ok"
+        assert len(st.done_jobs(s.fingerprint)) == 4
+
+
+def test_results_json_schema(swept):
+    out, s = swept
+    d = json.loads((out / "results.json").read_text())
+    assert d["version"] == 1 and d["fingerprint"] == s.fingerprint
+    assert d["config"]["schemes"] == ["alibi", "rope"]
+    runs = d["runs"]
+    # 2 schemes x 2 tasks, plus 2 RoPE scalings per task
+    assert len(runs) == 4 + 4
+    keys = {(r["task"], r["scheme"], r["variant"]) for r in runs}
+    assert ("lm", "rope", "yarn") in keys and ("copy", "rope", "pi") in keys and ("lm", "alibi", None) in keys
+    for r in runs:
+        assert {"scheme", "variant", "task", "seed", "train_len", "metrics", "position_loss"} <= set(r)
+        assert isinstance(r["seed"], int) and isinstance(r["train_len"], int)
+        for m in r["metrics"]:
+            assert {"eval_len", "loss", "bpb", "ppl", "accuracy"} <= set(m)
+        if r["task"] == "lm":
+            assert r["train_len"] == 8
+            assert [m["eval_len"] for m in r["metrics"]] == [8, 16]
+            assert all(m["bpb"] > 0 and m["ppl"] > 1 and m["accuracy"] is None for m in r["metrics"])
+            assert {p["eval_len"] for p in r["position_loss"]} == {8, 16}
+            assert all({"bucket_start", "bucket_end", "bpb"} <= set(p) for p in r["position_loss"])
+            assert [f["context_len"] for f in r["fixed_target"]] == [8, 16]
+        else:
+            assert r["train_len"] == 3
+            assert [m["eval_len"] for m in r["metrics"]] == [3, 6]
+            assert all(0 <= m["accuracy"] <= 1 and m["bpb"] is None for m in r["metrics"])
+            assert r["position_loss"] == []
+
+
+def test_rerun_skips_everything_and_changes_no_result(swept):
+    out, s = swept
+    with Store(out / "results.sqlite") as st:
+        before = st.conn.execute("SELECT * FROM measurements ORDER BY 1,2,3,4,5,6,7,8,9").fetchall()
+    s2 = run_tiny(out)
+    assert s2.skipped == 4 and s2.finished == 0
+    with Store(out / "results.sqlite") as st:
+        after = st.conn.execute("SELECT * FROM measurements ORDER BY 1,2,3,4,5,6,7,8,9").fetchall()
+    assert before == after
+
+
+def test_adding_a_scheme_reuses_the_folder(swept, tmp_path):
+    out, _ = swept
+    s = run_tiny(out, schemes=["alibi", "rope", "nope"], tasks=["copy"])
+    assert s.skipped == 2 and s.finished == 1
+    d = json.loads((out / "results.json").read_text())
+    assert ("copy", "nope") in {(r["task"], r["scheme"]) for r in d["runs"]}
+
+
+def test_different_configuration_is_refused_and_nothing_changes(swept):
+    out, _ = swept
+    before = digest(out)
+    with pytest.raises(ConfigMismatchError, match=r"different configuration.*steps: 3 -> 4.*--force"):
+        run_tiny(out, steps=4)
+    assert digest(out) == before
+    # through the command line: exit status 2 and one clear line
+    r = subprocess.run([sys.executable, "-m", "relpos.cli", "compare", "--preset", "ci", "--out", str(out),
+                        "--no-progress"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and "different configuration" in r.stderr and "Traceback" not in r.stderr
+    assert digest(out) == before
+
+
+def test_force_moves_old_results_aside(tmp_path):
+    out = tmp_path / "o"
+    run_tiny(out, schemes=["alibi"], tasks=["copy"])
+    old = digest(out)
+    with pytest.raises(ConfigMismatchError):
+        run_tiny(out, schemes=["alibi"], tasks=["copy"], steps=4)
+    s = compare(tiny(schemes=["alibi"], tasks=["copy"], steps=4), out, runner=SerialRunner(), force=True,
+                progress=False, log=quiet, plots=False)
+    assert s.finished == 1
+    prev = [p for p in out.iterdir() if p.name.startswith("previous-")]
+    assert len(prev) == 1
+    assert digest(prev[0])["results.json"] == old["results.json"]
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--schemes", "alibi,bogus"], "unknown scheme 'bogus'"),
+    (["--tasks", "lm,sorting"], "unknown task 'sorting'"),
+    (["--eval-lengths", "32,0"], "above zero"),
+    (["--task-eval-lengths", "-3"], "above zero"),
+    (["--rope-variants", "wat"], "unknown RoPE variant"),
+    (["--preset", "huge"], "unknown preset"),
+    (["--runner", "carrier-pigeon"], "unknown runner"),
+])
+def test_bad_input_is_a_clear_error(tmp_path, capsys, argv, msg):
+    out = tmp_path / "o"
+    assert main(["compare", "--out", str(out), "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "error" in err
+    assert not (out / "results.sqlite").exists()
+
+
+def test_dry_run_lists_the_plan(capsys):
+    assert main(["compare", "--preset", "full", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    cfg = preset("full").validate()
+    assert f"{len(plan(cfg))} training runs" in out and "recall/rope+rand/seed2" in out
+
+
+def test_learned_table_covers_the_longest_evaluation():
+    cfg = tiny(schemes=["learned"]).validate()
+    for task in ("lm", "copy"):
+        t = cfg.make_task(task)
+        m = model_config_for(Job(task, "learned", 0), cfg, t)
+        assert m.max_len > t.max_seq_len()
+        r = model_config_for(Job(task, "learned", 0, randomized=True), cfg, t)
+        assert r.random_positions >= t.max_seq_len() and r.max_len >= r.random_positions
+
+
+def test_rope_variants_share_weights_and_scale_by_length():
+    from relpos.encodings.rope import RoPE
+    from relpos.model import ModelConfig, TransformerLM
+    from tests.helpers import randomize_parameters
+
+    m = TransformerLM(ModelConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, max_len=64, scheme="rope"))
+    randomize_parameters(m)
+    m.eval()
+    x = torch.randint(0, 20, (2, 32))
+    base = m(x)
+    mf = rope_variant_model_for(m, 8, "linear", None)
+    at_train = mf(8)
+    torch.testing.assert_close(at_train(x), base)  # factor 1: the trained model
+    longer = mf(32)
+    enc = next(mod for mod in longer.modules() if isinstance(mod, RoPE))
+    assert (enc.scaling, enc.factor, enc.original_max_len) == ("linear", 4.0, 8)
+    assert not torch.allclose(longer(x), base)
+    assert all(torch.equal(p, q) for p, q in zip(m.parameters(), longer.parameters()))
+    assert all(mod.scaling is None for mod in m.modules() if isinstance(mod, RoPE))  # base untouched
+    fixed = rope_variant_model_for(m, 8, "dynamic", 2.0)(32)
+    assert next(mod for mod in fixed.modules() if isinstance(mod, RoPE)).factor == 2.0
+
+
+def _db_jobs(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").exists(), reason="needs /proc to find worker processes")
+def test_resume_after_sigkill(tmp_path):
+    """Kill -9 a running sweep after its first stored run: the database is intact, the
+    workers go away, and the rerun skips what was stored and finishes the rest."""
+    out = tmp_path / "killed"
+    argv = [sys.executable, "-m", "relpos.cli", "compare", "--preset", "ci", "--out", str(out), "--no-progress",
+            "--schemes", "nope,alibi,t5,kerple-log,sandwich,rope", "--tasks", "lm", "--rope-variants", "none",
+            "--steps", "15", "--eval-tokens", "256", "--workers", "2"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    db = out / "results.sqlite"
+    try:
+        deadline = time.time() + 240
+        while _db_jobs(db) < 1:
+            assert p.poll() is None, p.stderr.read().decode()[-3000:]
+            assert time.time() < deadline, "no run finished in time"
+            time.sleep(0.05)
+        workers = _children(p.pid)
+        os.kill(p.pid, signal.SIGKILL)  # the sweep only: its workers must notice and exit
+        p.wait(30)
+        deadline = time.time() + 20
+        while any(_alive(w) for w in workers) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not [w for w in workers if _alive(w)], "orphaned worker processes kept running"
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.stdout.close()
+        p.stderr.close()
+    stored = _db_jobs(db)
+    assert 1 <= stored < 6
+    with Store(db) as st:
+        assert st.integrity_check() == "ok"
+    r = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"{stored} of 6 runs already" in r.stderr
+    with Store(db) as st:
+        assert st.integrity_check() == "ok"
+        assert st.conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 6
+        assert st.conn.execute("SELECT COUNT(DISTINCT job) FROM runs").fetchone()[0] == 6
+    d = json.loads((out / "results.json").read_text())
+    assert {r["scheme"] for r in d["runs"]} == {"nope", "alibi", "t5", "kerple-log", "sandwich", "rope"}
+
+
+@pytest.mark.slow
+def test_ci_preset_end_to_end(tmp_path):
+    """`relpos compare --preset ci` as CI runs it: every default scheme, exit status 0, all files."""
+    out = tmp_path / "ci"
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "relpos.cli", "compare", "--preset", "ci", "--out", str(out),
+                        "--workers", "2", "--no-progress"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    took = time.time() - t0
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = json.loads((out / "results.json").read_text())
+    cfg = preset("ci").validate()
+    assert {(x["task"], x["scheme"]) for x in d["runs"]} == {(t, s) for t in cfg.tasks for s in cfg.schemes}
+    assert {x["variant"] for x in d["runs"] if x["scheme"] == "rope"} == {None, "pi", "ntk", "dynamic", "yarn"}
+    assert "bits per byte" in r.stdout and "exact-match accuracy" in r.stdout
+    print(f"ci preset took {took:.0f} s")

@@ -1,0 +1,99 @@
+"""Sweep configuration: presets, validation errors, fingerprint."""
+
+from __future__ import annotations
+
+import pytest
+
+from relpos.experiments.config import DEFAULT_SCHEMES, PRESETS, ExperimentConfig, config_diff, preset
+
+
+def test_presets_validate_and_cover_the_issue():
+    for name in PRESETS:
+        preset(name).validate()
+    d = preset("default").validate()
+    for s in ("nope", "sinusoidal", "learned", "shaw", "t5", "alibi", "rope", "transformer-xl", "fire", "sandwich"):
+        assert s in d.schemes
+    assert any(s.startswith("kerple") for s in d.schemes)
+    assert "lm" in d.tasks and any(t in d.tasks for t in ("copy", "reverse", "recall", "parity"))
+    assert set(d.rope_variants) == {"pi", "ntk", "dynamic", "yarn"}
+    assert d.make_task("lm").eval_lengths == tuple(64 * f for f in (1, 2, 4, 8, 16))
+    algo = d.make_task(d.tasks[1])
+    assert max(algo.eval_lengths) >= 3 * algo.train_len
+    full = preset("full").validate()
+    assert set(full.tasks) == {"lm", "copy", "reverse", "recall", "parity"} and len(full.seeds) == 3
+    assert full.d_model * full.n_layers > d.d_model * d.n_layers and set(DEFAULT_SCHEMES) <= set(full.schemes)
+    assert full.randomized
+
+
+def test_unknown_names_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown scheme 'bogus'.*known schemes: .*alibi"):
+        preset("ci", schemes=["alibi", "bogus"]).validate()
+    with pytest.raises(ValueError, match="unknown task 'sorting'.*known tasks: lm, copy"):
+        preset("ci", tasks=["sorting"]).validate()
+    with pytest.raises(ValueError, match="unknown RoPE variant 'xyz'"):
+        preset("ci", rope_variants=["xyz"]).validate()
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        preset("huge")
+    with pytest.raises(ValueError, match="unknown scheme 'nah' in randomized"):
+        preset("ci", randomized=["nah"]).validate()
+
+
+@pytest.mark.parametrize("bad", [[0], [64, -1]])
+def test_lengths_must_be_above_zero(bad):
+    cfg = preset("ci")
+    cfg.lm = {**cfg.lm, "eval_lengths": bad}
+    with pytest.raises(ValueError, match="above zero"):
+        cfg.validate()
+    cfg = preset("ci")
+    cfg.algorithmic = {**cfg.algorithmic, "eval_lengths": bad}
+    with pytest.raises(ValueError, match="above zero"):
+        cfg.validate()
+    with pytest.raises(ValueError, match="train_len"):
+        preset("ci", lm={"train_len": 0}).validate()
+
+
+def test_sizes_are_checked():
+    with pytest.raises(ValueError, match="divisible by n_heads"):
+        preset("ci", d_model=30, n_heads=4).validate()
+    with pytest.raises(ValueError, match="steps"):
+        preset("ci", steps=0).validate()
+    with pytest.raises(ValueError, match="lr"):
+        preset("ci", lr=0.0).validate()
+
+
+def test_names_are_normalised():
+    cfg = preset("ci", schemes=["ALiBi", "transformer_xl", "alibi"], tasks=["LM"]).validate()
+    assert cfg.schemes == ["alibi", "transformer-xl"] and cfg.tasks == ["lm"]
+
+
+def test_fingerprint_covers_protocol_not_selection():
+    a = preset("ci").validate()
+    fp = a.fingerprint()
+    assert fp == preset("ci").validate().fingerprint()  # stable
+    # what to run, and how to run it, do not change it
+    assert preset("ci", schemes=["alibi"], seeds=[5], tasks=["copy"], workers=7, threads=3,
+                  randomized=["rope"]).validate().fingerprint() == fp
+    # anything that changes a measurement does
+    for change in ({"steps": 41}, {"d_model": 64}, {"lm": {**a.lm, "train_len": 16}},
+                   {"algorithmic": {**a.algorithmic, "n_eval": 33}}, {"rope_variants": ["pi"]},
+                   {"scheme_options": {"shaw": {"k": 4}}}, {"task_train": {"copy": {"steps": 9}}}):
+        assert preset("ci", **change).validate().fingerprint() != fp, change
+
+
+def test_dict_roundtrip_and_diff():
+    a = preset("default")
+    b = ExperimentConfig.from_dict(a.to_dict())
+    assert b == a
+    with pytest.raises(ValueError, match="unknown configuration keys"):
+        ExperimentConfig.from_dict({**a.to_dict(), "colour": 1})
+    assert config_diff({"a": {"b": 1}, "c": 2}, {"a": {"b": 3}, "d": 4}) == [
+        "a.b: 1 -> 3", "c: 2 -> (absent)", "d: (absent) -> 4"]
+
+
+def test_task_train_overrides():
+    cfg = preset("default").validate()
+    lm, copy = cfg.train_settings("lm"), cfg.train_settings("copy")
+    assert lm["steps"] == cfg.steps
+    assert copy["steps"] == cfg.task_train["copy"]["steps"]
+    with pytest.raises(ValueError, match="task_train"):
+        preset("ci", task_train={"copy": {"epochs": 3}}).validate()

@@ -1,0 +1,116 @@
+"""Reporting from stored runs: results.json layout, aggregation over seeds, tables, plots."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from relpos.experiments.report import (
+    aggregate,
+    label,
+    make_plots,
+    results_dict,
+    text_tables,
+    write_json_atomic,
+    write_report,
+)
+
+
+def stored_run(scheme, variant, task, seed, values, train_len=8):
+    ms = []
+    for n, v in values.items():
+        if task == "lm":
+            ms.append({"protocol": "window", "eval_len": n, "bucket_start": -1, "bucket_end": -1, "loss": v,
+                       "bpb": v / math.log(2), "ppl": math.exp(v), "accuracy": None, "token_accuracy": None,
+                       "count": 100})
+            for a in range(0, n, n // 2):
+                ms.append({"protocol": "position", "eval_len": n, "bucket_start": a, "bucket_end": a + n // 2,
+                           "loss": v, "bpb": v / math.log(2) + a / n, "ppl": None, "accuracy": None,
+                           "token_accuracy": None, "count": 50})
+            ms.append({"protocol": "fixed_target", "eval_len": n, "bucket_start": -1, "bucket_end": -1, "loss": v,
+                       "bpb": v, "ppl": None, "accuracy": None, "token_accuracy": None, "count": 16})
+        else:
+            ms.append({"protocol": "accuracy", "eval_len": n, "bucket_start": -1, "bucket_end": -1, "loss": None,
+                       "bpb": None, "ppl": None, "accuracy": v, "token_accuracy": v, "count": 10})
+    return {"scheme": scheme, "variant": variant, "task": task, "seed": seed, "train_len": train_len,
+            "job": f"{task}/{scheme}/seed{seed}", "info": {}, "measurements": ms}
+
+
+@pytest.fixture
+def results():
+    runs = [
+        stored_run("alibi", None, "lm", 0, {8: 1.0, 16: 1.1}),
+        stored_run("alibi", None, "lm", 1, {8: 1.2, 16: 1.3}),
+        stored_run("rope", None, "lm", 0, {8: 0.9, 16: 3.0}),
+        stored_run("rope", "yarn", "lm", 0, {8: 0.9, 16: 1.5}),
+        stored_run("rope", "randomized", "lm", 0, {8: 1.0, 16: 1.2}),
+        stored_run("alibi", None, "copy", 0, {3: 1.0, 6: 0.25}, train_len=3),
+        stored_run("rope", None, "copy", 0, {3: 0.5, 6: float("nan")}, train_len=3),
+    ]
+    jobs = [{"job": "lm/alibi/seed0", "info": {"train": {"seconds": 2.0, "model": {"x": 1}}}}]
+    cfg = {"preset": "t", "schemes": ["rope", "alibi"], "rope_variants": ["yarn"], "randomized": ["rope"]}
+    return results_dict(cfg, "fp", runs, jobs, [{"job": "copy/t5/seed0", "error": "x\nValueError: boom", "at": ""}])
+
+
+def test_labels():
+    assert label("rope", None) == "rope" and label("rope", "yarn") == "rope-yarn"
+    assert label("alibi", "randomized") == "alibi+rand"
+
+
+def test_results_layout(results):
+    assert results["version"] == 1 and results["fingerprint"] == "fp"
+    r = results["runs"][0]
+    assert r["label"] == "alibi" and [m["eval_len"] for m in r["metrics"]] == [8, 16]
+    assert r["metrics"][0]["bpb"] == pytest.approx(1.0 / math.log(2))
+    assert [(p["bucket_start"], p["bucket_end"]) for p in r["position_loss"] if p["eval_len"] == 16] == [(0, 8), (8, 16)]
+    assert [f["context_len"] for f in r["fixed_target"]] == [8, 16]
+    assert r["train"] == {"seconds": 2.0}  # model config dropped
+    nan_run = [x for x in results["runs"] if x["task"] == "copy" and x["scheme"] == "rope"][0]
+    assert nan_run["metrics"][1]["accuracy"] is None  # NaN is not valid JSON
+    json.dumps(results, allow_nan=False)
+
+
+def test_aggregate_over_seeds(results):
+    agg = aggregate(results, "lm", "loss")
+    mean, std, n = agg["alibi"][8]
+    assert n == 2 and mean == pytest.approx(1.1) and std == pytest.approx(math.sqrt(0.02))
+    assert agg["rope-yarn"][16][:3] == (1.5, 0.0, 1)
+    acc = aggregate(results, "copy", "accuracy")
+    assert acc["rope"][6][2] == 0  # NaN became missing
+
+
+def test_text_tables_order_and_marks(results):
+    text = text_tables(results)
+    lm_rows = [ln.split()[0] for ln in text.splitlines() if ln.split() and ln.split()[0] in
+               ("rope", "rope-yarn", "rope+rand", "alibi")]
+    assert lm_rows[:4] == ["rope", "rope-yarn", "rope+rand", "alibi"]  # config order, variants after
+    assert "6*" in text  # lengths beyond training are marked
+    assert "1.587±0.204" in text  # bits per byte, mean ± std over the two seeds
+
+
+def test_plots_and_report(results, tmp_path):
+    plots = make_plots(results, tmp_path)
+    assert set(plots) == {"lm_loss_vs_length.png", "lm_loss_by_position.png", "lm_fixed_target.png",
+                          "accuracy_vs_length.png"}
+    for p in plots:
+        assert (tmp_path / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rep = write_report(results, tmp_path, plots, command="relpos compare --preset t").read_text()
+    assert "relpos compare --preset t" in rep and "copy/t5/seed0" in rep and "ValueError: boom" in rep
+    for p in plots:
+        assert f"]({p})" in rep
+
+
+def test_only_algorithmic_results_plot(tmp_path):
+    res = results_dict({"schemes": ["alibi"]}, "fp", [stored_run("alibi", None, "parity", 0, {3: 0.5}, 3)])
+    assert make_plots(res, tmp_path) == ["accuracy_vs_length.png"]
+
+
+def test_atomic_json(tmp_path):
+    p = tmp_path / "r.json"
+    write_json_atomic(p, {"a": 1})
+    with pytest.raises(ValueError):
+        write_json_atomic(p, {"a": float("nan")})
+    assert json.loads(p.read_text()) == {"a": 1}  # the old file survives a failed write
+    assert [q.name for q in tmp_path.iterdir()] == ["r.json"]
