@@ -376,6 +376,26 @@ def test_narrow_window_has_no_horizontal_scroll(view, name):
     assert sw <= 401, f"page is {sw}px wide in a 400px window"
 
 
+def test_views_without_results_or_checkpoint_explain_what_to_do(browser):
+    srv = make_server(Explorer())
+    serve_in_thread(srv)
+    ctx, page, watch = _open_context(browser)
+    try:
+        page.goto(srv.url + "#extrap")
+        page.wait_for_selector("body[data-ready=true]")
+        page.wait_for_function("() => document.querySelector('#v4-chart').textContent.includes('--results')")
+        page.click("#tab-attn")
+        page.wait_for_selector("#v5-error:not([hidden])")
+        assert "--checkpoint" in page.text_content("#v5-error")
+        page.click(".lang button[data-lang=zh]")
+        assert "检查点" in page.text_content("#v5-error")
+    finally:
+        ctx.close()
+        srv.shutdown()
+        srv.server_close()
+    watch.check()
+
+
 # ------------------------------------------------------------------- export
 
 

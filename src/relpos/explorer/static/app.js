@@ -116,7 +116,7 @@
       'v4.lead': 'Models trained at one length (dashed line) and evaluated at longer ones, from a relpos compare results folder. Each line is one scheme, the mean over seeds; the shaded band spans the lowest to the highest seed. A scheme that extrapolates keeps its curve flat to the right of the training length.',
       'v4.formula': 'bits per byte = loss / ln 2 (loss in nats per byte); accuracy = fraction of answers exactly right.',
       'v4.source': 'Results', 'v4.file': 'Or load a results.json file', 'v4.task': 'Task', 'v4.metric': 'Metric',
-      'v4.table': 'Numbers', 'v4.none': 'No results loaded.',
+      'v4.table': 'Numbers', 'v4.none': 'No results loaded. Start relpos explore with --results DIR (a relpos compare output folder), or load a results.json file.',
       'v4.upload': 'uploaded file',
       'v4.x': 'evaluation length (tokens, log scale)',
       'v4.train': 'train length {n}',
@@ -132,7 +132,7 @@
       'v5.formula': 'p<sub>ij</sub> = softmax<sub>j</sub>( q′<sub>i</sub>·k′<sub>j</sub> / √D + b(i, j) + score(i, j) )',
       'v5.ckpt': 'Checkpoint', 'v5.text': 'Text (read as UTF-8 bytes)', 'v5.layer': 'Layer', 'v5.head': 'Head',
       'v5.all_heads': 'All heads of this layer (click one)',
-      'v5.none': 'No checkpoint loaded.',
+      'v5.none': 'No checkpoint loaded. Start relpos explore with --checkpoint DIR (a folder written by relpos train).',
       'v5.ckpt_info': 'scheme {scheme}, {layers} layers × {heads} heads, max length {max}',
       'v5.cap': 'Attention probabilities, layer {l}, head {h} ({n} bytes). Rows: query i ↓, columns: key j →.',
       'v5.cell': 'query i = {i} (“{a}”) → key j = {j} (“{b}”): p = {p}',
@@ -247,7 +247,7 @@
       'v4.lead': '模型在某个长度上训练（虚线），再在更长的序列上评测；数据来自 relpos compare 的结果目录。每条线是一个方案在各随机种子上的平均，阴影带覆盖最差到最好的种子。能外推的方案在训练长度右侧仍保持平坦。',
       'v4.formula': '每字节比特数 = 损失 / ln 2（损失以 nat/字节计）；准确率 = 完全答对的比例。',
       'v4.source': '结果', 'v4.file': '或载入一个 results.json 文件', 'v4.task': '任务', 'v4.metric': '指标',
-      'v4.table': '具体数值', 'v4.none': '尚未载入结果。',
+      'v4.table': '具体数值', 'v4.none': '尚未载入结果。请用 relpos explore --results DIR（relpos compare 的输出目录）启动，或载入一个 results.json 文件。',
       'v4.upload': '上传的文件',
       'v4.x': '评测长度（词元，对数刻度）',
       'v4.train': '训练长度 {n}',
@@ -263,7 +263,7 @@
       'v5.formula': 'p<sub>ij</sub> = softmax<sub>j</sub>( q′<sub>i</sub>·k′<sub>j</sub> / √D + b(i, j) + score(i, j) )',
       'v5.ckpt': '检查点', 'v5.text': '文本（按 UTF-8 字节读取）', 'v5.layer': '层', 'v5.head': '头',
       'v5.all_heads': '本层的所有头（点击选择）',
-      'v5.none': '尚未载入检查点。',
+      'v5.none': '尚未载入检查点。请用 relpos explore --checkpoint DIR（relpos train 写出的目录）启动。',
       'v5.ckpt_info': '方案 {scheme}，{layers} 层 × {heads} 个头，最大长度 {max}',
       'v5.cap': '注意力概率，第 {l} 层，第 {h} 个头（{n} 字节）。行：查询 i ↓，列：键 j →。',
       'v5.cell': '查询 i = {i}（“{a}”）→ 键 j = {j}（“{b}”）：p = {p}',
@@ -1088,7 +1088,7 @@
     function init() {
       source.replaceChildren();
       for (const r of state.info.results) source.append(el('option', { value: String(r.index) }, r.label));
-      if (!state.info.results.length) source.append(el('option', { value: '', disabled: true }, t('v4.none')));
+      if (!state.info.results.length) source.append(el('option', { value: '', disabled: true }, '—'));
       source.disabled = !state.info.results.length;
       if (SNAP) $('#v4-upload-wrap').hidden = true;
       source.addEventListener('change', () => { uploaded = null; task.value = ''; metric.value = ''; load(true); });
@@ -1177,7 +1177,7 @@
     }
     return {
       show() { if (!loaded) { loaded = true; init(); load(true); } else render(); },
-      relabel() { if (loaded) { if (!state.info.results.length && !uploaded) { const o = source.querySelector('option'); if (o) o.textContent = t('v4.none'); } render(); } },
+      relabel() { if (loaded) render(); },
       redraw() { if (loaded) render(); }
     };
   })();
@@ -1193,7 +1193,7 @@
     function init() {
       ckpt.replaceChildren();
       for (const c of state.info.checkpoints) ckpt.append(el('option', { value: String(c.index) }, c.label));
-      if (!state.info.checkpoints.length) ckpt.append(el('option', { value: '', disabled: true }, t('v5.none')));
+      if (!state.info.checkpoints.length) ckpt.append(el('option', { value: '', disabled: true }, '—'));
       ckpt.disabled = !state.info.checkpoints.length;
       ckpt.addEventListener('change', () => { fillLayers(); load(); });
       layer.addEventListener('change', load);
@@ -1266,9 +1266,10 @@
       });
     }
     return {
-      show() { if (!loaded) { loaded = true; init(); if (state.info.checkpoints.length) load(); else showError('v5', new ApiFailure({ error: t('v5.none') + ' relpos explore --checkpoint DIR' })); } else render(); },
+      show() { if (!loaded) { loaded = true; init(); if (state.info.checkpoints.length) load(); else showError('v5', new ApiFailure({ error: t('v5.none') })); } else render(); },
       relabel() {
         if (!loaded) return;
+        if (!state.info.checkpoints.length) showError('v5', new ApiFailure({ error: t('v5.none') }));
         const c = current();
         if (c) {
           layer.querySelectorAll('option').forEach((o) => { o.textContent = t('layer_n', { l: Number(o.value) + 1 }); });
