@@ -930,6 +930,11 @@
           if (k > 0 && (b.to > b.from || bs[k - 1].to > bs[k - 1].from)) vlines.push({ x: b.from - 0.5, colour: '#666', dash: '2 3' });
         });
       }
+      if (data.k !== undefined && data.k < data.n) {
+        // Shaw: offsets beyond +-k reuse the end rows of the table
+        vlines.push({ x: -data.k - 0.5, colour: '#666', dash: '4 3', label: MINUS + 'k' });
+        if (!data.causal) vlines.push({ x: data.k + 0.5, colour: '#666', dash: '4 3', label: 'k' });
+      }
       lineChart($('#v2-curve'), { series, vlines, xLabel: t('v2.x'), yLabel: t('v2.y.' + data.values), maxWidth: 500, height: 280, aria: $('#v2-curve-cap').textContent });
       // parameters
       const ps = $('#v2-params');
