@@ -72,6 +72,10 @@ BLOCK_BYTES = 8 * 2**20
 MIN_ROWS, MAX_ROWS = 16, 1024
 #: Size of the masked diagonal squares of the causal staircase (``"regions"``).
 DIAG_ROWS = 256
+#: Working set of one block of the ``"regions"`` backward passes: heads per block and
+#: target bytes of one ``(B, heads, rows, keys)`` tensor (small enough to stay in cache).
+HEADS_PER_BLOCK = 2
+HANKEL_BLOCK_BYTES = 2 * 2**20
 #: Testing hook: force this many query rows per block (None = automatic).
 FORCE_ROWS: int | None = None
 
@@ -184,6 +188,19 @@ def _probe_leaves(req: Request, q: Tensor, k: Tensor, gen_bias: bool) -> list[Te
                 if all(leaf is not x for x in leaves):
                     leaves.append(leaf)
     return leaves
+
+
+def _exp_(t: Tensor) -> Tensor:
+    """In-place ``exp`` that first raises inputs to the smallest normal float's log.
+
+    PyTorch's vectorised ``exp`` takes a slow path (about 100x) for inputs whose
+    result is subnormal or zero, which masked (-inf) and far-away logits are.
+    ``exp(-87)`` is ``1.6e-38`` for float32 (``exp(-708)`` for float64): such
+    entries add nothing a float can resolve, and fully masked rows are zeroed
+    explicitly by the callers.
+    """
+    floor = -708.0 if t.dtype == torch.float64 else -87.0
+    return t.clamp_min_(floor).exp_()
 
 
 def _add_grads(acc: list, grads) -> None:
@@ -335,8 +352,11 @@ class _BlockFn(torch.autograd.Function):
                 s += enc.score(qb, kr, qp, kp, cfg.scale).to(cd)
             _mask_block(s, cfg, a, b, C)
             m = s.amax(-1, keepdim=True)
-            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-            p = s.sub_(m).exp_()
+            empty = m == -math.inf  # rows with no allowed key
+            m = torch.where(empty, torch.zeros_like(m), m)
+            p = _exp_(s.sub_(m))
+            if cfg.kpm is not None:
+                p.masked_fill_(empty, 0.0)
             l = p.sum(-1, keepdim=True)  # (B, H, R, 1)
             if cfg.has_value:
                 p.div_(l.clamp_min(tiny))
@@ -382,7 +402,10 @@ class _BlockFn(torch.autograd.Function):
                     sc = enc.score(qleaf, kleaf, qp, kp, cfg.scale)
                 s += sc.detach().to(cd)
             _mask_block(s, cfg, a, b, C)
-            p = s.sub_(lse[:, :, a:b, None]).exp_()  # normalised probabilities; empty rows -> 0
+            lb = lse[:, :, a:b, None]
+            p = _exp_(s.sub_(lb))  # normalised probabilities
+            if cfg.kpm is not None:
+                p.masked_fill_(lb == math.inf, 0.0)  # rows with no allowed key
             dp = torch.matmul(dob, vr.transpose(-1, -2))  # (B, H, R, C)
             if cfg.has_value:
                 with torch.enable_grad():
@@ -451,7 +474,13 @@ class _RegionCfg:
         self.rects = _staircase(Nq, Nk, self.qo, self.causal, DIAG_ROWS if FORCE_ROWS is None else FORCE_ROWS)
         self.cd = req.q.dtype
         itemsize = torch.finfo(self.cd).bits // 8
-        self.rows = _rows_per_block(B * H, Nk, itemsize)
+        # backward passes work on HEADS_PER_BLOCK heads x rows x keys (sized to stay in cache)
+        self.heads_per_block = HEADS_PER_BLOCK
+        g = max(1, min(H, HEADS_PER_BLOCK))
+        if FORCE_ROWS is not None:
+            self.rows = int(FORCE_ROWS)
+        else:
+            self.rows = int(max(MIN_ROWS, min(256, HANKEL_BLOCK_BYTES // max(1, B * g * Nk * itemsize))))
 
 
 def _staircase(Nq: int, Nk: int, qo: int, causal: bool, S: int) -> list[tuple[int, int, int, int, bool]]:
@@ -531,26 +560,127 @@ class _RegionFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         cfg: _RegionCfg = ctx.cfg
-        _, flash_bwd = _flash_ops()
         q, kr, vr, tvals, out, lse = ctx.saved_tensors
-        Nk = cfg.Nk
         dout = dout.contiguous()
         rv = _masked_reversed(cfg, tvals, q)
-        dq = torch.zeros_like(q)
-        dkr = torch.zeros_like(kr)
-        dvr = torch.zeros_like(vr)
-        for a0, a1, c0, c1, diag in cfg.rects:
-            mask = None if rv is None or (not diag and tvals is None) else _hankel_mask(rv, cfg, a0, a1, c0, c1)
-            ks = slice(Nk - c1, Nk - c0)
-            gq, gk, gv = flash_bwd(dout[:, :, a0:a1], q[:, :, a0:a1], kr[:, :, ks], vr[:, :, ks],
-                                   out[:, :, a0:a1], lse[:, :, a0:a1], 0.0, False, attn_mask=mask, scale=cfg.scale)
-            dq[:, :, a0:a1] += gq
-            dkr[:, :, ks] += gk
-            dvr[:, :, ks] += gv
+        need_t = tvals is not None and ctx.needs_input_grad[4]
+        drv = None
+        if need_t and cfg.saturation is None or need_t and not cfg.causal:
+            # dS is needed everywhere: one manual pass gives dq, dk, dv and the bias gradient
+            dq, dkr, dvr, drv = _hankel_backward(cfg, q, kr, vr, rv, out, lse, dout, band=None, want_qkv=True)
+        else:
+            dq, dkr, dvr = _flash_backward(cfg, q, kr, vr, rv, tvals is not None, out, lse, dout)
+            if need_t:
+                _, _, _, drv = _hankel_backward(cfg, q, kr, vr, rv, out, lse, dout, band=cfg.saturation,
+                                                want_qkv=False)
         dt = None
-        if tvals is not None and ctx.needs_input_grad[4]:
-            dt = _toeplitz_grad(cfg, q, kr.flip(2), vr.flip(2), tvals, out, lse, dout)
+        if drv is not None:
+            dt = drv.flip(-1)  # back to increasing offsets
+            if need_t and cfg.causal and cfg.saturation is not None:
+                _saturate(dt, cfg)
+            dt = dt.to(tvals.dtype)
+            if tvals.shape[0] == 1 and dt.shape[0] != 1:
+                dt = dt.sum(0, keepdim=True)
         return None, dq, dkr.flip(2), dvr.flip(2), dt
+
+
+def _flash_backward(cfg: _RegionCfg, q, kr, vr, rv, has_bias: bool, out, lse, dout):
+    """Exact ``dq, dk, dv`` (keys reversed) from the flash backward kernel, rectangle by rectangle."""
+    _, flash_bwd = _flash_ops()
+    Nk = cfg.Nk
+    dq = torch.zeros_like(q)
+    dkr = torch.zeros_like(kr)
+    dvr = torch.zeros_like(vr)
+    for a0, a1, c0, c1, diag in cfg.rects:
+        mask = None if rv is None or (not diag and not has_bias) else _hankel_mask(rv, cfg, a0, a1, c0, c1)
+        ks = slice(Nk - c1, Nk - c0)
+        gq, gk, gv = flash_bwd(dout[:, :, a0:a1], q[:, :, a0:a1], kr[:, :, ks], vr[:, :, ks],
+                               out[:, :, a0:a1], lse[:, :, a0:a1], 0.0, False, attn_mask=mask, scale=cfg.scale)
+        if len(cfg.rects) == 1:
+            return gq, gk, gv
+        dq[:, :, a0:a1] += gq
+        dkr[:, :, ks] += gk
+        dvr[:, :, ks] += gv
+    return dq, dkr, dvr
+
+
+def _hankel_backward(cfg: _RegionCfg, q, kr, vr, rv, out, lse, dout, *, band: int | None, want_qkv: bool):
+    """Manual backward in query blocks, keys reversed, bias read through Hankel views.
+
+    Per block: ``P = exp(bias + scale q k^T - lse)``, ``dS = P * (dO v^T - rowsum(dO * O))``,
+    written straight into a skewed buffer whose column sums are the sums of
+    ``dS`` along each offset (anti-diagonals in reversed key order). With
+    ``want_qkv`` it also forms ``dq = scale dS k``, ``dk = scale dS^T q``,
+    ``dv = P^T dO`` (5 matmuls in all, like a fused kernel). With ``band = M``
+    (causal only) only keys within ``M - 1`` of each block's first query are visited.
+
+    Returns ``(dq, dk_reversed, dv_reversed, d_rv)`` with ``d_rv`` the gradient of
+    the reversed offset vector ``(H, L)`` (None entries when not requested).
+    """
+    B, H, Nq, Nk, qo, L = cfg.B, cfg.H, cfg.Nq, cfg.Nk, cfg.qo, cfg.L
+    D, Dv = q.shape[-1], vr.shape[-1]
+    dt = q.dtype
+    delta = (dout * out).sum(-1)  # (B, H, Nq)
+    drv = torch.zeros(H, L, dtype=dt, device=q.device)
+    dq = torch.zeros_like(q) if want_qkv else None
+    dkr = torch.zeros_like(kr) if want_qkv else None
+    dvr = torch.zeros_like(vr) if want_qkv else None
+    rows = cfg.rows
+    G = max(1, min(H, cfg.heads_per_block))  # heads per block (cache-sized working set)
+    Wmax = rows + Nk - 1
+    skew = torch.empty(B * G, rows, Wmax, dtype=dt, device=q.device)
+    for h0 in range(0, H, G):
+        h1 = min(H, h0 + G)
+        g = h1 - h0
+        hs = slice(h0, h1)
+        skew.zero_()
+        rvh = rv[hs] if rv.shape[0] > 1 else rv
+        for a in range(0, Nq, rows):
+            b = min(Nq, a + rows)
+            R = b - a
+            C = min(Nk, qo + b) if cfg.causal else Nk
+            c0 = 0 if band is None else max(0, qo + a - band + 1)
+            if c0 >= C:
+                continue
+            Cb = C - c0
+            ks = slice(Nk - C, Nk - c0)  # keys [c0, C) in reversed order
+            d_top = C - 1 - qo - a
+            base = L - 1 - (d_top - cfg.lo)
+            mv = rvh.as_strided((1, rvh.shape[0], R, Cb), (0, rvh.stride(0) if rvh.shape[0] > 1 else 0, 1, 1),
+                                rvh.storage_offset() + base)
+            s = torch.empty(B, g, R, Cb, dtype=dt, device=q.device)
+            torch.sub(mv, lse[:, hs, a:b, None], out=s)
+            qb = q[:, hs, a:b].reshape(B * g, R, D)
+            kb = kr[:, hs, ks].reshape(B * g, Cb, D)
+            vb = vr[:, hs, ks].reshape(B * g, Cb, Dv)
+            gb = dout[:, hs, a:b].reshape(B * g, R, Dv)
+            p = _exp_(s.view(B * g, R, Cb).baddbmm_(qb, kb.transpose(1, 2), alpha=cfg.scale))
+            if want_qkv:
+                dvr[:, hs, ks] += torch.bmm(p.transpose(1, 2), gb).view(B, g, Cb, Dv)
+            dp = torch.baddbmm(-delta[:, hs, a:b, None].reshape(B * g, R, 1), gb, vb.transpose(1, 2))
+            W = R + Cb - 1
+            zv = skew.as_strided((B * g, R, Cb), (rows * Wmax, Wmax + 1, 1), skew.storage_offset())
+            ds = torch.mul(p, dp, out=zv)  # (B*g, R, Cb), also laid out along anti-diagonals
+            if want_qkv:
+                dq[:, hs, a:b] += torch.bmm(ds, kb).mul_(cfg.scale).view(B, g, R, D)
+                dkr[:, hs, ks] += torch.bmm(ds.transpose(1, 2), qb).mul_(cfg.scale).view(B, g, Cb, D)
+            sums = skew[: B * g, :R, :W].sum(1).view(B, g, W).sum(0)  # (g, W): anti-diagonal m = t + j'
+            drv[hs, base : base + W] += sums
+    return dq, dkr, dvr, drv
+
+
+def _saturate(dt: Tensor, cfg: _RegionCfg) -> None:
+    """Band pass (causal, saturating scheme): put the exact total of offsets ``<= -M`` at ``-M``.
+
+    Only the band blocks' partial sums landed on offsets ``<= -M``; since every row
+    of ``dS`` sums to zero, their exact total is minus the sum over the rest.
+    """
+    M = cfg.saturation
+    if -M < cfg.lo:
+        return
+    cut = -M - cfg.lo  # index of offset -M
+    dt[:, : cut + 1] = 0
+    dt[:, cut] = -dt[:, cut + 1 :].sum(-1)
 
 
 def _masked_reversed(cfg: _RegionCfg, tvals: Tensor | None, q: Tensor) -> Tensor | None:
@@ -567,59 +697,3 @@ def _masked_reversed(cfg: _RegionCfg, tvals: Tensor | None, q: Tensor) -> Tensor
             vals = vals.clone()
             vals[:, cfg.L - n_future :] = float("-inf")
     return vals.flip(-1).contiguous()
-
-
-def _toeplitz_grad(cfg: _RegionCfg, q: Tensor, k: Tensor, v: Tensor, tvals: Tensor, out: Tensor, lse: Tensor,
-                   dout: Tensor) -> Tensor:
-    """``dL/dtvals``: diagonal sums of ``dS``, recomputed block by block.
-
-    Under causal masking with a saturating scheme only the band of offsets
-    ``(-M, 0]`` is recomputed; all saturated offsets share one value, so their
-    total goes to offset ``-M`` and equals minus the band's total (every row of
-    ``dS`` sums to zero).
-    """
-    tv = tvals.detach().to(q.dtype)
-    dt = torch.zeros_like(tv)
-    delta = (dout * out).sum(-1)  # (B, H, Nq)
-    M = cfg.saturation if cfg.causal else None
-    B, H, Nq, Nk, qo = cfg.B, cfg.H, cfg.Nq, cfg.Nk, cfg.qo
-    bcfg = _BlockCfg.__new__(_BlockCfg)
-    bcfg.B, bcfg.H, bcfg.cd, bcfg.lo, bcfg.qo, bcfg.scale = B, H, q.dtype, cfg.lo, qo, cfg.scale
-    bcfg.causal, bcfg.kpm = cfg.causal, None
-    R = cfg.rows
-    for a in range(0, Nq, R):
-        b = min(Nq, a + R)
-        C = min(Nk, qo + b) if cfg.causal else Nk
-        c0 = 0 if M is None else max(0, qo + a - M + 1)
-        if c0 >= C:
-            continue
-        rows = b - a
-        qb = q[:, :, a:b]
-        kr, vrr = k[:, :, c0:C], v[:, :, c0:C]
-        # logits minus lse, for keys [c0, C): offsets start at c0 - (qo + b - 1)
-        tb = _toeplitz_block(tv, cfg.lo, c0 - (qo + b - 1), rows, C - c0)
-        s = torch.empty(B, H, rows, C - c0, dtype=q.dtype, device=q.device)
-        torch.sub(tb, lse[:, :, a:b, None], out=s)
-        s.view(B * H, rows, C - c0).baddbmm_(qb.reshape(B * H, rows, -1), kr.reshape(B * H, C - c0, -1).transpose(1, 2),
-                                              alpha=cfg.scale)
-        if cfg.causal:
-            first = qo + a + 1
-            if first < C:
-                t = torch.arange(a, b, device=q.device)[:, None] + qo
-                j = torch.arange(max(first, c0), C, device=q.device)[None, :]
-                s[..., max(first, c0) - c0 :].masked_fill_(j > t, float("-inf"))
-        p = s.exp_()
-        dp = torch.matmul(dout[:, :, a:b], vrr.transpose(-1, -2))
-        ds = dp.sub_(delta[:, :, a:b, None]).mul_(p)
-        d_min = c0 - (qo + b - 1)
-        s0 = d_min - cfg.lo
-        dsum = _diag_sums(ds.sum(0))  # (H, rows + C - c0 - 1)
-        if dt.shape[0] == 1:
-            dsum = dsum.sum(0, keepdim=True)
-        dt[:, s0 : s0 + dsum.shape[-1]] += dsum
-    if M is not None and -M >= cfg.lo:
-        # offsets <= -M: only the band blocks' partial sums landed there; replace by the exact total
-        cut = -M - cfg.lo  # index of offset -M
-        dt[:, : cut + 1] = 0
-        dt[:, cut] = -dt[:, cut + 1 :].sum(-1)
-    return dt.to(tvals.dtype)

@@ -1,0 +1,86 @@
+"""``impl="auto"``: the fastest correct implementation for the device, shape and mode.
+
+The rules (from ``relpos bench`` measurements, see ``benchmarks/README.md``):
+
+* CUDA: ``"flex"`` (a compiled, fused kernel) for every scheme it can express,
+  except schemes with no term inside attention, which go to ``"dense"`` (plain
+  fused SDPA); ``"chunked"`` for value-side terms (Shaw's value table) on long
+  sequences, ``"dense"`` on short ones.
+* CPU: FlexAttention is not fused there (and has no backward), so ``"flex"`` is
+  never picked. Schemes with no term inside attention (NoPE, RoPE, xPos, absolute
+  embeddings) use ``"dense"`` (the fused SDPA kernel; ``"chunked"`` would make
+  the same call). Everything else uses ``"chunked"``, which measured faster
+  than ``"dense"`` from ``N = 256`` up, in training and inference, and keeps
+  memory ``O(N)``; only tiny problems (fewer than :data:`SMALL_PAIRS` query-key
+  pairs) use ``"dense"``, where its lower per-call overhead wins.
+
+The pick is logged at DEBUG level (logger ``relpos.attention``), returned by
+:func:`choose` and kept in :data:`last_choice` (read by ``relpos bench``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from torch import Tensor
+
+from relpos.attention import Request, UnsupportedError
+
+__all__ = ["supports", "run", "choose", "last_choice", "SMALL_PAIRS", "CUDA_DENSE_VALUE_PAIRS"]
+
+log = logging.getLogger("relpos.attention")
+
+#: Below this many (query, key) pairs per head, CPU requests use ``"dense"``.
+SMALL_PAIRS = 64 * 64
+#: On CUDA, value-side schemes use ``"dense"`` up to this many pairs, else ``"chunked"``.
+CUDA_DENSE_VALUE_PAIRS = 2048 * 2048
+
+#: The implementation the last call picked (for benchmarks and debugging).
+last_choice: str | None = None
+
+
+def supports(req: Request) -> str | None:
+    return None
+
+
+def _module(name: str):
+    from relpos.attention import IMPLS
+
+    return importlib.import_module(IMPLS[name])
+
+
+def choose(req: Request) -> str:
+    """Name of the implementation :func:`run` uses for this request."""
+    enc = req.encoding
+    B, H, Nq, Nk, D = req.shape
+    inside = enc.acts_on - {"embedding", "qk"}
+    pairs = Nq * Nk
+    if req.q.device.type == "cuda":
+        if not inside:
+            return "dense"
+        if "value" in inside:
+            return "dense" if pairs <= CUDA_DENSE_VALUE_PAIRS else "chunked"
+        try:
+            if _module("flex").supports(req) is None:
+                return "flex"
+        except ModuleNotFoundError:  # pragma: no cover
+            pass
+        return "chunked"
+    if not inside or pairs < SMALL_PAIRS:
+        return "dense"
+    return "chunked"
+
+
+def run(req: Request) -> Tensor:
+    global last_choice
+    name = choose(req)
+    mod = _module(name)
+    reason = mod.supports(req)
+    if reason:  # pragma: no cover - choose() only picks implementations that serve the request
+        raise UnsupportedError(f"auto picked {name!r}, which cannot serve this request: {reason}")
+    last_choice = name
+    B, H, Nq, Nk, _ = req.shape
+    log.debug("auto: scheme=%s device=%s Nq=%d Nk=%d grad=%s -> %s", req.encoding.name, req.q.device.type,
+              Nq, Nk, req.q.requires_grad, name)
+    return mod.run(req)

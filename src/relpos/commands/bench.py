@@ -1,0 +1,147 @@
+"""``relpos bench``: every scheme and attention implementation side by side, against
+position-free ``scaled_dot_product_attention``; median time, ratio and peak memory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HELP = "benchmark every scheme and attention implementation against position-free SDPA"
+
+
+def _csv(kind):
+    def parse(s: str):
+        items = [x.strip() for x in s.split(",") if x.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("expected a comma-separated list")
+        if kind is int:
+            try:
+                vals = [int(x) for x in items]
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected integers, got {s!r}") from None
+            if any(v < 1 for v in vals):
+                raise argparse.ArgumentTypeError(f"lengths must be >= 1, got {s!r}")
+            return vals
+        return items
+
+    return parse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--schemes", type=_csv(str), help="comma-separated schemes (default: every attention scheme)")
+    p.add_argument("--impls", type=_csv(str),
+                   help="comma-separated implementations: dense, chunked, flex, auto, and 'peers' "
+                        "(default: dense,chunked,auto on CPU; flex too on CUDA)")
+    p.add_argument("--lengths", type=_csv(int), help="comma-separated sequence lengths N (default plan: "
+                   "N=2048 for every scheme, a 256..8192 sweep for core schemes, 16384 for chunked)")
+    p.add_argument("--modes", type=_csv(str), help="fwd, fwd+bwd (default both)")
+    p.add_argument("--peers", action="store_true",
+                   help="also run Hugging Face T5, x-transformers (T5 bias, ALiBi, rotary) and the N x N x d Shaw "
+                        "formulation, each against the same relpos layer")
+    p.add_argument("--quick", action="store_true", help="tiny smoke run (N=64,128; 1 repeat) for tests")
+    p.add_argument("--out", default="benchmarks/results",
+                   help="output folder for <name>.json and <name>.md (default benchmarks/results)")
+    p.add_argument("--name", default=None, help="output file stem (default 'attention', 'attention-quick' with --quick)")
+    p.add_argument("--repeats", type=int, default=None, help="timed rounds per case, median kept (default 3; 1 quick)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads (default 1: steadier ratios on a shared machine; 0 = torch's default)")
+    p.add_argument("--no-flush-denormal", action="store_true",
+                   help="keep subnormal floats (default flushes them: torch.set_flush_denormal(True))")
+    p.add_argument("--no-memory", action="store_true", help="skip the per-configuration peak-memory subprocesses")
+    p.add_argument("--memory-jobs", type=int, default=2, help="memory subprocesses at a time (default 2)")
+    p.add_argument("--budget", type=float, default=None, help="seconds after which timing rounds are cut short")
+    p.add_argument("--batch", type=int, default=1, help="batch B (default 1)")
+    p.add_argument("--heads", type=int, default=8, help="heads H (default 8)")
+    p.add_argument("--head-dim", type=int, default=64, help="head dimension D (default 64)")
+    p.add_argument("--bidirectional", action="store_true", help="bidirectional attention (default causal)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--json", action="store_true", help="print the JSON document instead of the markdown report")
+
+
+def main(args: argparse.Namespace) -> int:
+    import torch
+
+    from relpos import bench
+
+    if args.device not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available on this machine")
+    for name in ("batch", "heads", "head_dim", "memory_jobs"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.threads < 0:
+        raise ValueError(f"--threads must be >= 0, got {args.threads}")
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    if repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    spec = bench.BenchSpec(
+        batch=args.batch, heads=args.heads, head_dim=args.head_dim, causal=not args.bidirectional,
+        dtype=args.dtype, repeats=repeats, threads=args.threads, flush_denormal=not args.no_flush_denormal,
+        memory=not args.no_memory and args.device == "cpu", memory_jobs=args.memory_jobs, device=args.device,
+    )
+    spec.torch_dtype()  # validates
+    bench.apply_process_settings(spec)
+
+    known = bench.attention_schemes()
+    schemes = args.schemes
+    if schemes is not None:
+        from relpos.encodings import get_scheme
+
+        for s in schemes:
+            get_scheme(s)  # ValueError naming the known schemes
+        schemes = [s.replace("_", "-").lower() for s in schemes]
+    impls = args.impls
+    if impls is not None:
+        from relpos.attention import available_impls
+
+        ok = set(available_impls()) | {"peers"}
+        for i in impls:
+            if i not in ok or i == "reference":
+                raise ValueError(f"--impls: unknown implementation {i!r}; choose from "
+                                 f"{', '.join(sorted(ok - {'reference'}))}")
+    modes = args.modes
+    if modes is not None:
+        for m in modes:
+            if m not in bench.MODES:
+                raise ValueError(f"--modes: unknown mode {m!r}; choose from {', '.join(bench.MODES)}")
+    if args.quick:
+        cases = bench.grid_cases(schemes or known, impls or bench.default_impls(args.device),
+                                 args.lengths or [64, 128], modes or list(bench.MODES))
+        if args.peers and "peers" not in (impls or []):
+            cases += bench.peer_cases(args.lengths or [64])
+    elif any(x is not None for x in (schemes, impls, args.lengths, modes)):
+        cases = bench.grid_cases(schemes or known, impls or bench.default_impls(args.device),
+                                 args.lengths or [2048], modes or list(bench.MODES))
+        if args.peers and "peers" not in (impls or []):
+            cases += bench.peer_cases(args.lengths or [2048])
+    else:
+        cases = bench.default_cases(args.device, peers=args.peers)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    log(f"relpos bench: {len(cases)} cases, {spec.batch}x{spec.heads}x{spec.head_dim} {spec.dtype} "
+        f"{'causal' if spec.causal else 'bidirectional'}, {torch.get_num_threads()} thread(s), device {spec.device}")
+    t0 = time.monotonic()
+    doc = bench.run_bench(cases, spec, log=log, time_budget=args.budget)
+    doc["command"] = "relpos bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "bench" else [])
+    md = bench.markdown(doc)
+    stem = args.name or ("attention-quick" if args.quick else "attention")
+    os.makedirs(args.out, exist_ok=True)
+    jpath = os.path.join(args.out, f"{stem}.json")
+    mpath = os.path.join(args.out, f"{stem}.md")
+    with open(jpath, "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(mpath, "w") as f:
+        f.write(f"# relpos bench\n\nCommand: `{doc['command'].strip()}`\n\n"
+                f"Machine: {doc['machine']['cpu']} ({doc['machine']['cpu_count']} CPUs), torch "
+                f"{doc['machine']['torch']}, {doc['machine']['torch_threads']} thread(s); "
+                f"run took {doc['total_seconds']:.0f} s.\n\n{md}\n")
+    print(json.dumps(doc, indent=1) if args.json else md)
+    log(f"wrote {jpath} and {mpath} in {time.monotonic() - t0:.0f} s")
+    return 0
