@@ -55,3 +55,40 @@ def checkpoint_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("ckpt") / "tiny-alibi"
     checkpoint.save(d, model, cfg)
     return d
+
+
+def content_reference(name: str, text: str, *, seed: int = 0, n_heads: int = 4, head_dim: int = 64,
+                      causal: bool = True, **options) -> dict:
+    """What view 2 should show for a content-dependent scheme, computed here from the documented recipe.
+
+    Tokens as view 1 splits them; each token's vector is N(0, 1) from a generator seeded
+    with SHA-256 of "relpos-explorer/token/{seed}/{token}"; W_Q then W_K, (64, H*D) with
+    N(0, 1/64) entries, from a generator seeded with SHA-256 of
+    "relpos-explorer/projections/{seed}"; the scheme is built right after
+    torch.manual_seed(seed). Returns float64 tensors from the scheme's *reference*.
+    """
+    import hashlib
+    import math
+
+    import relpos
+    from relpos.explorer.api import tokenize
+
+    def gen(s: str) -> torch.Generator:
+        h = int.from_bytes(hashlib.sha256(s.encode("utf-8")).digest()[:8], "little") & (2**63 - 1)
+        return torch.Generator().manual_seed(h)
+
+    tokens = tokenize(text)
+    n, C0, H, D = len(tokens), 64, n_heads, head_dim
+    x = torch.stack([torch.randn(C0, generator=gen(f"relpos-explorer/token/{seed}/{t}")) for t in tokens])
+    g = gen(f"relpos-explorer/projections/{seed}")
+    wq = torch.randn(C0, H * D, generator=g) / math.sqrt(C0)
+    wk = torch.randn(C0, H * D, generator=g) / math.sqrt(C0)
+    q = (x.double() @ wq.double()).view(n, H, D).transpose(0, 1)[None]  # (1, H, N, D)
+    k = (x.double() @ wk.double()).view(n, H, D).transpose(0, 1)[None]
+    torch.manual_seed(seed)
+    enc = relpos.make_encoding(name, n_heads=H, head_dim=D, causal=causal, max_len=64, **options)
+    pos = torch.arange(n)[None]
+    scale = enc.attention_scale(D)
+    with torch.no_grad():
+        score = enc.reference_score(q, k, pos, pos, scale)[0]  # (H, N, N) float64
+    return {"tokens": tokens, "enc": enc, "q": q, "k": k, "pos": pos, "scale": scale, "score": score}

@@ -23,7 +23,7 @@ from relpos.explorer import ApiError, Explorer, Limits, export_html
 from relpos.explorer import api as api_mod
 from relpos.explorer.export import DEFAULT_CODE, DEFAULT_SENTENCE, snapshot_key
 from relpos.explorer.server import make_server, serve_in_thread, static_text
-from tests.explorer.conftest import make_results
+from tests.explorer.conftest import content_reference, make_results
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +67,8 @@ def _build(name, *, n_heads=4, head_dim=64, causal=False, max_len=32, seed=0, **
 
 
 def _defaults(name):
-    return {o["name"]: o["default"] for o in api_mod.option_specs(name, next(
-        e.hidden for e in api_mod.BIAS_VIEW_SCHEMES if e.registry == name))}
+    entry = next(e for e in api_mod.BIAS_VIEW_SCHEMES if e.registry == name)
+    return {o["name"]: o["default"] for o in api_mod.option_specs(name, entry.hidden, entry.defaults)}
 
 
 # ----------------------------------------------------------------------- view 1
@@ -111,7 +111,15 @@ def test_offsets_caps_and_empty(ex):
 
 # ----------------------------------------------------------------------- view 2
 
-BIAS_SCHEMES = [e.key for e in api_mod.BIAS_VIEW_SCHEMES if e.registry is None or e.registry in scheme_names()]
+BIAS_SCHEMES = [e.key for e in api_mod.BIAS_VIEW_SCHEMES
+                if e.kind != "content" and (e.registry is None or e.registry in scheme_names())]
+CONTENT_SCHEMES = [e.key for e in api_mod.BIAS_VIEW_SCHEMES if e.kind == "content" and e.registry in scheme_names()]
+
+
+def test_second_wave_schemes_are_in_the_bias_view():
+    keys = {e.key: e for e in api_mod.BIAS_VIEW_SCHEMES}
+    assert keys["dpb"].kind == "bias"
+    assert {k for k in ("deberta", "cope", "fox")} <= {k for k, e in keys.items() if e.kind == "content"}
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -200,6 +208,118 @@ def test_bias_bad_input(ex):
         ex.get("bias", {"scheme": "alibi", "set.slope": "-1"})
     with pytest.raises(ApiError, match="head"):
         ex.get("bias", {"scheme": "alibi", "n_heads": "2", "head": "2"})
+
+
+# -------------------------------------------------------- view 2: typed text
+
+
+TEXT = "the cat sat on the warm mat"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("key", CONTENT_SCHEMES)
+def test_content_score_equals_library_reference(ex, key, causal):
+    """The heatmap is enc.score(q, k) for the typed text; here recomputed from the recipe and the reference."""
+    head, H, D, seed = 2, 3, 16, 5
+    out = ex.get("bias", {"scheme": key, "text": TEXT, "causal": str(causal).lower(), "head": str(head),
+                          "n_heads": str(H), "head_dim": str(D), "seed": str(seed)})
+    ref = content_reference(key, TEXT, seed=seed, n_heads=H, head_dim=D, causal=causal, **_defaults(key))
+    enc = ref["enc"]
+    n = len(ref["tokens"])
+    assert out["tokens"] == ref["tokens"] == TEXT.split() and out["n"] == n
+    assert out["content"] is True and out["values"] == "score"
+    assert out["causal"] is (causal or enc.causal_only)  # CoPE and FoX are causal only
+    assert out["scale"] == pytest.approx(ref["scale"], rel=1e-6)
+    assert out["learned_params"] == enc.num_params()
+    got = torch.tensor(out["matrix"], dtype=torch.float64)
+    assert got.shape == (n, n)
+    want = ref["score"][head]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert float(want.abs().max()) > 1e-2  # a visible, non-zero term (CoPE's zero-initialised table is not)
+    if enc.causal_only:
+        assert float(got.triu(1).abs().max()) == 0.0
+    q, k, pos, scale = ref["q"], ref["k"], ref["pos"], ref["scale"]
+    if key == "cope":
+        # p_ij = sum_{t=j..i} sigmoid(scale q_i . k_t), clipped at npos_max - 1, written out
+        cap = enc.npos_max - 1
+        p = torch.zeros(n, n, dtype=torch.float64)
+        for i in range(n):
+            for j in range(i + 1):
+                gates = [torch.sigmoid(scale * q[0, head, i] @ k[0, head, t]) for t in range(j, i + 1)]
+                p[i, j] = min(float(sum(gates)), cap)
+        torch.testing.assert_close(torch.tensor(out["positions"], dtype=torch.float64), p, rtol=1e-4, atol=1e-5)
+        assert out["npos_max"] == enc.npos_max
+    elif key == "fox":
+        with torch.no_grad():
+            f = torch.sigmoid(torch.einsum("hnd,hd->hn", k[0], enc.gate_weight.double()) + enc.gate_bias.double()[:, None])
+        torch.testing.assert_close(torch.tensor(out["gates"], dtype=torch.float64), f, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(torch.tensor(out["log_gates"], dtype=torch.float64), f.log(), rtol=1e-4, atol=1e-5)
+        # the score is the sum of the log gates after j up to i
+        lg = f[head].log()
+        for i, j in ((4, 1), (6, 0), (3, 3)):
+            assert out["matrix"][i][j] == pytest.approx(float(lg[j + 1 : i + 1].sum()), rel=1e-4, abs=1e-6)
+    elif key == "deberta":
+        S = enc.span
+        assert out["span"] == S and out["rel_index"] == enc.position_index(pos, pos)[0].tolist()
+        # DeBERTa indexes by i - j (query minus key): no bucketing this close
+        assert out["rel_index"] == [[S + i - j for j in range(n)] for i in range(n)]
+
+
+def test_content_term_depends_on_the_text(ex):
+    base = {"scheme": "fox", "n_heads": "2", "head": "1"}
+    a = ex.get("bias", dict(base, text="one two three four"))
+    b = ex.get("bias", dict(base, text="one two three five"))
+    assert a["matrix"] != b["matrix"]
+    # causal and driven by each token's own gate: changing the last token changes only the last row
+    assert a["matrix"][:3] == b["matrix"][:3] and a["matrix"][3] != b["matrix"][3]
+    assert a["gates"][1][:3] == b["gates"][1][:3]
+    # the same token gets the same vector, hence the same gate, wherever it stands
+    rep = ex.get("bias", dict(base, text="the cat the cat"))
+    assert rep["gates"][0][0] == rep["gates"][0][2] and rep["gates"][1][1] == rep["gates"][1][3]
+    # and a position-only scheme shows the same matrix whatever the text (it does not read one)
+    assert ex.get("bias", {"scheme": "alibi", "n": "4", "text": "x y z w"})["matrix"] == \
+        ex.get("bias", {"scheme": "alibi", "n": "4", "text": "a b c d"})["matrix"]
+    for key in ("deberta", "cope"):
+        x = ex.get("bias", {"scheme": key, "text": "one two three four"})
+        y = ex.get("bias", {"scheme": key, "text": "four three two one"})
+        assert x["matrix"] != y["matrix"]
+
+
+def test_content_view_caps_and_bad_input(ex):
+    lim = ex.limits
+    with pytest.raises(ApiError) as e:
+        ex.get("bias", {"scheme": "fox", "text": " ".join(["w"] * (lim.max_tokens + 1))})
+    assert e.value.code == "too_large" and e.value.limit == lim.max_tokens and e.value.unit == "tokens"
+    with pytest.raises(ApiError) as e:
+        ex.get("bias", {"scheme": "cope", "text": "x" * (lim.max_text_chars + 1)})
+    assert e.value.code == "too_large" and e.value.unit == "chars"
+    with pytest.raises(ApiError) as e:
+        ex.get("bias", {"scheme": "deberta", "text": "  "})
+    assert e.value.code == "empty"
+    with pytest.raises(ApiError) as e:
+        ex.get("bias", {"scheme": "deberta", "text": "a b", "n_heads": "16", "head_dim": "128"})
+    assert e.value.code == "too_large" and e.value.limit == lim.max_content_width
+    with pytest.raises(ApiError, match="npos_max"):  # the library's own message
+        ex.get("bias", {"scheme": "cope", "text": "a b", "opt.npos_max": "1"})
+    with pytest.raises(ApiError, match="position_buckets"):
+        ex.get("bias", {"scheme": "deberta", "text": "a b", "opt.position_buckets": "1"})
+    # a causal-only scheme asked for bidirectional attention answers causally
+    assert ex.get("bias", {"scheme": "fox", "text": "a b", "causal": "false"})["causal"] is True
+    # hidden options are not accepted as controls: DeBERTa's share_att_key needs a model layer
+    assert "share_att_key" not in ex.get("bias", {"scheme": "deberta", "text": "a b"})["options"]
+
+
+def test_token_vectors_are_stable_and_content_only():
+    v = api_mod.token_vector("cat", 0)
+    assert v.shape == (api_mod.CONTENT_DIM,) and torch.equal(v, api_mod.token_vector("cat", 0))
+    assert not torch.equal(v, api_mod.token_vector("cat", 1)) and not torch.equal(v, api_mod.token_vector("dog", 0))
+    q, k = api_mod.content_qk(["猫", "cat", "猫"], 3, 2, 8)
+    assert q.shape == k.shape == (1, 2, 3, 8)
+    assert torch.equal(q[0, :, 0], q[0, :, 2]) and not torch.equal(q, k)
+    # the projections come from a stream apart from the one torch.manual_seed(seed) gives the scheme
+    wq, _ = api_mod.content_projections(0, 1, 64)
+    torch.manual_seed(0)
+    assert not torch.allclose(wq[:, 0] * 8, torch.randn(64))
 
 
 # ----------------------------------------------------------------------- view 3
@@ -434,6 +554,9 @@ def test_export_is_self_contained(ex, tmp_path):
     assert snapshot_key("info", {}) in snap["responses"]
     key = snapshot_key("offsets", {"text": DEFAULT_SENTENCE, "convention": "j-i", "clip": "2"})
     assert snap["responses"][key]["data"]["clipped"][3] == [-2, -2, -1, 0, 1, 2, 2]
+    fox = snapshot_key("bias", {"scheme": "fox", "text": DEFAULT_SENTENCE, "causal": "true", "n_heads": "4",
+                                "head": "1", "seed": "0", "head_dim": "64"})
+    assert snap["responses"][fox]["data"]["tokens"] == DEFAULT_SENTENCE.split()
     att = snapshot_key("attention", {"checkpoint": "0", "text": DEFAULT_CODE, "layer": "0"})
     assert len(snap["responses"][att]["data"]["maps"]) == 2
     assert out.stat().st_size < 6_000_000

@@ -19,6 +19,7 @@ import relpos
 from relpos import distance
 from relpos.explorer import Explorer, export_html
 from relpos.explorer.server import make_server, serve_in_thread
+from tests.explorer.conftest import content_reference
 
 pytestmark = pytest.mark.browser
 
@@ -258,6 +259,88 @@ def test_bias_view_rejects_oversize_input_with_a_clear_message(view):
     assert "最多 256 个词元" in page.text_content("#v2-error")
 
 
+def _score(text: str) -> float:
+    """The number after "score = " in a readout."""
+    return num(re.search(r"score = ([^;\s]+)", text).group(1))
+
+
+def test_content_scheme_follows_the_typed_text(view, server):
+    """FoX: the heatmap is the library's score for the typed text; typing another sentence changes it."""
+    page, watch = view("bias")
+    page.wait_for_function("() => document.querySelector('#v2-hm-cap').textContent.length > 0")
+    page.select_option("#v2-scheme", "fox")
+    page.wait_for_selector("#v2-gate-table")
+    assert page.is_visible("#v2-text") and page.is_hidden("#v2-n")
+    assert page.is_checked("#v2-causal") and page.is_disabled("#v2-causal")  # FoX is causal only
+    assert "content" in page.text_content("#v2-content-note")
+    text = page.input_value("#v2-text")
+    init_std = float(page.input_value("#v2-opt-init_std"))
+    ref = content_reference("fox", text, init_std=init_std)
+    shown = cell_readout(page, "#v2-heatmap canvas", "#v2-readout", 4, 1)
+    assert f"“{ref['tokens'][4]}”" in shown and f"“{ref['tokens'][1]}”" in shown
+    api = server.explorer.get("bias", {"scheme": "fox", "text": text, "causal": "true", "n_heads": "4",
+                                       "head": "0", "seed": "0", "head_dim": "64"})
+    assert _score(shown) == pytest.approx(api["matrix"][4][1], rel=1e-5, abs=1e-6)
+    assert _score(shown) == pytest.approx(ref["score"][0, 4, 1].item(), rel=1e-4, abs=1e-5)
+    first = _score(shown)
+    # the gate table: tokens and f_t of the shown head, as the library computes them
+    toks = page.locator("#v2-gate-table tr[data-row=tok] td").all_text_contents()
+    assert toks == ref["tokens"]
+    enc, k = ref["enc"], ref["k"]
+    with torch.no_grad():
+        f = torch.sigmoid(torch.einsum("nd,d->n", k[0, 0], enc.gate_weight[0].double()) + enc.gate_bias[0].double())
+    gates = [num(x) for x in page.locator("#v2-gate-table tr[data-row=gate] td").all_text_contents()]
+    assert gates == pytest.approx(f.tolist(), rel=2e-3)
+    for _ in range(4):  # to (4, 5): a later key
+        page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => document.querySelector('#v2-readout').textContent.includes('masked')")
+
+    # another sentence, same length: a different matrix, again the library's
+    other = "A dog ran under the old car"
+    page.fill("#v2-text", other)
+    page.wait_for_function("() => document.querySelector('#v2-gate-table tr[data-row=tok] td').textContent === 'A'")
+    ref2 = content_reference("fox", other, init_std=init_std)
+    shown2 = cell_readout(page, "#v2-heatmap canvas", "#v2-readout", 4, 1)
+    assert "“the”" in shown2
+    assert _score(shown2) == pytest.approx(ref2["score"][0, 4, 1].item(), rel=1e-4, abs=1e-5)
+    assert _score(shown2) != pytest.approx(first, rel=1e-3)
+
+    # CoPE: the readout also gives the contextual position p_ij
+    page.select_option("#v2-scheme", "cope")
+    page.wait_for_function("() => document.querySelector('#v2-curve-cap').textContent.includes('Contextual')")
+    assert page.locator("#v2-gates table").count() == 0 and page.is_hidden("#v2-curve")
+    shown3 = cell_readout(page, "#v2-heatmap canvas", "#v2-readout", 5, 2)
+    cope = content_reference("cope", other, init_std=float(page.input_value("#v2-opt-init_std")))
+    assert _score(shown3) == pytest.approx(cope["score"][0, 5, 2].item(), rel=1e-4, abs=1e-5)
+    with torch.no_grad():
+        p = cope["enc"].positions(cope["q"], cope["k"], cope["pos"], cope["pos"], cope["scale"])[0, 0, 5, 2].item()
+    assert num(shown3.rsplit("=", 1)[1]) == pytest.approx(p, rel=1e-4)
+
+    # too many tokens: a clear message, in the page's language
+    watch.allowed_errors.append(r"status of 400")
+    page.fill("#v2-text", " ".join(["w"] * 65))
+    page.wait_for_selector("#v2-error:not([hidden])")
+    assert "64" in page.text_content("#v2-error") and "tokens" in page.text_content("#v2-error")
+    page.fill("#v2-text", other)
+    page.wait_for_selector("#v2-error", state="hidden")
+
+    # back to a position-only scheme: the length control and the free causal switch return
+    page.select_option("#v2-scheme", "t5")
+    page.wait_for_function("() => document.querySelector('#v2-formula').textContent.includes('bucket')")
+    assert page.is_visible("#v2-n") and page.is_hidden("#v2-text") and page.is_hidden("#v2-content-note")
+    assert page.is_enabled("#v2-causal") and not page.is_checked("#v2-causal")
+
+
+def test_content_scheme_in_chinese(view):
+    page, watch = view("bias")
+    page.click(".lang button[data-lang=zh]")
+    page.select_option("#v2-scheme", "deberta")
+    page.wait_for_function("() => document.querySelector('#v2-curve-cap').textContent.includes('δ')")
+    assert "i − j" in page.text_content("#v2-scheme-text") and "依赖内容" in page.text_content("#v2-content-note")
+    shown = cell_readout(page, "#v2-aux canvas", "#v2-aux-readout", 3, 1)
+    assert "i − j = 2" in shown
+
+
 # ------------------------------------------------------------------- view 3
 
 
@@ -365,11 +448,14 @@ def test_language_switch_and_keyboard_tabs(view):
         assert page.locator(f"#view-{name} .explain p").first.text_content().strip()
 
 
-@pytest.mark.parametrize("name", ["offsets", "bias", "shift", "attn"])
+@pytest.mark.parametrize("name", ["offsets", "bias", "bias:fox", "shift", "attn"])
 def test_narrow_window_has_no_horizontal_scroll(view, name):
-    page, watch = view(name, width=400, height=800)
-    wait = {"offsets": "#v1-tokens .tok", "bias": "#v2-heatmap canvas", "shift": "#v3-rows canvas",
-            "attn": "#v5-thumbs .thumb"}[name]
+    page, watch = view(name.split(":")[0], width=400, height=800)
+    wait = {"offsets": "#v1-tokens .tok", "bias": "#v2-heatmap canvas", "bias:fox": "#v2-gate-table",
+            "shift": "#v3-rows canvas", "attn": "#v5-thumbs .thumb"}[name]
+    if name == "bias:fox":
+        page.wait_for_selector("#v2-heatmap canvas")
+        page.select_option("#v2-scheme", "fox")
     page.wait_for_selector(wait)
     page.wait_for_timeout(100)
     sw = page.evaluate("document.documentElement.scrollWidth")

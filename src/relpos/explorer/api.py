@@ -12,7 +12,9 @@ Routes (all ``GET`` unless noted):
 * ``offsets`` -- view 1: tokens of a sentence and the relative-position matrix
   from :func:`relpos.distance.relative_positions` (optionally clipped).
 * ``bias`` -- view 2: a scheme's score term over ``(i, j)``, its curve against
-  the offset and bucket boundaries.
+  the offset and bucket boundaries; for the content-dependent schemes (DeBERTa,
+  CoPE, FoX) the term ``enc.score(q, k, ...)`` for the tokens of a typed text
+  (see :func:`content_qk`).
 * ``shift`` -- view 3: attention logits of fixed content at positions
   ``0..N-1`` and ``c..c+N-1`` for an absolute and a relative scheme.
 * ``results`` -- view 4: extrapolation curves from a ``relpos compare`` folder
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import inspect
 import json
 import math
@@ -37,7 +40,8 @@ import torch
 from relpos import distance
 from relpos.encodings import SCHEMES, get_scheme, make_encoding, scheme_names
 
-__all__ = ["ApiError", "Explorer", "Limits", "tokenize", "BIAS_VIEW_SCHEMES"]
+__all__ = ["ApiError", "Explorer", "Limits", "tokenize", "BIAS_VIEW_SCHEMES", "CONTENT_DIM", "token_vector",
+           "content_projections", "content_qk"]
 
 
 class ApiError(ValueError):
@@ -73,6 +77,7 @@ class Limits:
     max_len: int = 256
     max_heads: int = 16
     max_head_dim: int = 256
+    max_content_width: int = 1024  # n_heads * head_dim for the content-dependent schemes of view 2
     max_int_option: int = 4096
     max_shift_len: int = 64
     max_shift: int = 2048
@@ -180,6 +185,53 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
 
+# -------------------------------------------------- view 2: content of a typed text
+
+#: Width of the random token vectors the content-dependent schemes are shown on.
+CONTENT_DIM = 64
+
+
+def _hash_seed(text: str) -> int:
+    """A 63-bit generator seed from a string (SHA-256; the same on every machine)."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little") & (2**63 - 1)
+
+
+def token_vector(token: str, seed: int, dim: int = CONTENT_DIM) -> torch.Tensor:
+    """The fixed random vector ``(dim,)`` of one token: N(0, 1) entries drawn from a
+    generator seeded with SHA-256 of ``"relpos-explorer/token/{seed}/{token}"``.
+
+    The same token gets the same vector wherever it stands in the text, so only
+    the content, never the position, decides it.
+    """
+    g = torch.Generator().manual_seed(_hash_seed(f"relpos-explorer/token/{seed}/{token}"))
+    return torch.randn(dim, generator=g)
+
+
+def content_projections(seed: int, n_heads: int, head_dim: int,
+                        dim: int = CONTENT_DIM) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded random projections ``W_Q, W_K`` of shape ``(dim, H*D)``, entries N(0, 1/dim).
+
+    Drawn (``W_Q`` first) from a generator seeded with SHA-256 of
+    ``"relpos-explorer/projections/{seed}"``, a stream apart from the one
+    ``torch.manual_seed(seed)`` gives the scheme's own parameters.
+    """
+    g = torch.Generator().manual_seed(_hash_seed(f"relpos-explorer/projections/{seed}"))
+    wq = torch.randn(dim, n_heads * head_dim, generator=g) / math.sqrt(dim)
+    wk = torch.randn(dim, n_heads * head_dim, generator=g) / math.sqrt(dim)
+    return wq, wk
+
+
+def content_qk(tokens: list[str], seed: int, n_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries and keys ``(1, H, N, D)`` of a token list: ``q = x W_Q``, ``k = x W_K``
+    with ``x (N, CONTENT_DIM)`` the token vectors (:func:`token_vector`)."""
+    x = torch.stack([token_vector(t, seed) for t in tokens])  # (N, C0)
+    wq, wk = content_projections(seed, n_heads, head_dim)
+    n = len(tokens)
+    q = (x @ wq).view(n, n_heads, head_dim).transpose(0, 1)[None]  # (1, H, N, D)
+    k = (x @ wk).view(n, n_heads, head_dim).transpose(0, 1)[None]
+    return q, k
+
+
 # ----------------------------------------------------------- view 2: bias entries
 
 
@@ -191,10 +243,14 @@ class BiasEntry:
         key: the name the page sends.
         registry: registry name of the scheme (None for the plain log2 buckets).
         kind: ``"bias"`` (the scheme's bias term), ``"t5"`` (bias or bucket ids),
-            ``"log2"`` (bucket ids of :func:`relpos.distance.log2_bucket`) or
-            ``"shaw"`` (norms of the key-table rows each pair uses).
+            ``"log2"`` (bucket ids of :func:`relpos.distance.log2_bucket`),
+            ``"shaw"`` (norms of the key-table rows each pair uses) or
+            ``"content"`` (a ``"score"`` term that depends on q and k: shown
+            for the tokens of a typed text, see :func:`content_qk`).
         hidden: constructor options not shown as controls.
         overrides: per-head scalars the page may set (name -> (lo, hi)).
+        defaults: constructor options whose starting value in this view differs
+            from the library's (name -> value); the page says so.
     """
 
     key: str
@@ -202,6 +258,7 @@ class BiasEntry:
     kind: str = "bias"
     hidden: tuple[str, ...] = ()
     overrides: tuple[tuple[str, float, float], ...] = ()
+    defaults: tuple[tuple[str, Any], ...] = ()
 
 
 BIAS_VIEW_SCHEMES: tuple[BiasEntry, ...] = (
@@ -213,6 +270,13 @@ BIAS_VIEW_SCHEMES: tuple[BiasEntry, ...] = (
     BiasEntry("fire", "fire"),
     BiasEntry("sandwich", "sandwich"),
     BiasEntry("shaw", "shaw", "shaw", hidden=("value",)),
+    BiasEntry("dpb", "dpb"),
+    # content-dependent "score" schemes: the term is shown for the tokens of a typed text
+    BiasEntry("deberta", "deberta", "content", hidden=("share_att_key", "layer_norm_eps")),
+    # CoPE's table starts at zero in the paper (the term would be 0 everywhere) and FoX's gate
+    # weights at std 0.02 (gates all near 1/2): start them larger so the term is visible
+    BiasEntry("cope", "cope", "content", defaults=(("init_std", 0.1),)),
+    BiasEntry("fox", "fox", "content", defaults=(("init_std", 0.25),)),
 )
 
 _DIM_OPTIONS = {"self", "n_heads", "head_dim", "d_model", "max_len", "causal"}
@@ -224,9 +288,14 @@ def _available(registry: str | None) -> bool:
     return registry in scheme_names()
 
 
-def option_specs(registry: str, hidden: tuple[str, ...] = ()) -> list[dict]:
-    """Numeric/boolean constructor options of a scheme, read from its signature."""
+def option_specs(registry: str, hidden: tuple[str, ...] = (), defaults=()) -> list[dict]:
+    """Numeric/boolean constructor options of a scheme, read from its signature.
+
+    ``defaults`` (pairs or a dict) replaces the starting value of some options;
+    such an option reports the library's own default as ``library_default``.
+    """
     cls, preset = get_scheme(registry)
+    defaults = dict(defaults)
     out = []
     for p in inspect.signature(cls.__init__).parameters.values():
         if p.name in _DIM_OPTIONS or p.name in preset or p.name in hidden:
@@ -242,7 +311,11 @@ def option_specs(registry: str, hidden: tuple[str, ...] = ()) -> list[dict]:
             typ = "float"
         else:
             continue
-        out.append({"name": p.name, "type": typ, "default": d})
+        spec = {"name": p.name, "type": typ, "default": d}
+        if p.name in defaults:
+            spec["default"] = type(d)(defaults[p.name])
+            spec["library_default"] = d
+        out.append(spec)
     return out
 
 
@@ -481,10 +554,12 @@ class Explorer:
                 item["head_dim"] = False
                 item["per_head"] = False
             elif avail:
-                item["options"] = option_specs(e.registry, e.hidden)
+                cls = get_scheme(e.registry)[0]
+                item["options"] = option_specs(e.registry, e.hidden, e.defaults)
                 item["head_dim"] = _uses_head_dim(e.registry)
                 item["per_head"] = True
-                item["paper"] = get_scheme(e.registry)[0].paper
+                item["paper"] = cls.paper
+                item["causal_only"] = bool(cls.causal_only)
             bias_view.append(item)
         return {
             "version": _version(),
@@ -536,6 +611,8 @@ class Explorer:
         if not _available(entry.registry):
             raise ApiError(f"scheme {key!r} is not available in this build of relpos", code="unavailable",
                            field="scheme")
+        if entry.kind == "content":
+            return self._content_bias(entry, params)
         n = _int(params, "n", 32, 2, L.max_len, cap=True, unit="tokens")
         causal = _bool(params, "causal", False)
         offs = torch.arange(-(n - 1), 1 if causal else n)  # offsets d = j - i shown on the curve
@@ -556,23 +633,7 @@ class Explorer:
                        params={"m": m, "max_bucket": mb or None, "bidirectional": not causal})
             return out
 
-        n_heads = _int(params, "n_heads", 4, 1, L.max_heads, cap=True, unit="heads")
-        head = _int(params, "head", 0, 0, n_heads - 1)
-        head_dim = _int(params, "head_dim", 64, 1, L.max_head_dim, cap=True, unit="dims")
-        seed = _int(params, "seed", 0, 0, 2**31 - 1)
-        opts = []
-        for spec in option_specs(entry.registry, entry.hidden):
-            name = spec["name"]
-            pname = "opt." + name
-            if spec["type"] == "bool":
-                v: Any = _bool(params, pname, spec["default"])
-            elif spec["type"] == "int":
-                v = _int(params, pname, spec["default"], -L.max_int_option, L.max_int_option, cap=True)
-            else:
-                v = _float(params, pname, spec["default"])
-                if abs(v) > 1e6:
-                    raise ApiError(f"{name} must be within +-1e6, got {v}", field=pname)
-            opts.append((name, v))
+        n_heads, head, head_dim, seed, opts = self._scheme_args(entry, params)
         overrides = {}
         for name, lo, hi in entry.overrides:
             v = _float(params, "set." + name, None)
@@ -630,6 +691,80 @@ class Explorer:
             out["r2"] = _tolist(enc.r2)
         if entry.kind == "t5":
             out["bidirectional"] = enc.bidirectional
+        return out
+
+    def _scheme_args(self, entry: BiasEntry, params: dict) -> tuple[int, int, int, int, list]:
+        """Heads, shown head, head dimension, seed and constructor options of a request."""
+        L = self.limits
+        n_heads = _int(params, "n_heads", 4, 1, L.max_heads, cap=True, unit="heads")
+        head = _int(params, "head", 0, 0, n_heads - 1)
+        head_dim = _int(params, "head_dim", 64, 1, L.max_head_dim, cap=True, unit="dims")
+        seed = _int(params, "seed", 0, 0, 2**31 - 1)
+        opts = []
+        for spec in option_specs(entry.registry, entry.hidden, entry.defaults):
+            name = spec["name"]
+            pname = "opt." + name
+            if spec["type"] == "bool":
+                v: Any = _bool(params, pname, spec["default"])
+            elif spec["type"] == "int":
+                v = _int(params, pname, spec["default"], -L.max_int_option, L.max_int_option, cap=True)
+            else:
+                v = _float(params, pname, spec["default"])
+                if abs(v) > 1e6:
+                    raise ApiError(f"{name} must be within +-1e6, got {v}", field=pname)
+            opts.append((name, v))
+        return n_heads, head, head_dim, seed, opts
+
+    def _content_bias(self, entry: BiasEntry, params: dict) -> dict:
+        """A content-dependent score term for the tokens of ``text`` (view 2, DeBERTa/CoPE/FoX).
+
+        The tokens (:func:`tokenize`, as view 1) get fixed random vectors, seeded
+        random projections make ``q`` and ``k`` (:func:`content_qk`), and the
+        matrix is the scheme's own ``score(q, k, pos, pos, scale)``.
+        """
+        L = self.limits
+        text = _text(params, "text", "", L.max_text_chars)
+        tokens = tokenize(text)
+        if not tokens:
+            raise ApiError("type at least one word", code="empty", field="text")
+        if len(tokens) > L.max_tokens:
+            raise ApiError(f"the text has {len(tokens)} tokens; the explorer shows at most {L.max_tokens}",
+                           code="too_large", field="text", limit=L.max_tokens, unit="tokens")
+        n_heads, head, head_dim, seed, opts = self._scheme_args(entry, params)
+        if n_heads * head_dim > L.max_content_width:
+            raise ApiError(f"n_heads x head_dim = {n_heads * head_dim} is too large for this scheme: the explorer "
+                           f"accepts at most {L.max_content_width}", code="too_large", field="head_dim",
+                           limit=L.max_content_width, unit="dims")
+        cls, _ = get_scheme(entry.registry)
+        causal = True if cls.causal_only else _bool(params, "causal", False)
+        enc = self._encoding(entry.registry, tuple(opts), n_heads, head_dim, causal, seed, max_len=L.max_tokens)
+        n = len(tokens)
+        q, k = content_qk(tokens, seed, n_heads, head_dim)  # (1, H, N, D) each
+        pos = torch.arange(n)[None]  # (1, N)
+        scale = float(enc.attention_scale(head_dim))
+        desc = enc.describe()
+        out: dict = {
+            "scheme": entry.key, "content": True, "tokens": tokens, "n": n, "causal": causal,
+            "causal_only": bool(cls.causal_only), "values": "score", "n_heads": n_heads, "head": head,
+            "head_dim": head_dim, "seed": seed, "scale": _sig(scale), "content_dim": CONTENT_DIM,
+            "options": dict(opts), "overrides": {}, "relative": desc["relative"], "learned_params": desc["params"],
+            "paper": desc["paper"], "offsets": None, "curves": None, "buckets": None,
+        }
+        with torch.no_grad():
+            s = enc.score(q, k, pos, pos, scale)[0]  # (H, N, N)
+            out["matrix"] = _tolist(s[head])
+            if entry.key == "cope":
+                p = enc.positions(q, k, pos, pos, scale)[0]  # (H, N, N)
+                out["positions"] = _tolist(p[head])
+                out["npos_max"] = enc.npos_max
+            elif entry.key == "fox":
+                lg = enc.log_forget_gates(k)[0]  # (H, N)
+                out["gates"] = _tolist(lg.exp())
+                out["log_gates"] = _tolist(lg)
+            elif entry.key == "deberta":
+                out["rel_index"] = enc.position_index(pos, pos)[0].tolist()  # (N, N), from i - j
+                out["span"] = enc.span
+                out["terms"] = list(enc.terms)
         return out
 
     # ------------------------------------------------------------ view 3

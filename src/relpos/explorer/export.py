@@ -3,7 +3,7 @@
 The file inlines the page's CSS and JavaScript and embeds the API answers for
 the default settings of every view (both sign conventions and every clip value
 of the example sentence; every bias scheme and head at the default length,
-causal and not; shifts 0..24 and a few larger; every task and metric of the
+causal and not, the content-dependent ones on the example sentence; shifts 0..24 and a few larger; every task and metric of the
 loaded results; every layer of each loaded checkpoint on the example text). The
 page looks answers up by the same key it would send to a live server, so an
 exported page shows exactly what ``relpos explore`` shows for those settings,
@@ -57,8 +57,11 @@ def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
     for e in info["bias_schemes"]:
         if not e["available"]:
             continue
-        for causal in ("false", "true"):
-            base = {"scheme": e["key"], "n": str(BIAS_N), "causal": causal}
+        for causal in ("true",) if e.get("causal_only") else ("false", "true"):
+            if e["kind"] == "content":  # content-dependent schemes read the example sentence
+                base = {"scheme": e["key"], "text": DEFAULT_SENTENCE, "causal": causal}
+            else:
+                base = {"scheme": e["key"], "n": str(BIAS_N), "causal": causal}
             if not e["per_head"]:
                 reqs.append(("bias", base))
                 continue

@@ -5,7 +5,8 @@ Run ``python -m relpos.explorer.screenshots`` (needs Playwright and a Chromium;
 byte-level model for a few hundred steps on Python's standard library so the
 attention-map view has something to show; without ``--results`` the
 extrapolation view is shot in its empty state (pass a ``relpos compare``
-folder for real curves). The test suite never runs this.
+folder for real curves). ``--only NAME,...`` retakes some of the shots (no
+model is trained unless view 5 is among them). The test suite never runs this.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-VIEWS = (("1-relative-distance", "offsets"), ("2-bias-matrices", "bias"), ("3-absolute-vs-relative", "shift"),
-         ("4-extrapolation", "extrap"), ("5-attention-maps", "attn"))
+VIEWS = (("1-relative-distance", "offsets"), ("2-bias-matrices", "bias"), ("2b-content-fox", "bias:fox"),
+         ("3-absolute-vs-relative", "shift"), ("4-extrapolation", "extrap"), ("5-attention-maps", "attn"))
+#: (file name, view[:scheme of view 2], language, window width) of every shot
+SHOTS = tuple((name, view, "en", 1280) for name, view in VIEWS) + (
+    ("zh-1-relative-distance", "offsets", "zh", 1280), ("zh-2-bias-matrices", "bias", "zh", 1280),
+    ("zh-2b-content-fox", "bias:fox", "zh", 1280), ("narrow-1-relative-distance", "offsets", "en", 400))
 
 
 def train_demo_checkpoint(out: Path, steps: int, scheme: str = "alibi") -> Path:
@@ -38,6 +43,17 @@ def _prepare(page, view: str) -> None:
     """Put each view in a telling state before the shot."""
     if view == "offsets":
         page.click("#v1-tokens .tok[data-j='3']")
+    elif view.startswith("bias:"):  # a content-dependent scheme on its example sentence
+        page.wait_for_function("() => document.querySelector('#v2-hm-cap').textContent.length > 0")
+        page.select_option("#v2-scheme", view.split(":", 1)[1])
+        page.wait_for_function("() => document.querySelector('#v2-hm-cap').textContent.includes('Score') ||"
+                               " document.querySelector('#v2-hm-cap').textContent.includes('打分')")
+        page.focus("#v2-heatmap canvas")
+        for _ in range(5):
+            page.keyboard.press("ArrowDown")
+        for _ in range(3):
+            page.keyboard.press("ArrowRight")
+        page.evaluate("window.scrollTo(0, 0)")  # focusing the canvas scrolled the header away
     elif view == "bias":
         page.wait_for_function("() => document.querySelector('#v2-hm-cap').textContent.length > 0")
         page.focus("#v2-heatmap canvas")
@@ -60,8 +76,12 @@ def _prepare(page, view: str) -> None:
     page.wait_for_timeout(250)
 
 
-def shoot(url: str, out: Path, chromium: str, *, zh: bool = True, narrow: bool = True) -> list[Path]:
-    """Take the screenshots from a running explorer at ``url``; return the files written."""
+def shoot(url: str, out: Path, chromium: str, *, zh: bool = True, narrow: bool = True,
+          only: set[str] | None = None) -> list[Path]:
+    """Take the screenshots from a running explorer at ``url``; return the files written.
+
+    ``only`` restricts them to these file names (without ``.png``).
+    """
     from playwright.sync_api import sync_playwright
 
     out.mkdir(parents=True, exist_ok=True)
@@ -71,15 +91,12 @@ def shoot(url: str, out: Path, chromium: str, *, zh: bool = True, narrow: bool =
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=args)
         try:
-            jobs = [(name, view, "en", 1280) for name, view in VIEWS]
-            if zh:
-                jobs += [("zh-1-relative-distance", "offsets", "zh", 1280), ("zh-2-bias-matrices", "bias", "zh", 1280)]
-            if narrow:
-                jobs += [("narrow-1-relative-distance", "offsets", "en", 400)]
+            jobs = [j for j in SHOTS if (zh or j[2] != "zh") and (narrow or j[3] >= 1280)
+                    and (only is None or j[0] in only)]
             for name, view, lang, width in jobs:
                 ctx = browser.new_context(viewport={"width": width, "height": 800}, device_scale_factor=1)
                 page = ctx.new_page()
-                page.goto(f"{url}?lang={lang}#{view}")
+                page.goto(f"{url}?lang={lang}#{view.split(':')[0]}")
                 page.wait_for_selector("body[data-ready=true]")
                 page.wait_for_timeout(400)
                 _prepare(page, view)
@@ -100,20 +117,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-steps", type=int, default=300, help="steps of the demo model (default 300)")
     ap.add_argument("--chromium", default="/usr/bin/chromium", help="Chromium executable")
     ap.add_argument("--no-zh", action="store_true", help="skip the Chinese screenshots")
+    ap.add_argument("--only", default=None, metavar="NAME,...",
+                    help="retake only these shots (file names without .png, e.g. 2b-content-fox)")
     args = ap.parse_args(argv)
     if not Path(args.chromium).exists():
         print(f"no Chromium at {args.chromium}", file=sys.stderr)
         return 2
+    only = None
+    if args.only:
+        only = {x.strip() for x in args.only.split(",") if x.strip()}
+        unknown = sorted(only - {j[0] for j in SHOTS})
+        if unknown:
+            print(f"unknown shot(s) {unknown}; known: {', '.join(j[0] for j in SHOTS)}", file=sys.stderr)
+            return 2
+    need_model = only is None or any(j[1] == "attn" for j in SHOTS if j[0] in only)
 
     from relpos.explorer import Explorer
     from relpos.explorer.server import make_server, serve_in_thread
 
     with tempfile.TemporaryDirectory(prefix="relpos-shots-") as tmp:
-        ckpts = args.checkpoint or [str(train_demo_checkpoint(Path(tmp) / "demo-alibi", args.train_steps))]
+        ckpts = args.checkpoint
+        if not ckpts and need_model:
+            ckpts = [str(train_demo_checkpoint(Path(tmp) / "demo-alibi", args.train_steps))]
         srv = make_server(Explorer(results=args.results, checkpoints=ckpts))
         serve_in_thread(srv)
         try:
-            files = shoot(srv.url, Path(args.out), args.chromium, zh=not args.no_zh)
+            files = shoot(srv.url, Path(args.out), args.chromium, zh=not args.no_zh, only=only)
         finally:
             srv.shutdown()
             srv.server_close()

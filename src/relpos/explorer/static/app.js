@@ -52,7 +52,7 @@
       'v1.row_j': 'key j', 'v1.row_d': 'offset d', 'v1.row_clip': 'clipped', 'v1.row_index': 'table row d + k',
 
       'v2.title': 'Bias matrices',
-      'v2.lead': 'Many relative schemes add a number b(i, j) to the attention logit: logit = q·k / √D + b(i, j). When b depends on d = j − i only, the matrix is constant along each diagonal. Left: b for every query i and key j of one head. Right: the same term against the offset d for all heads (the chosen head drawn bold).',
+      'v2.lead': 'Many relative schemes add a number b(i, j) to the attention logit: logit = q·k / √D + b(i, j). When b depends on d = j − i only, the matrix is constant along each diagonal. Left: b for every query i and key j of one head. Right: the same term against the offset d for all heads (the chosen head drawn bold). The schemes marked “typed text” add a term that depends on the tokens as well; for them the view reads a text you type.',
       'v2.scheme': 'Scheme', 'v2.n': 'Length N (tokens)', 'v2.causal': 'Causal (keys after the query are masked)',
       'v2.heads': 'Heads H', 'v2.head': 'Head shown', 'v2.head_dim': 'Head dimension D', 'v2.seed': 'Seed of the initial values',
       'v2.show': 'Show', 'v2.show_bias': 'bias value', 'v2.show_bucket': 'bucket id', 'v2.options': 'Scheme parameters',
@@ -99,6 +99,36 @@
       'f.sandwich': 'b(i, j) = (Σₖ cos((j − i)·ωₖ) − d′/2) / r_h,  ωₖ = 10000^(−2k/d′),  r_h = 8h / H',
       'x.shaw': 'Shaw et al. learn a vector aᴷ per clipped offset and add it to the key, so the term q_i·aᴷ / √D depends on the query too. The heatmap shows the length ‖aᴷ‖ of the table row each pair uses (a seeded random start): all pairs beyond ±k reuse the end rows.',
       'f.shaw': 'score(i, j) = q_i · aᴷ[clip(j − i, −k, k)] / √D',
+      'scheme.dpb': 'Dynamic Position Bias (MLP)', 'scheme.deberta': 'DeBERTa · typed text',
+      'scheme.cope': 'CoPE · typed text', 'scheme.fox': 'FoX forget gates · typed text',
+      'opt.hidden': 'MLP hidden width', 'opt.depth': 'Hidden layers', 'opt.log_distance': 'Feed sign(d)·ln(1 + |d|) instead of d',
+      'opt.norm': 'LayerNorm inside the MLP', 'opt.position_buckets': 'Position buckets S (0: no buckets)',
+      'opt.max_relative_positions': 'Max relative distance (tokens)', 'opt.layer_norm': 'LayerNorm on the position table',
+      'opt.share_projections': 'One projection for both terms', 'opt.npos_max': 'Table size (largest position + 1)',
+      'opt.bias_init': 'Initial gate bias b_h',
+      'v2.lib_default': 'The library starts at {v}; this view starts at {w} so the effect shows.',
+      'x.dpb': 'Dynamic Position Bias learns a function instead of a table: a small MLP reads the offset d (or sign(d)·ln(1 + |d|)) and returns one number per head. Because it is a smooth function of d, offsets never met in training still get a finite bias. Like T5 and ALiBi it depends on d alone, so the matrix is constant along each diagonal. The MLP weights shown are the seeded random start.',
+      'f.dpb': 'b(i, j) = MLP(u)[h],  u = d = j − i  (or sign(d)·ln(1 + |d|)),  MLP: Linear(1, w) → SiLU → … → Linear(w, H)',
+      'x.deberta': 'DeBERTa keeps content and position apart. A table of relative-position vectors is projected into position keys K_r and position queries Q_r, and two terms join the content score q_i·k_j: the query looks at where the key is (content-to-position, c2p) and the key looks at where the query is (position-to-content, p2c). Mind the sign: DeBERTa indexes its table by i − j, query minus key, the opposite of d = j − i used elsewhere on this page; beyond S/2 tokens the offsets share log-spaced buckets. All three terms share one scaling, 1/√(3D). Right: the table row δ(i, j) each pair uses.',
+      'f.deberta': 'score(i, j) = ( q_i · K_r[δ(i, j)] + k_j · Q_r[δ(i, j)] ) / √(3D),  δ(i, j) = clamp(bucket(i − j) + S, 0, 2S − 1)',
+      'x.cope': 'CoPE lets the content decide what counts as one step. Query i opens a gate g = σ(q_i·k_t / √D) between 0 and 1 for every key t, and the position of key j is the sum of the gates from j up to i: a soft count of the tokens the query finds relevant, not of all tokens. That count p_ij is fractional, so the learned table e, one vector per whole position, is interpolated. Causal attention only. The paper starts e at zero, which would make the term 0 everywhere; this view starts it at std 0.1. Right: the contextual positions p_ij.',
+      'f.cope': 'score(i, j) = q_i · e[p_ij],  p_ij = σ(q_i · k_j / √D) + σ(q_i · k_{j+1} / √D) + … + σ(q_i · k_i / √D),  e[p] = (p − ⌊p⌋)·e[⌈p⌉] + (1 − p + ⌊p⌋)·e[⌊p⌋]',
+      'x.fox': 'The Forgetting Transformer gives every token t a forget gate f_t between 0 and 1, computed from that token (in relpos from its key: f_t = σ(w_h·k_t + b_h)). Attention from query i to an earlier key j is damped by every gate passed on the way back, so the term adds up ln f_t over the tokens after j up to i. It is 0 on the diagonal and only falls as j moves into the past, like ALiBi, but the slope depends on the tokens: one token with a small gate makes the head forget most of what came before it. Causal attention only. The library starts w at std 0.02, which leaves every gate near 1/2; this view uses 0.25 so the gates differ. Right: the gates f_t.',
+      'f.fox': 'score(i, j) = ln f_{j+1} + ln f_{j+2} + … + ln f_i  (0 when j = i, masked when j > i),  f_t = σ(w_h · k_t + b_h)',
+      'v2.content_note': 'This term depends on the content, not only on i and j. Each distinct token gets a fixed random vector (seed {seed}), seeded random projections turn it into q and k for every head, and the heatmap is the scheme’s own score(q, k) computed by relpos. Change the text and the matrix changes; T5 or ALiBi would show the same matrix for any text of the same length.',
+      'v2.text': 'Text', 'v2.text_hint': 'Words, punctuation marks and single CJK characters become tokens (at most 64). The same token always gets the same vector.',
+      'v2.what.score': 'Score term in logit units',
+      'v2.cell_content': 'query i = {i} (“{a}”), key j = {j} (“{b}”): score = {v}',
+      'v2.cell_cope': 'query i = {i} (“{a}”), key j = {j} (“{b}”): score = {v}; contextual position p = {p}',
+      'v2.cell_content_masked': 'query i = {i} (“{a}”), key j = {j} (“{b}”): masked (a causal query never sees later keys)',
+      'v2.aux_cope': 'Contextual positions p_ij of head {h}: the sum of the gates from key j up to query i (clipped at {cap}).',
+      'v2.aux_deberta': 'Table row δ(i, j) each pair uses (S = {s}); it grows with i − j, query minus key.',
+      'v2.aux_cell_cope': 'query i = {i} (“{a}”), key j = {j} (“{b}”): p = {p}',
+      'v2.aux_cell_deberta': 'query i = {i} (“{a}”), key j = {j} (“{b}”): i − j = {r}, table row δ = {v}',
+      'v2.gates_cap': 'Forget gate f_t of each token, every head (head {h} bold). A gate near 0 makes the head forget what came before that token.',
+      'v2.gates_x': 'token t', 'v2.gates_y': 'forget gate f_t',
+      'v2.row_t': 't', 'v2.row_tok': 'token', 'v2.row_gate': 'f_t (head {h})', 'v2.row_log': 'ln f_t',
+      'v2.scale': 'Scale used: {s}. Token vectors: {c} numbers each.',
 
       'v3.title': 'Absolute against relative',
       'v3.lead': 'Same tokens, same weights; only the positions move. The sequence sits first at positions 0 … N−1, then at c … c+N−1. An absolute scheme adds a vector per position to each token, so its logits change. A relative scheme only sees j − i, which a shift leaves alone, so its logits stay equal (the difference is zero up to float rounding).',
@@ -183,7 +213,7 @@
       'v1.row_j': '键 j', 'v1.row_d': '偏移 d', 'v1.row_clip': '裁剪后', 'v1.row_index': '表中行号 d + k',
 
       'v2.title': '偏置矩阵',
-      'v2.lead': '许多相对位置方案在注意力打分上加一个数 b(i, j)：logit = q·k / √D + b(i, j)。若 b 只依赖 d = j − i，矩阵沿每条对角线取值相同。左图：某一个头对每个查询 i 和键 j 的 b；右图：同一项随偏移 d 的变化，画出所有头（选中的头用粗线）。',
+      'v2.lead': '许多相对位置方案在注意力打分上加一个数 b(i, j)：logit = q·k / √D + b(i, j)。若 b 只依赖 d = j − i，矩阵沿每条对角线取值相同。左图：某一个头对每个查询 i 和键 j 的 b；右图：同一项随偏移 d 的变化，画出所有头（选中的头用粗线）。标有“输入文本”的方案所加的项还依赖词元本身；选择它们时，本视图读取你输入的文本。',
       'v2.scheme': '方案', 'v2.n': '序列长度 N（词元）', 'v2.causal': '因果（屏蔽查询之后的键）',
       'v2.heads': '头数 H', 'v2.head': '显示的头', 'v2.head_dim': '每头维度 D', 'v2.seed': '初始值的随机种子',
       'v2.show': '显示', 'v2.show_bias': '偏置值', 'v2.show_bucket': '桶编号', 'v2.options': '方案参数',
@@ -230,6 +260,36 @@
       'f.sandwich': 'b(i, j) = (Σₖ cos((j − i)·ωₖ) − d′/2) / r_h，ωₖ = 10000^(−2k/d′)，r_h = 8h / H',
       'x.shaw': 'Shaw 等人为每个裁剪后的偏移学一个向量 aᴷ 并加到键上，所以 q_i·aᴷ / √D 这一项还依赖查询。热力图显示每对 (i, j) 用到的那一行的长度 ‖aᴷ‖（随机初始值）：超出 ±k 的所有位置对都重复使用两端的行。',
       'f.shaw': 'score(i, j) = q_i · aᴷ[clip(j − i, −k, k)] / √D',
+      'scheme.dpb': '动态位置偏置（MLP）', 'scheme.deberta': 'DeBERTa · 输入文本',
+      'scheme.cope': 'CoPE · 输入文本', 'scheme.fox': 'FoX 遗忘门 · 输入文本',
+      'opt.hidden': 'MLP 隐藏层宽度', 'opt.depth': '隐藏层数', 'opt.log_distance': '输入 sign(d)·ln(1 + |d|) 而不是 d',
+      'opt.norm': 'MLP 内使用 LayerNorm', 'opt.position_buckets': '位置桶数 S（0 表示不分桶）',
+      'opt.max_relative_positions': '最大相对距离（词元）', 'opt.layer_norm': '对位置表做 LayerNorm',
+      'opt.share_projections': '两项共用一个投影', 'opt.npos_max': '表的大小（最大位置 + 1）',
+      'opt.bias_init': '门偏置 b_h 的初始值',
+      'v2.lib_default': '库里的初始值是 {v}；为了让效果看得出来，本视图从 {w} 开始。',
+      'x.dpb': '动态位置偏置学的不是一张表，而是一个函数：一个小型 MLP 读入偏移 d（或 sign(d)·ln(1 + |d|)），为每个头输出一个数。由于它是 d 的光滑函数，训练中从未出现过的偏移也能得到有限的偏置。它和 T5、ALiBi 一样只依赖 d，所以矩阵沿每条对角线取值相同。图中的 MLP 权重是按种子生成的随机初始值。',
+      'f.dpb': 'b(i, j) = MLP(u)[h]，u = d = j − i（或 sign(d)·ln(1 + |d|)），MLP：Linear(1, w) → SiLU → … → Linear(w, H)',
+      'x.deberta': 'DeBERTa 把内容和位置分开处理。一张相对位置向量表被投影成位置键 K_r 和位置查询 Q_r，在内容打分 q_i·k_j 之外再加两项：查询看键所在的位置（内容到位置，c2p），键看查询所在的位置（位置到内容，p2c）。注意符号：DeBERTa 用 i − j（查询减键）来索引位置表，和本页其他地方的 d = j − i 正好相反；超过 S/2 个词元的偏移按对数间隔合并进桶。三项共用同一个缩放 1/√(3D)。右图：每对 (i, j) 用到的表中行号 δ(i, j)。',
+      'f.deberta': 'score(i, j) = ( q_i · K_r[δ(i, j)] + k_j · Q_r[δ(i, j)] ) / √(3D)，δ(i, j) = clamp(bucket(i − j) + S, 0, 2S − 1)',
+      'x.cope': 'CoPE 让内容来决定什么算“一步”。查询 i 对每个键 t 打开一个取值在 0 到 1 之间的门 g = σ(q_i·k_t / √D)，键 j 的位置就是从 j 到 i 所有门的和：它数的是查询认为相关的词元，而不是所有词元。这个计数 p_ij 是小数，所以可学习的表 e（每个整数位置一个向量）要做插值。只用于因果注意力。论文把 e 初始化为零，这样这一项处处为 0；本视图用标准差 0.1 初始化。右图：上下文位置 p_ij。',
+      'f.cope': 'score(i, j) = q_i · e[p_ij]，p_ij = σ(q_i · k_j / √D) + σ(q_i · k_{j+1} / √D) + … + σ(q_i · k_i / √D)，e[p] = (p − ⌊p⌋)·e[⌈p⌉] + (1 − p + ⌊p⌋)·e[⌊p⌋]',
+      'x.fox': '遗忘 Transformer（FoX）为每个词元 t 计算一个 0 到 1 之间的遗忘门 f_t，它由该词元本身决定（relpos 中由它的键算出：f_t = σ(w_h·k_t + b_h)）。查询 i 对更早的键 j 的注意力，会被回溯途中经过的每一个门削弱，所以这一项是 j 之后直到 i 的各个词元的 ln f_t 之和。它在对角线上为 0，j 越往前只会越小，这一点像 ALiBi，但斜率由词元决定：一个门很小的词元会让这个头几乎忘掉它之前的全部内容。只用于因果注意力。库里 w 的初始标准差是 0.02，所有门都接近 1/2；本视图用 0.25，让各个门明显不同。右图：各词元的门 f_t。',
+      'f.fox': 'score(i, j) = ln f_{j+1} + ln f_{j+2} + … + ln f_i（j = i 时为 0，j > i 时屏蔽），f_t = σ(w_h · k_t + b_h)',
+      'v2.content_note': '这一项依赖内容，而不只依赖 i 和 j。每个不同的词元对应一个固定的随机向量（种子 {seed}），再经带种子的随机投影得到每个头的 q 和 k，热力图就是 relpos 中该方案自己的 score(q, k)。改动文本，矩阵就会改变；而 T5 或 ALiBi 对任何同样长度的文本都给出同一个矩阵。',
+      'v2.text': '文本', 'v2.text_hint': '单词、标点和单个汉字（或其他 CJK 字符）各算一个词元（最多 64 个）。同一个词元总是对应同一个向量。',
+      'v2.what.score': '打分项（logit 单位）',
+      'v2.cell_content': '查询 i = {i}（“{a}”），键 j = {j}（“{b}”）：score = {v}',
+      'v2.cell_cope': '查询 i = {i}（“{a}”），键 j = {j}（“{b}”）：score = {v}；上下文位置 p = {p}',
+      'v2.cell_content_masked': '查询 i = {i}（“{a}”），键 j = {j}（“{b}”）：已屏蔽（因果注意力看不到后面的键）',
+      'v2.aux_cope': '第 {h} 个头的上下文位置 p_ij：从键 j 到查询 i 所有门的和（上限 {cap}）。',
+      'v2.aux_deberta': '每对 (i, j) 用到的表中行号 δ(i, j)（S = {s}）；它随 i − j（查询减键）增大。',
+      'v2.aux_cell_cope': '查询 i = {i}（“{a}”），键 j = {j}（“{b}”）：p = {p}',
+      'v2.aux_cell_deberta': '查询 i = {i}（“{a}”），键 j = {j}（“{b}”）：i − j = {r}，表中行号 δ = {v}',
+      'v2.gates_cap': '每个词元的遗忘门 f_t，画出所有头（第 {h} 个头用粗线）。门接近 0 时，这个头会忘掉该词元之前的内容。',
+      'v2.gates_x': '词元 t', 'v2.gates_y': '遗忘门 f_t',
+      'v2.row_t': 't', 'v2.row_tok': '词元', 'v2.row_gate': 'f_t（第 {h} 个头）', 'v2.row_log': 'ln f_t',
+      'v2.scale': '所用缩放：{s}。每个词元向量有 {c} 个数。',
 
       'v3.title': '绝对与相对',
       'v3.lead': '词元相同、权重相同，只移动位置：序列先放在 0 … N−1，再整体平移到 c … c+N−1。绝对方案给每个位置一个向量并加到词元上，所以打分会变；相对方案只看 j − i，而平移不改变它，所以打分保持不变（差值为零，只剩浮点舍入误差）。',
@@ -431,6 +491,7 @@
     hm.draw = function (data) {
       hm.data = data;
       const n = data.matrix.length, m = data.matrix[0].length;
+      if (hm.cursor) hm.cursor = [Math.min(hm.cursor[0], n - 1), Math.min(hm.cursor[1], m - 1)];
       const labels = data.labels;
       const avail = Math.max(120, Math.min(maxSize, (host.clientWidth || maxSize)));
       const ctx0 = canvas.getContext('2d');
@@ -608,6 +669,7 @@
       if (s.band) { s.band[0].forEach((v) => v !== null && ys.push(v)); s.band[1].forEach((v) => v !== null && ys.push(v)); }
     }
     for (const v of cfg.vlines || []) xs.push(v.x);
+    for (const v of cfg.yInclude || []) ys.push(v);
     if (!xs.length) { host.replaceChildren(); return; }
     const tx = cfg.xLog ? (v) => Math.log2(v) : (v) => v;
     let xlo = Math.min(...xs.map(tx)), xhi = Math.max(...xs.map(tx));
@@ -811,8 +873,11 @@
     let data = null, loaded = false, entry = null;
     const scheme = $('#v2-scheme'), nIn = $('#v2-n'), causal = $('#v2-causal'), heads = $('#v2-heads');
     const head = $('#v2-head'), headDim = $('#v2-headdim'), seed = $('#v2-seed'), show = $('#v2-show');
-    const optList = $('#v2-option-list');
+    const optList = $('#v2-option-list'), textIn = $('#v2-text');
     const hm = Heatmap($('#v2-heatmap'), { onCell: cell, maxSize: 400 });
+    const aux = Heatmap($('#v2-aux'), { onCell: auxCell, maxSize: 400 });  // CoPE p_ij, DeBERTa's table rows
+    let userCausal = false;  // the switch's state before a causal-only scheme forced it on
+    const isContent = () => !!entry && entry.kind === 'content';
 
     function fillSchemes() {
       scheme.replaceChildren();
@@ -838,6 +903,15 @@
       $('#v2-head-controls').hidden = !entry.per_head;
       $('#v2-headdim-wrap').hidden = !entry.head_dim;
       $('#v2-show-wrap').hidden = entry.kind !== 't5';
+      // content-dependent schemes read a typed text instead of a length
+      $('#v2-n-wrap').hidden = isContent();
+      $('#v2-text-wrap').hidden = !isContent();
+      if (entry.causal_only) {
+        if (!causal.disabled) userCausal = causal.checked;
+        causal.checked = true; causal.disabled = true;
+      } else if (causal.disabled) {
+        causal.disabled = false; causal.checked = userCausal;
+      }
       for (const o of entry.options || []) {
         const id = 'v2-opt-' + o.name;
         const label = el('label', { for: id, 'data-key': 'opt.' + o.name }, has('opt.' + o.name) ? t('opt.' + o.name) : o.name);
@@ -849,6 +923,10 @@
         } else {
           input = el('input', { id, type: 'number', step: o.type === 'int' ? '1' : 'any', 'data-opt': o.name, 'data-type': o.type, value: String(o.default), inputmode: o.type === 'int' ? 'numeric' : 'decimal' });
           optList.append(label, input);
+        }
+        if (o.library_default !== undefined) {
+          optList.append(el('p', { class: 'hint', 'data-lib': String(o.library_default), 'data-start': String(o.default) },
+            t('v2.lib_default', { v: o.library_default, w: o.default })));
         }
         input.dataset.default = String(o.default);
         input.addEventListener(o.type === 'bool' ? 'change' : 'input', loadSoon);
@@ -863,7 +941,8 @@
       $('#v2-options').hidden = !optList.childElementCount;
     }
     function params() {
-      const p = { scheme: scheme.value, n: nIn.value, causal: causal.checked ? 'true' : 'false' };
+      const p = { scheme: scheme.value, causal: causal.checked ? 'true' : 'false' };
+      if (isContent()) p.text = textIn.value; else p.n = nIn.value;
       if (!entry) return p;
       if (entry.per_head) {
         p.n_heads = heads.value; p.head = head.value; p.seed = seed.value;
@@ -895,14 +974,75 @@
       if (!data) return;
       const d = j - i;
       const out = $('#v2-readout');
+      if (data.content) {
+        const tk = { i, j, a: data.tokens[i], b: data.tokens[j] };
+        if (data.causal && j > i) { out.textContent = t('v2.cell_content_masked', tk); return; }
+        tk.v = fmtNum(data.matrix[i][j], 6);
+        if (data.positions) { tk.p = fmtNum(data.positions[i][j], 5); out.textContent = t('v2.cell_cope', tk); }
+        else out.textContent = t('v2.cell_content', tk);
+        return;
+      }
       if (data.causal && j > i) { out.textContent = t('v2.cell_masked', { i, j, d: fmtInt(d) }); return; }
       const v = data.matrix[i][j];
       const name = data.values === 'bucket' ? 'bucket' : data.values === 'norm' ? '‖aᴷ‖' : 'b';
       out.textContent = t('v2.cell', { i, j, d: fmtInt(d), name, v: data.values === 'bucket' ? fmtInt(v) : fmtNum(v, 6) });
     }
+    function auxCell(i, j) {
+      if (!data || !data.content) return;
+      const out = $('#v2-aux-readout');
+      const tk = { i, j, a: data.tokens[i], b: data.tokens[j] };
+      if (data.causal && j > i) { out.textContent = t('v2.cell_content_masked', tk); return; }
+      if (data.positions) out.textContent = t('v2.aux_cell_cope', Object.assign(tk, { p: fmtNum(data.positions[i][j], 5) }));
+      else if (data.rel_index) out.textContent = t('v2.aux_cell_deberta', Object.assign(tk, { r: fmtInt(i - j), v: String(data.rel_index[i][j]) }));
+    }
+    // content-dependent schemes: the score for the typed text, and what drives it
+    function renderContent() {
+      const masked = data.causal ? (i, j) => j > i : null;
+      const flat = [];
+      data.matrix.forEach((r, i) => r.forEach((v, j) => { if (!(data.causal && j > i)) flat.push(v); }));
+      hm.draw({ matrix: data.matrix, labels: data.tokens, scale: scaleFor(flat, 'diverging'), masked, unit: 'logit', aria: $('#v2-hm-cap').textContent });
+      if (hm.cursor) cell(hm.cursor[0], hm.cursor[1]);
+      const curve = $('#v2-curve'), auxWrap = $('#v2-aux-wrap'), gates = $('#v2-gates');
+      $('#v2-buckets').replaceChildren();
+      gates.replaceChildren();
+      if (data.gates) {
+        auxWrap.hidden = true; curve.hidden = false;
+        const n = data.n, xs = Array.from({ length: n }, (_, k) => k);
+        const series = [];
+        data.gates.forEach((ys, h) => {
+          if (h !== data.head) series.push({ label: t('v2.head_n', { h: h + 1 }), xs, ys, colour: OKABE[h % 8], width: 1, opacity: 0.4, dash: DASHES[h % 4] });
+        });
+        series.push({ label: t('v2.head_n', { h: data.head + 1 }), xs, ys: data.gates[data.head], colour: OKABE[data.head % 8], width: 3, marker: n <= 40 ? MARKERS[data.head % 4] : null });
+        lineChart(curve, { series, xLabel: t('v2.gates_x'), yLabel: t('v2.gates_y'), xTicks: n <= 16 ? xs : null, yInclude: [0, 1], maxWidth: 500, height: 240, aria: $('#v2-curve-cap').textContent });
+        const tbl = el('table', { class: 'mini', id: 'v2-gate-table' });
+        const rows = [['v2.row_t', (k) => String(k)], ['v2.row_tok', (k) => data.tokens[k]],
+          ['v2.row_gate', (k) => fmtNum(data.gates[data.head][k], 4)], ['v2.row_log', (k) => fmtNum(data.log_gates[data.head][k], 4)]];
+        for (const [key, f] of rows) {
+          const tr = el('tr', { 'data-row': key.slice(7) }, el('th', { scope: 'row', text: t(key, { h: data.head + 1 }) }));
+          for (let k = 0; k < n; k++) tr.append(el('td', { text: f(k) }));
+          tbl.append(tr);
+        }
+        gates.append(tbl);
+      } else {
+        curve.hidden = true; curve.replaceChildren(); auxWrap.hidden = false;
+        const mat = data.positions || data.rel_index;
+        const vals = [];
+        mat.forEach((r, i) => r.forEach((v, j) => { if (!(data.causal && j > i)) vals.push(v); }));
+        const sc = scaleFor(vals, 'sequential');
+        if (data.positions) sc.lo = 0;
+        aux.draw({ matrix: mat, labels: data.tokens, scale: sc, masked, unit: '', aria: $('#v2-curve-cap').textContent });
+        if (aux.cursor) auxCell(aux.cursor[0], aux.cursor[1]);
+      }
+      const ps = $('#v2-params');
+      ps.replaceChildren(el('p', { class: 'hint' }, t('v2.scale', { s: fmtNum(data.scale, 5), c: data.content_dim })));
+      ps.append(el('p', { class: 'hint' }, data.learned_params > 0 ? t('v2.learned', { seed: data.seed, p: data.learned_params }) : t('v2.fixed')));
+      if (data.paper) ps.append(el('p', { class: 'hint' }, t('v2.paper') + ': ', el('a', { href: data.paper, rel: 'noopener noreferrer', target: '_blank' }, data.paper)));
+    }
     function render() {
       relabel();
       if (!data) return;
+      if (data.content) { renderContent(); return; }
+      $('#v2-curve').hidden = false; $('#v2-aux-wrap').hidden = true; $('#v2-gates').replaceChildren();
       const kind = data.values === 'bias' ? 'diverging' : (data.values === 'bucket' && data.matrix.some((r) => r.some((v) => v < 0)) ? 'diverging' : 'sequential');
       const flat = [];
       data.matrix.forEach((r, i) => r.forEach((v, j) => { if (!(data.causal && j > i)) flat.push(v); }));
@@ -960,6 +1100,10 @@
       const key = scheme.value;
       $('#v2-scheme-text').textContent = t('x.' + key);
       $('#v2-formula').textContent = t('f.' + key);
+      const note = $('#v2-content-note');
+      note.hidden = !isContent();
+      note.textContent = isContent() ? t('v2.content_note', { seed: clampInt(seed.value, 0, 2147483647, 0) }) : '';
+      optList.querySelectorAll('p[data-lib]').forEach((x) => { x.textContent = t('v2.lib_default', { v: x.dataset.lib, w: x.dataset.start }); });
       scheme.querySelectorAll('option').forEach((o) => {
         const e = state.info.bias_schemes.find((x) => x.key === o.value);
         o.textContent = t('scheme.' + o.value) + (e && !e.available ? ' ' + t('v2.unavailable') : '');
@@ -968,9 +1112,14 @@
       optList.querySelectorAll('label[data-key]').forEach((l) => { const k = l.dataset.key; if (has(k)) l.textContent = t(k); });
       if (data) {
         const what = valueName();
-        $('#v2-hm-cap').textContent = data.curves.length > 1 || (entry && entry.per_head)
+        $('#v2-hm-cap').textContent = (data.curves && data.curves.length > 1) || data.content || (entry && entry.per_head)
           ? t('v2.hm_cap', { what, h: data.head + 1, n: data.n }) : t('v2.hm_cap_nohead', { what, n: data.n });
-        $('#v2-curve-cap').textContent = data.curve_row !== undefined ? t('v2.curve_row', { what, i: data.curve_row }) : t('v2.curve_cap', { what });
+        let cap;
+        if (data.gates) cap = t('v2.gates_cap', { h: data.head + 1 });
+        else if (data.positions) cap = t('v2.aux_cope', { h: data.head + 1, cap: data.npos_max - 1 });
+        else if (data.rel_index) cap = t('v2.aux_deberta', { s: data.span });
+        else cap = data.curve_row !== undefined ? t('v2.curve_row', { what, i: data.curve_row }) : t('v2.curve_cap', { what });
+        $('#v2-curve-cap').textContent = cap;
       }
     }
     function init() {
@@ -979,8 +1128,11 @@
       heads.max = String(state.info.limits.max_heads);
       scheme.addEventListener('change', () => { buildOptions(); relabel(); load(); });
       heads.addEventListener('input', () => { fillHeads(); loadSoon(); });
-      [nIn, headDim, seed].forEach((x) => x.addEventListener('input', loadSoon));
+      [nIn, headDim, seed, textIn].forEach((x) => x.addEventListener('input', loadSoon));
       [causal, head, show].forEach((x) => x.addEventListener('change', load));
+      causal.addEventListener('change', () => { if (!causal.disabled) userCausal = causal.checked; });
+      textIn.maxLength = state.info.limits.max_text_chars;
+      if (SNAP) { textIn.readOnly = true; textIn.title = t('snapshot_readonly'); }
       $('#v2-form').addEventListener('submit', (ev) => ev.preventDefault());
     }
     return {
