@@ -305,3 +305,64 @@ def test_ci_preset_end_to_end(tmp_path):
     assert {x["variant"] for x in d["runs"] if x["scheme"] == "rope"} == {None, "pi", "ntk", "dynamic", "yarn"}
     assert "bits per byte" in r.stdout and "exact-match accuracy" in r.stdout
     print(f"ci preset took {took:.0f} s")
+
+
+@pytest.mark.slow
+def test_ray_runner_on_a_local_instance(tmp_path):
+    """--runner ray against a local Ray instance (skipped where Ray, an optional extra, is absent)."""
+    pytest.importorskip("ray")
+    from relpos.experiments.runner import RayRunner
+
+    s = compare(tiny(schemes=["alibi", "nope"], tasks=["copy"]), tmp_path / "ray", runner=RayRunner(threads=1),
+                progress=False, log=quiet, plots=False)
+    assert s.finished == 2 and not s.failed
+    with Store(tmp_path / "ray" / "results.sqlite") as st:
+        assert st.done_jobs(s.fingerprint) == {"copy/alibi/seed0", "copy/nope/seed0"}
+
+
+def test_ray_runner_without_ray_is_a_clear_error(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *a, **kw):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    from relpos.experiments.runner import make_runner
+
+    with pytest.raises(ValueError, match=r"pip install 'relpos\[ray\]'"):
+        make_runner("ray")
+
+
+def test_report_only_rebuilds_from_the_database(swept, capsys):
+    out, s = swept
+    (out / "results.json").unlink()
+    (out / "lm_loss_vs_length.png").unlink()
+    assert main(["compare", "--out", str(out), "--report-only"]) == 0
+    assert "bits per byte" in capsys.readouterr().out
+    d = json.loads((out / "results.json").read_text())
+    assert d["fingerprint"] == s.fingerprint and len(d["runs"]) >= 8
+    assert (out / "lm_loss_vs_length.png").exists()
+
+
+def test_report_only_needs_results(tmp_path, capsys):
+    assert main(["compare", "--out", str(tmp_path), "--report-only"]) == 2
+    assert "holds no relpos compare results" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_torchrun_runner_trains_with_two_processes(tmp_path):
+    """--runner torchrun: one run trained by 2 data-parallel processes, evaluated by rank 0."""
+    out = tmp_path / "tr"
+    r = subprocess.run([sys.executable, "-m", "relpos.cli", "compare", "--preset", "ci", "--schemes", "alibi",
+                        "--tasks", "copy", "--steps", "4", "--runner", "torchrun", "--nproc", "2", "--out", str(out),
+                        "--no-plots", "--no-progress"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = json.loads((out / "results.json").read_text())
+    (run,) = d["runs"]
+    assert run["train"]["world_size"] == 2 and run["train"]["steps"] == 4
+    assert [m["eval_len"] for m in run["metrics"]] == [6, 12, 18]

@@ -72,6 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show the bar")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="never show the bar")
     g.add_argument("--dry-run", action="store_true", help="print the plan and the fingerprint, run nothing")
+    g.add_argument("--report-only", action="store_true",
+                   help="rewrite results.json, plots and report.md of --out from its database; run nothing")
 
 
 def _none_or(items):
@@ -128,16 +130,23 @@ def build_config(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    from relpos.experiments.compare import compare, plan, summary_text
+    from relpos.experiments.compare import compare, plan, rebuild_report, summary_text
     from relpos.experiments.runner import make_runner
 
+    if args.report_only:
+        out = args.out or os.path.join("runs", f"compare-{args.preset}")
+        print(summary_text(rebuild_report(out, plots=not args.no_plots)))
+        return 0
     cfg = build_config(args)
     out = args.out or os.path.join("runs", f"compare-{cfg.preset}")
     if args.dry_run:
         jobs = plan(cfg)
-        print(f"preset {cfg.preset}, fingerprint {cfg.fingerprint()}, {len(jobs)} training runs -> {out}")
-        for j in jobs:
-            print("  " + j.key)
+        lines = [f"preset {cfg.preset}, fingerprint {cfg.fingerprint()}, {len(jobs)} training runs -> {out}"]
+        lines += ["  " + j.key for j in jobs]
+        try:
+            print("\n".join(lines))
+        except BrokenPipeError:  # e.g. piped into `head`
+            sys.stderr.close()
         return 0
     runner = make_runner(args.runner, workers=cfg.workers, threads=cfg.threads, ray_address=args.ray_address,
                          nproc=args.nproc)

@@ -32,7 +32,8 @@ from relpos.experiments.report import make_plots, results_dict, text_tables, wri
 from relpos.experiments.runner import Job, LocalRunner, SerialRunner
 from relpos.experiments.store import ConfigMismatchError, Store
 
-__all__ = ["plan", "compare", "CompareSummary", "prepare_output", "build_results", "OUTPUT_FILES"]
+__all__ = ["plan", "compare", "rebuild_report", "summary_text", "CompareSummary", "prepare_output", "build_results",
+           "OUTPUT_FILES"]
 
 #: Files a sweep writes (moved aside by ``force``).
 OUTPUT_FILES = ("results.sqlite", "results.sqlite-wal", "results.sqlite-shm", "results.json", "config.json",
@@ -165,11 +166,17 @@ class _Progress:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(total=total, initial=initial, unit="run", dynamic_ncols=True, file=sys.stderr,
-                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} runs [{elapsed}<{remaining}] {postfix}")
+                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} runs [{elapsed}<{remaining}]{postfix}")
+        self._last = 0.0
 
-    def _postfix(self) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix_str(", ".join(f"{k} {v}" for k, v in self.running.items()), refresh=True)
+    def _postfix(self, force: bool = True) -> None:
+        if self.bar is None:
+            return
+        now = time.monotonic()
+        if force or now - self._last > 0.5:
+            self._last = now
+            text = ", ".join(f"{k} {v}".strip() for k, v in self.running.items())
+            self.bar.set_postfix_str(f"running: {text}" if text else "", refresh=True)
 
     def start(self, job: Job) -> None:
         with self.lock:
@@ -180,8 +187,8 @@ class _Progress:
     def step(self, key: str, step: int, steps: int) -> None:
         with self.lock:
             if key in self.running:
-                self.running[key] = f"{step}/{steps}"
-                self._postfix()
+                self.running[key] = f"step {step}/{steps}"
+                self._postfix(force=False)
 
     def finish(self, job: Job, ok: bool, seconds: float | None, note: str = "") -> None:
         with self.lock:
@@ -286,6 +293,34 @@ def compare(
         return summary
     finally:
         store.close()
+
+
+def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = "") -> CompareSummary:
+    """Rewrite results.json, the plots and report.md of a folder from its database.
+
+    Runs nothing and changes no result; the configuration is the folder's own
+    ``config.json``.
+
+    Raises:
+        FileNotFoundError: the folder has no results database or config.json.
+    """
+    out = Path(out_dir)
+    db, cj = out / "results.sqlite", out / "config.json"
+    if not db.exists() or not cj.exists():
+        raise FileNotFoundError(f"{out} holds no relpos compare results (results.sqlite and config.json)")
+    saved = json.loads(cj.read_text())
+    fp = saved.pop("fingerprint")
+    saved.pop("protocol", None)
+    cfg = ExperimentConfig.from_dict(saved)
+    with Store(db) as st:
+        results = results_dict(cfg.to_dict(), fp, st.runs(fp), st.jobs(fp), st.failures(fp))
+        n = len(st.done_jobs(fp))
+    write_json_atomic(out / "results.json", results)
+    summary = CompareSummary(out, fp, total=n, skipped=n, results=results)
+    if plots and results["runs"]:
+        summary.plots = make_plots(results, out)
+        write_report(results, out, summary.plots, command=command)
+    return summary
 
 
 def summary_text(summary: CompareSummary) -> str:

@@ -343,7 +343,7 @@ def _full() -> ExperimentConfig:
         preset="full",
         tasks=list(ALL_TASKS),
         seeds=[0, 1, 2],
-        randomized=["learned", "rope"],
+        randomized=["rope"],
         d_model=64,
         n_layers=3,
         n_heads=4,
@@ -352,13 +352,13 @@ def _full() -> ExperimentConfig:
         lr=3e-3,
         warmup=40,
         task_train={
-            "copy": {"steps": 1500, "batch_size": 32, "lr": 5e-3, "warmup": 50},
-            "reverse": {"steps": 1500, "batch_size": 32, "lr": 5e-3, "warmup": 50},
-            "recall": {"steps": 1500, "batch_size": 32, "lr": 5e-3, "warmup": 50},
+            "copy": {"steps": 1200, "batch_size": 32, "lr": 5e-3, "warmup": 50},
+            "reverse": {"steps": 1200, "batch_size": 32, "lr": 5e-3, "warmup": 50},
+            "recall": {"steps": 1000, "batch_size": 32, "lr": 5e-3, "warmup": 50},
             "parity": {"steps": 600, "batch_size": 32, "lr": 5e-3, "warmup": 50},
         },
-        lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 16384},
-        algorithmic={"train_len": 8, "eval_lengths": [8, 10, 12, 16, 24, 32], "n_eval": 200},
+        lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 16384, "blocks": 32},
+        algorithmic={"train_len": 8, "eval_lengths": [8, 10, 12, 16, 24, 32], "n_eval": 100},
         task_options={"copy": {"alphabet": 8}, "reverse": {"alphabet": 8}, "recall": {"n_values": 8}},
     )
 
