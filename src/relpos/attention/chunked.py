@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from relpos.attention import Request
-from relpos.attention.dense import rotated_qk
+from relpos.attention.dense import fast_bias, rotated_qk
 from relpos.distance import offsets_range
 
 __all__ = ["supports", "run", "engine_for", "saturation_distance", "BLOCK_BYTES"]
@@ -175,7 +175,7 @@ def _probe_leaves(req: Request, q: Tensor, k: Tensor, gen_bias: bool) -> list[Te
         qp, kp = req.qpos[:, :1], req.kpos[:, :1]
         outs = []
         if gen_bias:
-            outs.append(enc.bias(qp, kp))
+            outs.append(fast_bias(enc, qp, kp))
         if "score" in enc.acts_on:
             outs.append(enc.score(q[:, :, :1].detach(), k[:, :, :1].detach(), qp, kp, req.scale))
         if "value" in enc.acts_on:
@@ -219,7 +219,7 @@ def _toeplitz_terms(req: Request) -> bool:
 
 
 def engine_for(req: Request) -> str:
-    """Which internal engine :func:`run` uses: ``"sdpa"``, ``"regions"``, ``"shaw"`` or ``"blocks"``."""
+    """Which internal engine :func:`run` uses: ``"sdpa"``, ``"regions"``, ``"shaw"``, ``"relkey"`` or ``"blocks"``."""
     enc = req.encoding
     sites = enc.acts_on - {"embedding", "qk"}
     if not sites and req.key_padding_mask is None:
@@ -228,6 +228,8 @@ def engine_for(req: Request) -> str:
         return _regions_or_blocks(req)
     if sites <= {"score", "value"} and _shaw_eligible(req):
         return "shaw"
+    if sites == {"score"} and _relkey_eligible(req):
+        return "relkey"
     return "blocks"
 
 
@@ -264,6 +266,13 @@ def run(req: Request) -> Tensor:
     if engine == "shaw":
         vt = enc.value_table if "value" in enc.acts_on else None
         return _ShawFn.apply(_ShawCfg(req), q, k, req.v, enc.key_table, vt)
+    if engine == "relkey":
+        # Transformer-XL: scale * ((q + u) . k_j + (q + v) . W_R R_{i-j}); R is indexed by r = i - j = -d
+        offs = offsets_range(Nq, Nk, req.q_offset).to(q.device)
+        rtab = enc.projected(-offs)  # (H, L, D) float32, autograd to W_R
+        u = enc.u.to(q.dtype)[None, :, None, :]
+        vb = enc.v.to(q.dtype)[None, :, None, :]
+        return _RelKeyFn.apply(_RelKeyCfg(req, lo), q + u, q + vb, k, req.v, rtab)
     gen_bias = "bias" in enc.acts_on and tvals is None
     leaves = _probe_leaves(req, q, k, gen_bias) if (gen_bias or enc.acts_on & {"score", "value"}) else []
     cfg = _BlockCfg(req, lo, gen_bias, len(leaves))
@@ -296,6 +305,11 @@ class _BlockCfg:
         self.cd = _compute_dtype(req.q.dtype)
         itemsize = torch.finfo(self.cd).bits // 8
         self.rows = _rows_per_block(B * H, Nk, itemsize)
+        # bias-only terms without padding: the forward can use the fused CPU kernel
+        self.fused_forward = (
+            not self.has_score and not self.has_value and self.kpm is None
+            and req.q.device.type == "cpu" and _flash_ops() is not None
+        )
 
     def blocks(self):
         for a in range(0, self.Nq, self.rows):
@@ -347,12 +361,23 @@ class _BlockFn(torch.autograd.Function):
         out = torch.empty(B, H, Nq, cfg.Dv, dtype=cd, device=q.device)
         lse = torch.empty(B, H, Nq, dtype=cd, device=q.device)
         tiny = torch.finfo(cd).tiny
+        fused = _flash_ops() if cfg.fused_forward else None
         for a, b, C in cfg.blocks():
             qb, kr, vr = qc[:, :, a:b], kc[:, :, :C], vc[:, :, :C]
             qp, kp = cfg.qpos[:, a:b], cfg.kpos[:, :C]
+            if fused is not None:
+                # position term (+ causal -inf) as the fused kernel's additive mask
+                mask = fast_bias(enc, qp, kp).to(cd) if tv is None else _toeplitz_block(tv, cfg.lo, -(cfg.qo + b - 1), b - a, C)[None]
+                if cfg.causal and cfg.qo + a + 1 < C:
+                    mask = mask.clone() if tv is not None else mask
+                    _mask_block(mask, cfg, a, b, C)
+                o, l = fused[0](qb, kr, vr, 0.0, False, attn_mask=mask, scale=cfg.scale)
+                out[:, :, a:b] = o
+                lse[:, :, a:b] = l
+                continue
             s = _block_base(cfg, qb, kr, tv, a, b, C)
             if cfg.gen_bias:
-                s += enc.bias(qp, kp).to(cd)
+                s += fast_bias(enc, qp, kp).to(cd)
             if cfg.has_score:
                 s += enc.score(qb, kr, qp, kp, cfg.scale).to(cd)
             _mask_block(s, cfg, a, b, C)
@@ -397,9 +422,11 @@ class _BlockFn(torch.autograd.Function):
             qp, kp = cfg.qpos[:, a:b], cfg.kpos[:, :C]
             dob = do[:, :, a:b]
             s = _block_base(cfg, qb, kr, tv, a, b, C)
-            sc = qleaf = kleaf = None
+            sc = qleaf = kleaf = bb = None
             if cfg.gen_bias:
-                s += enc.bias(qp, kp).to(cd)
+                with torch.enable_grad():  # evaluated once: its value now, its gradient below
+                    bb = fast_bias(enc, qp, kp)  # (B|1, H, R, C)
+                s += bb.detach().to(cd)
             if cfg.has_score:
                 with torch.enable_grad():
                     qleaf = qb.detach().requires_grad_(True)
@@ -433,11 +460,9 @@ class _BlockFn(torch.autograd.Function):
                 d_min = -(cfg.qo + b - 1)
                 s0 = d_min - cfg.lo
                 dtv[:, s0 : s0 + R + C - 1] += _diag_sums(ds.sum(0))
-            if cfg.gen_bias and leaves:
-                with torch.enable_grad():
-                    bb = enc.bias(qp, kp)  # (B|1, H, R, C)
-                    gb = ds if bb.shape[0] == B else ds.sum(0, keepdim=True)
-                    g = torch.autograd.grad(bb, leaves, gb.to(bb.dtype), allow_unused=True)
+            if bb is not None and bb.requires_grad:
+                gb = ds if bb.shape[0] == B else ds.sum(0, keepdim=True)
+                g = torch.autograd.grad(bb, leaves, gb.to(bb.dtype), allow_unused=True)
                 _add_grads(dleaves, g)
             if sc is not None:
                 g = torch.autograd.grad(sc, [qleaf, kleaf, *leaves], ds.to(sc.dtype), allow_unused=True)
@@ -972,3 +997,121 @@ class _ShawFn(torch.autograd.Function):
         if b is not None:
             db = dBt.to(b.dtype) if b.dim() == 3 else dBt.sum(0).to(b.dtype)
         return None, dq, dk, dv, da, db
+
+
+# ---------------------------------------------------------- "relkey" engine (Transformer-XL)
+
+
+def _relkey_eligible(req: Request) -> bool:
+    enc = req.encoding
+    return (
+        getattr(enc, "name", "") == "transformer-xl"
+        and callable(getattr(enc, "projected", None))
+        and all(isinstance(getattr(enc, n, None), Tensor) for n in ("u", "v"))
+        and req.contiguous
+        and req.key_padding_mask is None
+        and req.q.device.type == "cpu"
+        and req.q.dtype in (torch.float32, torch.float64)
+        and _flash_ops() is not None
+    )
+
+
+class _RelKeyCfg:
+    """Logits ``scale * (q_u . k_j + q_v . r[j - i])`` with ``r`` given on every offset ``lo..hi``."""
+
+    def __init__(self, req: Request, lo: int) -> None:
+        B, H, Nq, Nk, D = req.shape
+        self.B, self.H, self.Nq, self.Nk = B, H, Nq, Nk
+        self.scale, self.causal, self.qo, self.lo = req.scale, req.causal, req.q_offset, lo
+        itemsize = torch.finfo(req.q.dtype).bits // 8
+        if FORCE_ROWS is not None:
+            self.fwd_rows = self.rows = int(FORCE_ROWS)
+        else:
+            self.fwd_rows = int(max(MIN_ROWS, min(512, BLOCK_BYTES // max(1, B * H * (Nk + 256) * itemsize))))
+            self.rows = int(max(MIN_ROWS, min(256, BLOCK_BYTES // max(1, B * H * Nk * itemsize))))
+        self.heads_per_block = H  # measured: all heads per block is fastest here (8 matmuls per block)
+
+    def keys(self, b: int) -> int:
+        return min(self.Nk, self.qo + b) if self.causal else self.Nk
+
+
+def _relkey_pd(cfg: _RelKeyCfg, qv: Tensor, rtab: Tensor, a: int, b: int, C: int) -> tuple[Tensor, Tensor]:
+    """Per-offset position logits of rows ``[a, b)`` and their ``(rows, C)`` strided view.
+
+    ``pd[..., t, m] = scale * qv_t . r[d_min + m]`` with ``d_min = -(qo + b - 1)``; the
+    pair ``(t, j)`` has offset ``j - qo - a - t`` = column ``j - t + R - 1``, so
+    the ``(R, C)`` term is ``pd`` read with row stride ``W - 1`` (no copy).
+    Future offsets (causal) are set to -inf in ``pd``.
+    """
+    R = b - a
+    W = R + C - 1
+    d_min = -(cfg.qo + b - 1)
+    seg = rtab[:, d_min - cfg.lo : d_min - cfg.lo + W]  # (H, W, D)
+    pd = torch.matmul(qv, seg.transpose(-1, -2)).mul_(cfg.scale)  # (B, H', R, W)
+    if cfg.causal and cfg.qo + b < W:
+        pd[..., cfg.qo + b :] = float("-inf")  # columns m >= qo + b are offsets d > 0
+    st = pd.stride()
+    view = pd.as_strided((pd.shape[0], pd.shape[1], R, C), (st[0], st[1], W - 1, 1), pd.storage_offset() + R - 1)
+    return pd, view
+
+
+class _RelKeyFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cfg: _RelKeyCfg, qu, qv, k, v, rtab):
+        flash, _ = _flash_ops()
+        B, H, Nq = cfg.B, cfg.H, cfg.Nq
+        rt = rtab.to(qu.dtype)
+        out = torch.empty(B, H, Nq, v.shape[-1], dtype=qu.dtype, device=qu.device)
+        lse = torch.empty(B, H, Nq, dtype=qu.dtype, device=qu.device)
+        for a in range(0, Nq, cfg.fwd_rows):
+            b = min(Nq, a + cfg.fwd_rows)
+            C = cfg.keys(b)
+            _, view = _relkey_pd(cfg, qv[:, :, a:b], rt, a, b, C)
+            o, l = flash(qu[:, :, a:b], k[:, :, :C], v[:, :, :C], 0.0, False, attn_mask=view, scale=cfg.scale)
+            out[:, :, a:b] = o
+            lse[:, :, a:b] = l
+        ctx.cfg = cfg
+        ctx.rtab_dtype = rtab.dtype
+        ctx.save_for_backward(qu, qv, k, v, rt, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        cfg: _RelKeyCfg = ctx.cfg
+        qu, qv, k, v, rt, out, lse = ctx.saved_tensors
+        B, H, Nq = cfg.B, cfg.H, cfg.Nq
+        D, Dv = qu.shape[-1], v.shape[-1]
+        dout = dout.contiguous()
+        delta = (dout * out).sum(-1)  # (B, H, Nq)
+        dqu, dqv, dk, dv = (torch.zeros_like(x) for x in (qu, qv, k, v))
+        drt = torch.zeros_like(rt)
+        G = max(1, min(H, cfg.heads_per_block))
+        for h0 in range(0, H, G):
+            hs = slice(h0, min(H, h0 + G))
+            g = hs.stop - hs.start
+            rth = rt[hs]
+            for a in range(0, Nq, cfg.rows):
+                b = min(Nq, a + cfg.rows)
+                R, C = b - a, cfg.keys(b)
+                W = R + C - 1
+                pd, view = _relkey_pd(cfg, qv[:, hs, a:b], rth, a, b, C)
+                s = torch.empty(B, g, R, C, dtype=qu.dtype, device=qu.device)
+                torch.sub(view, lse[:, hs, a:b, None], out=s)
+                qb = qu[:, hs, a:b].reshape(B * g, R, D)
+                kb = k[:, hs, :C].reshape(B * g, C, D)
+                vb = v[:, hs, :C].reshape(B * g, C, Dv)
+                gb = dout[:, hs, a:b].reshape(B * g, R, Dv)
+                p = _exp_(s.view(B * g, R, C).baddbmm_(qb, kb.transpose(1, 2), alpha=cfg.scale))
+                dv[:, hs, :C] += torch.bmm(p.transpose(1, 2), gb).view(B, g, C, Dv)
+                dp = torch.baddbmm(-delta[:, hs, a:b, None].reshape(B * g, R, 1), gb, vb.transpose(1, 2))
+                z = pd.new_zeros(B * g, R, W)  # dS laid out by offset, like pd
+                ds = torch.mul(p, dp, out=z.as_strided((B * g, R, C), (R * W, W - 1, 1), z.storage_offset() + R - 1))
+                dqu[:, hs, a:b] += torch.bmm(ds, kb).mul_(cfg.scale).view(B, g, R, D)
+                dk[:, hs, :C] += torch.bmm(ds.transpose(1, 2), qb).mul_(cfg.scale).view(B, g, C, D)
+                d_min = -(cfg.qo + b - 1)
+                seg = rth[:, d_min - cfg.lo : d_min - cfg.lo + W]  # (g, W, D)
+                z4 = z.view(B, g, R, W)
+                dqv[:, hs, a:b] += torch.matmul(z4, seg).mul_(cfg.scale)
+                drt[hs, d_min - cfg.lo : d_min - cfg.lo + W] += torch.matmul(
+                    z4.transpose(-1, -2), qv[:, hs, a:b]).sum(0).mul_(cfg.scale)
+        return None, dqu, dqv, dk, dv, drt.to(ctx.rtab_dtype)
