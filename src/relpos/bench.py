@@ -678,7 +678,7 @@ def _clean(rec: dict) -> dict:
     out = dict(rec)
     for k in ("median_ms", "baseline_ms", "ratio", "peak_mib", "baseline_peak_mib", "warmup_ms"):
         if out.get(k) is not None:
-            out[k] = round(float(out[k]), 3 if k == "ratio" else 1)
+            out[k] = round(float(out[k]), 3)
     out.setdefault("ratio", None)
     out.setdefault("peak_mib", None)
     out.setdefault("baseline_peak_mib", None)

@@ -50,19 +50,25 @@ def _module(name: str):
     return importlib.import_module(IMPLS[name])
 
 
-def choose(req: Request) -> str:
-    """Name of the implementation :func:`run` uses for this request."""
+def choose(req: Request, *, device_type: str | None = None) -> str:
+    """Name of the implementation :func:`run` uses for this request.
+
+    Args:
+        req: the request.
+        device_type: decide as if the tensors were on this device type
+            (default: ``req.q.device.type``).
+    """
     enc = req.encoding
     B, H, Nq, Nk, D = req.shape
     inside = enc.acts_on - {"embedding", "qk"}
     pairs = Nq * Nk
-    if req.q.device.type == "cuda":
+    if (device_type or req.q.device.type) == "cuda":
         if not inside:
             return "dense"
         if "value" in inside:
             return "dense" if pairs <= CUDA_DENSE_VALUE_PAIRS else "chunked"
         try:
-            if _module("flex").supports(req) is None:
+            if _module("flex").expressible(req) is None:
                 return "flex"
         except ModuleNotFoundError:  # pragma: no cover
             pass

@@ -56,6 +56,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from relpos.attention import Request
 from relpos.attention.dense import fast_bias, rotated_qk
@@ -402,6 +403,7 @@ class _BlockFn(torch.autograd.Function):
         return out.to(q.dtype)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dout):
         cfg: _BlockCfg = ctx.cfg
         enc, cd = cfg.enc, cfg.cd
@@ -588,6 +590,7 @@ class _RegionFn(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dout):
         cfg: _RegionCfg = ctx.cfg
         q, kr, vr, tvals, out, lse = ctx.saved_tensors
@@ -934,6 +937,7 @@ class _ShawFn(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dout):
         cfg: _ShawCfg = ctx.cfg
         q, k, v, a, b, out, lse = ctx.saved_tensors
@@ -1076,6 +1080,7 @@ class _RelKeyFn(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dout):
         cfg: _RelKeyCfg = ctx.cfg
         qu, qv, k, v, rt, out, lse = ctx.saved_tensors

@@ -38,7 +38,7 @@ from relpos.attention import Request
 from relpos.attention.dense import additive_terms, rotated_qk, row_has_key
 from relpos.distance import offsets_range
 
-__all__ = ["supports", "run", "available", "COMPILE"]
+__all__ = ["supports", "expressible", "run", "available", "COMPILE"]
 
 #: Compile flex_attention: None = on CUDA only; True/False to force.
 COMPILE: bool | None = None
@@ -59,11 +59,19 @@ def _needs_grad(req: Request) -> bool:
     return any(p.requires_grad for p in req.encoding.parameters())
 
 
-def supports(req: Request) -> str | None:
+def expressible(req: Request) -> str | None:
+    """Why this request cannot be written as FlexAttention at all (None if it can)."""
     if not available():
         return "this PyTorch has no torch.nn.attention.flex_attention"
     if "value" in req.encoding.acts_on:
         return "a value-side term (Shaw's value table) cannot be written as a FlexAttention score_mod"
+    return None
+
+
+def supports(req: Request) -> str | None:
+    reason = expressible(req)
+    if reason:
+        return reason
     if req.q.device.type == "cpu" and _needs_grad(req):
         return (
             "PyTorch has no FlexAttention backward on CPU; run under torch.no_grad() "

@@ -1,0 +1,223 @@
+"""impl="chunked": every engine against the reference with many small blocks, its
+engine choice, O(N) saved memory, the T5 band shortcut, and its error paths.
+
+(test_against_reference.py already runs chunked on single blocks.)
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+import relpos
+from relpos.attention import Request, _make_positions
+from relpos.encodings import scheme_names
+from tests.helpers import attention_schemes, build
+
+chunked = importlib.import_module("relpos.attention.chunked")
+SCHEMES = attention_schemes()
+
+
+def _inputs(B, H, Nq, Nk, D, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(B, H, n, D, generator=g, dtype=dtype).requires_grad_() for n in (Nq, Nk, Nk))
+
+
+def _run(impl, enc, q, k, v, **kw):
+    out = relpos.attention(q, k, v, enc, impl=impl, **kw)
+    params = [p for p in enc.parameters() if p.requires_grad]
+    w = torch.linspace(-1, 1, out.numel()).view_as(out)
+    grads = torch.autograd.grad((out * w).sum(), [q, k, v, *params], allow_unused=True)
+    return out.detach(), grads
+
+
+def _check(enc, q, k, v, atol=3e-4, **kw):
+    out, grads = _run("chunked", enc, q, k, v, **kw)
+    ref, rgrads = _run("reference", enc, q, k, v, **kw)
+    torch.testing.assert_close(out, ref, atol=atol, rtol=1e-3)
+    for i, (g, rg) in enumerate(zip(grads, rgrads)):
+        if rg is None:
+            assert g is None or g.abs().max() == 0, f"grad {i} should be absent"
+            continue
+        assert g is not None, f"grad {i} missing"
+        torch.testing.assert_close(g, rg, atol=atol, rtol=1e-3, msg=f"grad {i} mismatch")
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Three query rows per block and per staircase square: every engine runs many blocks."""
+    monkeypatch.setattr(chunked, "FORCE_ROWS", 3)
+
+
+def _req(enc, q, k, v, *, causal=True, q_offset=0, positions=None, key_padding_mask=None) -> Request:
+    B, H, Nq, D = q.shape
+    qpos, kpos, contiguous = _make_positions(positions, B, Nq, k.shape[2], q_offset, q.device)
+    return Request(q, k, v, enc, causal, key_padding_mask, q_offset, qpos, kpos, contiguous,
+                   float(enc.attention_scale(D)))
+
+
+# ------------------------------------------------------------------------- correctness
+
+
+@pytest.mark.parametrize("name", SCHEMES)
+@pytest.mark.parametrize("causal", [True, False])
+def test_many_blocks_match_reference(small_blocks, name, causal):
+    enc = build(name, n_heads=3, causal=causal)
+    if enc.causal_only and not causal:
+        pytest.skip("causal-only scheme")
+    q, k, v = _inputs(2, 3, 13, 13, 8)
+    _check(enc, q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("name", SCHEMES)
+def test_many_blocks_cached_decoding(small_blocks, name):
+    enc = build(name, n_heads=3, causal=True)
+    q, k, v = _inputs(2, 3, 5, 17, 8, seed=1)
+    _check(enc, q, k, v, causal=True, q_offset=9)
+
+
+@pytest.mark.parametrize("name", ["t5", "shaw-kv", "transformer-xl", "fire", "alibi"])
+def test_many_blocks_padding_and_positions(small_blocks, name):
+    enc = build(name, n_heads=2, causal=True)
+    q, k, v = _inputs(2, 2, 7, 7, 8, seed=2)
+    kpm = torch.ones(2, 7, dtype=torch.bool)
+    kpm[1, :3] = False
+    _check(enc, q, k, v, causal=True, key_padding_mask=kpm)
+    pos = torch.tensor([[0, 2, 3, 7, 9, 10, 15], [1, 2, 3, 4, 8, 9, 20]])
+    _check(enc, q, k, v, causal=True, positions=pos)
+
+
+@pytest.mark.parametrize("opts", [{"k": 0}, {"k": 1}, {"k": 2, "per_head": True}, {"k": 40}])
+@pytest.mark.parametrize("name", ["shaw", "shaw-kv"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_shaw_engine_clip_distances(small_blocks, name, opts, causal):
+    """Far region = plain attention on k + aK[-k] (and v + aV[-k]); band explicit; any k."""
+    enc = build(name, n_heads=3, causal=causal, **opts)
+    q, k, v = _inputs(2, 3, 11, 11, 8, seed=3)
+    assert chunked.engine_for(_req(enc, q, k, v, causal=causal)) == "shaw"
+    _check(enc, q, k, v, causal=causal)
+
+
+def test_t5_band_shortcut(small_blocks):
+    """Causal T5 with max_distance < N: the saturated bucket's gradient comes from the band."""
+    enc = build("t5", n_heads=2, causal=True, num_buckets=8, max_distance=5)
+    assert chunked.saturation_distance(enc) == 5
+    q, k, v = _inputs(1, 2, 21, 21, 8, seed=4)
+    _check(enc, q, k, v, causal=True)
+    q, k, v = _inputs(1, 2, 6, 21, 8, seed=5)
+    _check(enc, q, k, v, causal=True, q_offset=15)
+
+
+def test_saturation_hook():
+    class Enc:
+        name = "custom"
+
+        def saturation_distance(self):
+            return 7
+
+    assert chunked.saturation_distance(Enc()) == 7
+    assert chunked.saturation_distance(build("alibi")) is None
+
+
+@pytest.mark.parametrize("name", ["t5", "shaw", "rope", "fire"])
+def test_half_precision_inputs(name):
+    enc = build(name, n_heads=2, causal=True)
+    q, k, v = (t.detach().to(torch.bfloat16) for t in _inputs(1, 2, 9, 9, 8, seed=6))
+    out = relpos.attention(q, k, v, enc, causal=True, impl="chunked")
+    assert out.dtype == torch.bfloat16
+    ref = relpos.attention(q, k, v, enc, causal=True, impl="reference")
+    torch.testing.assert_close(out.float(), ref.float(), atol=3e-2, rtol=3e-2)
+
+
+def test_double_backward_is_refused():
+    enc = build("kerple-log", n_heads=2, causal=True)
+    q, k, v = _inputs(1, 2, 6, 6, 8)
+    out = relpos.attention(q, k, v, enc, causal=True, impl="chunked")
+    (g,) = torch.autograd.grad(out.sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiate twice|does not require grad"):
+        g.sum().backward()
+
+
+def test_subnormal_safe_exp():
+    x = torch.tensor([float("-inf"), -1e4, -95.0, 0.0, 3.0])
+    y = chunked._exp_(x.clone())
+    assert torch.isfinite(y).all()
+    assert y[0] < 1e-37 and y[2] < 1e-37
+    torch.testing.assert_close(y[3:], torch.exp(x[3:]))
+
+
+# --------------------------------------------------------------------- engine choice
+
+
+@pytest.mark.parametrize("name,engine", [
+    ("nope", "sdpa"), ("rope", "sdpa"), ("alibi", "regions"), ("t5", "regions"), ("kerple-log", "regions"),
+    ("sandwich", "regions"), ("dpb", "regions"), ("shaw", "shaw"), ("shaw-kv", "shaw"),
+    ("transformer-xl", "relkey"), ("fire", "blocks"), ("deberta", "blocks"), ("cope", "blocks"),
+])
+def test_engine_choice(name, engine):
+    if name not in scheme_names():
+        pytest.skip(f"{name} not in this build")
+    enc = build(name, n_heads=2, causal=True)
+    q, k, v = _inputs(1, 2, 8, 8, 8)
+    assert chunked.engine_for(_req(enc, q, k, v)) == engine
+
+
+def test_engine_choice_needs_contiguous_unpadded_float():
+    enc = build("t5", n_heads=2, causal=True)
+    q, k, v = _inputs(1, 2, 8, 8, 8)
+    kpm = torch.ones(1, 8, dtype=torch.bool)
+    assert chunked.engine_for(_req(enc, q, k, v, key_padding_mask=kpm)) == "blocks"
+    assert chunked.engine_for(_req(enc, q, k, v, positions=torch.arange(8) * 2)) == "blocks"
+    qb, kb, vb = (t.detach().bfloat16() for t in (q, k, v))
+    assert chunked.engine_for(_req(enc, qb, kb, vb)) == "blocks"
+    nope = build("nope", n_heads=2)
+    assert chunked.engine_for(_req(nope, q[:, :, :3], k, v, q_offset=5)) == "regions"  # causal with offset
+
+
+def test_staircase_covers_causal_pairs_once():
+    for Nq, Nk, qo, S in [(13, 13, 0, 3), (5, 17, 9, 2), (64, 64, 0, 8), (7, 30, 23, 4)]:
+        cover = torch.zeros(Nq, Nk, dtype=torch.int64)
+        for a0, a1, c0, c1, diag in chunked._staircase(Nq, Nk, qo, True, S):
+            block = torch.ones(a1 - a0, c1 - c0, dtype=torch.int64)
+            if diag:  # the causal mask inside the square
+                block = block.tril()
+            cover[a0:a1, c0:c1] += block
+        want = (torch.arange(Nk)[None, :] <= torch.arange(Nq)[:, None] + qo).long()
+        assert torch.equal(cover, want), (Nq, Nk, qo, S)
+
+
+# ------------------------------------------------------------------------------ memory
+
+
+def _saved_elements(fn) -> int:
+    """Elements of all tensors saved for backward while ``fn()`` runs (distinct storages)."""
+    seen, total = set(), 0
+
+    def pack(t):
+        nonlocal total
+        key = (t.untyped_storage().data_ptr(), t.dtype)
+        if key not in seen:
+            seen.add(key)
+            total += t.untyped_storage().nbytes() // t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return total
+
+
+@pytest.mark.parametrize("name", ["alibi", "kerple-log", "t5", "shaw-kv", "transformer-xl", "fire", "deberta"])
+def test_saved_memory_is_linear_in_n(name):
+    """What the backward keeps is a few (N, D) tensors, not an (N, N) one."""
+    B, H, N, D = 1, 2, 1024, 16
+    enc = build(name, n_heads=H, head_dim=D, causal=True, max_len=N)
+    q, k, v = _inputs(B, H, N, N, D)
+
+    def step(impl):
+        return lambda: relpos.attention(q, k, v, enc, causal=True, impl=impl)
+
+    linear, quadratic = B * H * N * D, B * H * N * N  # quadratic = 64 x linear here
+    assert _saved_elements(step("dense")) >= quadratic / 2  # the check can fail
+    assert _saved_elements(step("chunked")) < 12 * linear
