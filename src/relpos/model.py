@@ -99,7 +99,8 @@ class ModelConfig:
             length-N row are a sorted random sample of N distinct integers from
             ``[0, random_positions)``; at eval time ``0..N-1``. None = off. Only
             schemes driven by integer positions use them.
-        attn_impl: attention implementation (``relpos.attention.available_impls()``).
+        attn_impl: attention implementation (``relpos.attention.available_impls()``);
+            ``"auto"`` (default) picks the fastest exact one for the device and shape.
         d_ff: MLP hidden width (None = 4 * d_model).
     """
 
@@ -114,7 +115,7 @@ class ModelConfig:
     scheme_options: dict = field(default_factory=dict)
     share_encoding: bool | None = None
     random_positions: int | None = None
-    attn_impl: str = "dense"
+    attn_impl: str = "auto"
     d_ff: int | None = None
 
     def __post_init__(self) -> None:
