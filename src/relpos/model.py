@@ -100,7 +100,7 @@ class ModelConfig:
             ``[0, random_positions)``; at eval time ``0..N-1``. None = off. Only
             schemes driven by integer positions use them.
         attn_impl: attention implementation (``relpos.attention.available_impls()``);
-            ``"auto"`` (default) picks the fastest exact one for the device and shape.
+            ``"auto"`` picks an implementation by device, shape and mode.
         d_ff: MLP hidden width (None = 4 * d_model).
     """
 
