@@ -115,7 +115,7 @@ class ModelConfig:
     scheme_options: dict = field(default_factory=dict)
     share_encoding: bool | None = None
     random_positions: int | None = None
-    attn_impl: str = "auto"
+    attn_impl: str = "dense"
     d_ff: int | None = None
 
     def __post_init__(self) -> None:
