@@ -7,13 +7,16 @@ with ``--peers``, the public implementations a user would otherwise pick --
 are timed *interleaved* (round robin, ``repeats`` rounds after one warm-up), so
 drifts in machine load hit all of them alike; each record keeps the median.
 
-Peak memory is measured in a **fresh subprocess per configuration**
-(``python -m relpos.bench``): in-process numbers are not trustworthy for torch
-on CPU, because glibc keeps freed blocks and later allocations reuse pages that
-are already resident. The child builds the inputs, runs a tiny warm-up (to load
-code), reads its resident set size, runs one forward and then one
-forward+backward step, and reports the growth of the peak resident set size
-(``VmHWM``) over that starting point, in MiB.
+Peak memory is measured in a **fresh process per configuration**: in-process
+numbers are not trustworthy for torch on CPU, because glibc keeps freed blocks
+and later allocations reuse pages that are already resident. On Linux one
+"zygote" process (``python -m relpos.bench --memory-zygote``) imports torch and
+relpos, runs nothing, and forks one child per configuration, so no child pays
+for the imports again yet none inherits a used heap; elsewhere each
+configuration gets its own interpreter. The child builds the inputs, runs a
+tiny warm-up (to load code), reads its resident set size, runs one forward and
+then one forward+backward step, and reports the growth of the peak resident set
+size (``VmHWM``) over that starting point, in MiB.
 
 Process settings, applied before any parallel work (documented in
 ``benchmarks/README.md``): one intra-op thread by default (``threads``; ratios
@@ -59,6 +62,9 @@ __all__ = [
 
 MODES = ("fwd", "fwd+bwd")
 
+#: A case whose warm-up run takes longer than this many seconds is timed by that run alone.
+SLOW_S = 2.0
+
 #: Targets of issue 7 (CPU, N = 2048, fwd+bwd, ratio to position-free SDPA).
 TARGETS: dict[str, float] = {
     "nope": 1.2, "rope": 1.2, "alibi": 1.2, "sandwich": 1.2,
@@ -92,8 +98,10 @@ class BenchSpec:
     threads: int = 1
     flush_denormal: bool = True
     memory: bool = True
-    memory_jobs: int = 2
+    memory_jobs: int = 3
     device: str = "cpu"
+    #: "cpu" (process CPU time: steady on a shared machine, single-threaded) or "wall"
+    clock: str = "cpu"
 
     def torch_dtype(self) -> torch.dtype:
         try:
@@ -144,21 +152,23 @@ def default_impls(device: str = "cpu") -> list[str]:
     return impls
 
 
-#: Default length sweep and the schemes it covers (the target shape N=2048 covers all).
+#: Default length sweep (forward+backward) and the schemes it covers; N = 2048 covers every scheme.
 SWEEP_LENGTHS = (256, 1024, 4096, 8192)
-SWEEP_SCHEMES = ("nope", "rope", "alibi", "t5", "kerple-log", "shaw")
+SWEEP_SCHEMES = ("nope", "alibi", "t5", "shaw")
+SWEEP_SCHEMES_8192 = SWEEP_SCHEMES
 LONG_LENGTHS = (16384,)
 LONG_SCHEMES = ("alibi", "t5")
-DENSE_MAX_N = 4096
+DENSE_MAX_N = 1024  # in the sweep; dense's N x N terms make longer runs slow (its cost is shown at N = 2048)
 
 
 def default_cases(device: str = "cpu", *, peers: bool = False) -> list[Case]:
-    """The default plan (about 8 minutes on a 2-core CPU machine).
+    """The default plan (under 10 minutes on a 2-core CPU machine).
 
     * ``N = 2048``: every attention scheme x every implementation, forward and
       forward+backward;
-    * ``N`` in :data:`SWEEP_LENGTHS`: :data:`SWEEP_SCHEMES` with ``chunked`` and
-      ``auto`` (``dense`` up to :data:`DENSE_MAX_N`);
+    * ``N`` in :data:`SWEEP_LENGTHS`, forward+backward: :data:`SWEEP_SCHEMES`
+      (:data:`SWEEP_SCHEMES_8192` at 8192) with ``chunked``, and ``dense`` up to
+      :data:`DENSE_MAX_N`;
     * ``N = 16384``: :data:`LONG_SCHEMES` with ``chunked``, forward+backward;
     * ``--peers``: every peer and its matching relpos layer at ``N = 2048``.
     """
@@ -169,14 +179,11 @@ def default_cases(device: str = "cpu", *, peers: bool = False) -> list[Case]:
             for m in MODES:
                 cases.append(Case(s, i, 2048, m))
     for N in SWEEP_LENGTHS:
-        for s in SWEEP_SCHEMES:
-            for i in impls:
+        for s in (SWEEP_SCHEMES_8192 if N >= 8192 else SWEEP_SCHEMES):
+            for i in ("dense", "chunked"):
                 if i == "dense" and N > DENSE_MAX_N:
                     continue
-                if i == "flex":
-                    continue
-                for m in MODES:
-                    cases.append(Case(s, i, N, m))
+                cases.append(Case(s, i, N, "fwd+bwd"))
     for N in LONG_LENGTHS:
         for s in LONG_SCHEMES:
             cases.append(Case(s, "chunked", N, "fwd+bwd"))
@@ -466,21 +473,15 @@ def _rss_kib() -> tuple[int, int]:
     return r, r
 
 
-def _child_main(argv: list[str]) -> int:
-    """Memory child: ``python -m relpos.bench --memory-child '<json>'``; prints one JSON line."""
-    payload = json.loads(argv[0])
-    spec = BenchSpec(**payload["spec"])
-    apply_process_settings(spec)
-    c = payload["case"]
-    case = Case(c["scheme"], c["impl"], int(c["N"]), "fwd")
+def _measure_one(case: Case, spec: BenchSpec, train: bool) -> dict:
+    """Peak-RSS growth of one forward and one forward+backward step, in this (fresh) process."""
     out = {"fwd_mib": None, "train_mib": None, "error": None}
     try:
-        train = bool(payload.get("train", True))
         # tiny warm-up of the same code path: loads modules, kernels and caches
         small = dataclasses.replace(case, N=32)
         for mode in (MODES if train else ("fwd",)):
             build_step(dataclasses.replace(small, mode=mode), spec)[0]()
-        step_fwd, _ = build_step(case, spec)
+        step_fwd, _ = build_step(dataclasses.replace(case, mode="fwd"), spec)
         step_train = build_step(dataclasses.replace(case, mode="fwd+bwd"), spec)[0] if train else None
         rss0, _ = _rss_kib()
         step_fwd()
@@ -492,7 +493,73 @@ def _child_main(argv: list[str]) -> int:
             out["train_mib"] = max(0.0, (peak2 - rss0) / 1024)
     except Exception as e:  # reported, not raised: the parent records it
         out["error"] = f"{type(e).__name__}: {e}"[:300]
+    return out
+
+
+def _child_main(argv: list[str]) -> int:
+    """One configuration: ``python -m relpos.bench --memory-child '<json>'``; prints one JSON line."""
+    payload = json.loads(argv[0])
+    spec = BenchSpec(**payload["spec"])
+    apply_process_settings(spec)
+    c = payload["case"]
+    out = _measure_one(Case(c["scheme"], c["impl"], int(c["N"]), "fwd"), spec, bool(payload.get("train", True)))
     print("RELPOS_MEM " + json.dumps(out), flush=True)
+    return 0
+
+
+def _zygote_main(argv: list[str]) -> int:
+    """``python -m relpos.bench --memory-zygote '<spec json>'``: forks one fresh child per configuration.
+
+    The zygote imports torch and relpos and runs nothing else, so every forked
+    child starts as a fresh process would (no benchmark has run, no freed heap to
+    reuse), without paying for the imports again. Configurations arrive as JSON
+    lines on stdin; results leave as ``RELPOS_MEM {"id": ..., ...}`` lines.
+    """
+    import signal
+
+    spec = BenchSpec(**json.loads(argv[0]))
+    timeout = int(float(argv[1])) if len(argv) > 1 else 600
+    apply_process_settings(spec)
+    import relpos  # noqa: F401  (imports only; nothing runs before fork)
+    import relpos.attention  # noqa: F401
+    for mod in ("dense", "chunked", "auto", "reference"):
+        __import__(f"relpos.attention.{mod}")
+    items = [json.loads(line) for line in sys.stdin if line.strip()]
+    running: dict[int, tuple[int, int]] = {}  # pid -> (read fd, item id)
+
+    def reap(block: bool) -> None:
+        pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+        if pid == 0:
+            return
+        fd, ident = running.pop(pid)
+        data = b""
+        while chunk := os.read(fd, 65536):
+            data += chunk
+        os.close(fd)
+        try:
+            res = json.loads(data.decode())
+        except ValueError:
+            res = {"fwd_mib": None, "train_mib": None, "error": f"child exited without a result (timeout {timeout} s?)"}
+        res["id"] = ident
+        print("RELPOS_MEM " + json.dumps(res), flush=True)
+
+    for item in items:
+        while len(running) >= max(1, spec.memory_jobs):
+            reap(True)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child
+            os.close(r)
+            signal.alarm(timeout)
+            c = item["case"]
+            res = _measure_one(Case(c["scheme"], c["impl"], int(c["N"]), "fwd"), spec, bool(item["train"]))
+            os.write(w, json.dumps(res).encode())
+            os.close(w)
+            os._exit(0)
+        os.close(w)
+        running[pid] = (r, item["id"])
+    while running:
+        reap(True)
     return 0
 
 
@@ -501,23 +568,59 @@ def _memory_cmd(case: Case, spec: BenchSpec, train: bool) -> list[str]:
     return [sys.executable, "-m", "relpos.bench", "--memory-child", json.dumps(payload)]
 
 
-def measure_memory(items: list[tuple[Case, bool]], spec: BenchSpec, *, log=None, timeout: float = 600) -> dict:
-    """Peak memory of each ``(case, train)`` in fresh subprocesses, ``spec.memory_jobs`` at a time.
-
-    Returns ``{(scheme, impl, N): {"fwd_mib":..., "train_mib":..., "error":...}}``.
-    """
-    results: dict = {}
-    pending = list(items)
-    running: list = []
+def _child_env(spec: BenchSpec) -> dict:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, spec.threads)))
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def measure_memory(items: list[tuple[Case, bool]], spec: BenchSpec, *, log=None, timeout: float = 600) -> dict:
+    """Peak memory of each ``(case, train)``, each in a fresh process, ``spec.memory_jobs`` at a time.
+
+    On systems with ``fork`` one zygote process (imports only) forks a child per
+    configuration; elsewhere each configuration gets its own interpreter.
+
+    Returns ``{(scheme, impl, N): {"fwd_mib":..., "train_mib":..., "error":...}}``.
+    """
+    results: dict = {}
+
+    def record(case: Case, res: dict) -> None:
+        results[(case.scheme, case.impl, case.N)] = res
+        if log:
+            log(f"  memory {case.scheme}/{case.impl} N={case.N}: "
+                f"{_fmt_mib(res['fwd_mib'])} fwd, {_fmt_mib(res['train_mib'])} fwd+bwd"
+                + (f" ({res['error']})" if res["error"] else ""))
+
+    if hasattr(os, "fork") and sys.platform.startswith("linux"):
+        cmd = [sys.executable, "-m", "relpos.bench", "--memory-zygote", json.dumps(dataclasses.asdict(spec)),
+               str(int(timeout))]
+        lines = "".join(json.dumps({"id": i, "case": dataclasses.asdict(c), "train": t}) + "\n"
+                        for i, (c, t) in enumerate(items))
+        p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=_child_env(spec))
+        p.stdin.write(lines)
+        p.stdin.close()
+        for line in p.stdout:
+            if line.startswith("RELPOS_MEM "):
+                res = json.loads(line[len("RELPOS_MEM "):])
+                record(items[res.pop("id")][0], res)
+        p.wait()
+        err = p.stderr.read().strip()
+        for case, _ in items:
+            if (case.scheme, case.impl, case.N) not in results:
+                record(case, {"fwd_mib": None, "train_mib": None,
+                              "error": (err.splitlines() or ["memory zygote failed"])[-1][:300]})
+        return results
+
+    pending = list(items)
+    running: list = []
     while pending or running:
         while pending and len(running) < max(1, spec.memory_jobs):
             case, train = pending.pop(0)
             p = subprocess.Popen(_memory_cmd(case, spec, train), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env=env)
+                                 text=True, env=_child_env(spec))
             running.append((case, p, time.monotonic()))
         time.sleep(0.05)
         still = []
@@ -534,11 +637,7 @@ def measure_memory(items: list[tuple[Case, bool]], spec: BenchSpec, *, log=None,
                     res = json.loads(line[len("RELPOS_MEM "):])
             if res["fwd_mib"] is None and res["error"] is None:
                 res["error"] = (stderr.strip().splitlines() or ["child failed"])[-1][:300]
-            results[(case.scheme, case.impl, case.N)] = res
-            if log:
-                log(f"  memory {case.scheme}/{case.impl} N={case.N}: "
-                    f"{_fmt_mib(res['fwd_mib'])} fwd, {_fmt_mib(res['train_mib'])} fwd+bwd"
-                    + (f" ({res['error']})" if res["error"] else ""))
+            record(case, res)
         running = still
     return results
 
@@ -571,6 +670,7 @@ def run_bench(cases: list[Case], spec: BenchSpec, *, log: Callable[[str], None] 
         by_n.setdefault(c.N, []).append(c)
     records: dict[tuple, dict] = {}
     baseline: dict[tuple[int, str], float] = {}
+    baseline_wall: dict[tuple[int, str], float] = {}
     for N in sorted(by_n):
         group = by_n[N]
         modes = sorted({c.mode for c in group})
@@ -578,17 +678,21 @@ def run_bench(cases: list[Case], spec: BenchSpec, *, log: Callable[[str], None] 
         for m in modes:
             base = Case("none", "sdpa", N, m)
             runnable.append((base, *build_step(base, spec)))
+        slow: set = set()  # cases timed once: their warm-up run took longer than SLOW_S
+        first: dict[tuple, tuple[float, float]] = {}
         for c in group:
             rec = {"scheme": c.scheme, "impl": c.impl, "N": N, "mode": c.mode, "status": "ok", "note": None,
-                   "chosen": None, "median_ms": None, "runs": 0}
+                   "chosen": None, "median_ms": None, "wall_ms": None, "cpu_ms": None, "runs": 0}
             records[c.key] = rec
             try:
                 step, info = build_step(c, spec)
-                t0 = time.perf_counter()
-                step()  # warm-up; raises UnsupportedError for unsupported cases
-                rec["warmup_ms"] = (time.perf_counter() - t0) * 1000
+                w, cpu = _timed(step, spec)  # warm-up; raises UnsupportedError for unsupported cases
+                rec["warmup_ms"] = w
                 rec["chosen"] = info()
                 runnable.append((c, step, info))
+                if w > SLOW_S * 1000:
+                    slow.add(c.key)
+                    first[c.key] = (w, cpu)
             except UnsupportedError as e:
                 rec["status"], rec["note"] = "unsupported", str(e)
             except Exception as e:  # a broken case must not sink the run
@@ -596,32 +700,49 @@ def run_bench(cases: list[Case], spec: BenchSpec, *, log: Callable[[str], None] 
                 log(f"  error {c.scheme}/{c.impl} N={N} {c.mode}: {rec['note']}")
         # baseline warm-up
         for c, step, _ in runnable[: len(modes)]:
-            step()
-        times: dict[tuple, list[float]] = {c.key: [] for c, _, _ in runnable}
+            w, cpu = _timed(step, spec)
+            if w > SLOW_S * 1000:
+                slow.add(c.key)
+                first[c.key] = (w, cpu)
+        walls: dict[tuple, list[float]] = {c.key: [] for c, _, _ in runnable}
+        cpus: dict[tuple, list[float]] = {c.key: [] for c, _, _ in runnable}
+        log(f"N={N}: {len(runnable)} cases, {len(slow)} timed once (over {SLOW_S:g} s), "
+            f"{spec.repeats} rounds for the rest")
+        for key, (w, cpu) in first.items():
+            walls[key].append(w)
+            cpus[key].append(cpu)
         for r in range(spec.repeats):
             if r > 0 and time_budget is not None and time.monotonic() - t_start > time_budget:
                 log(f"  time budget reached: N={N} keeps {r} round(s)")
                 break
             for c, step, _ in runnable:
-                t0 = time.perf_counter()
-                step()
-                times[c.key].append((time.perf_counter() - t0) * 1000)
+                if c.key in slow:
+                    continue
+                w, cpu = _timed(step, spec)
+                walls[c.key].append(w)
+                cpus[c.key].append(cpu)
+        clock = cpus if spec.clock == "cpu" else walls
         for m in modes:
-            baseline[(N, m)] = statistics.median(times[("none", "sdpa", N, m)])
+            baseline[(N, m)] = statistics.median(clock[("none", "sdpa", N, m)])
+            baseline_wall[(N, m)] = statistics.median(walls[("none", "sdpa", N, m)])
         for c, _, _ in runnable:
             if c.impl == "sdpa":
                 continue
             rec = records[c.key]
-            rec["median_ms"] = statistics.median(times[c.key])
-            rec["runs"] = len(times[c.key])
+            rec["median_ms"] = statistics.median(clock[c.key])
+            rec["wall_ms"] = statistics.median(walls[c.key])
+            rec["cpu_ms"] = statistics.median(cpus[c.key])
+            rec["runs"] = len(clock[c.key])
         for c in group:
             rec = records[c.key]
             rec["baseline_ms"] = baseline[(N, c.mode)]
+            rec["baseline_wall_ms"] = baseline_wall[(N, c.mode)]
             if rec["median_ms"] is not None:
                 rec["ratio"] = rec["median_ms"] / rec["baseline_ms"]
+                rec["wall_ratio"] = rec["wall_ms"] / rec["baseline_wall_ms"]
             log(f"N={N:<6} {c.mode:<8} {c.scheme:<15} {c.impl:<16} "
-                + (f"{rec['median_ms']:9.1f} ms  x{rec['ratio']:.2f}" if rec["median_ms"] is not None
-                   else rec["status"])
+                + (f"{rec['median_ms']:9.1f} ms  x{rec['ratio']:.2f} (wall x{rec['wall_ratio']:.2f})"
+                   if rec["median_ms"] is not None else rec["status"])
                 + (f"  -> {rec['chosen']}" if rec["chosen"] else ""))
     timing_s = time.monotonic() - t_start
 
@@ -666,6 +787,8 @@ def run_bench(cases: list[Case], spec: BenchSpec, *, log: Callable[[str], None] 
                  f"{'causal' if spec.causal else 'bidirectional'}",
         "baseline": "torch.nn.functional.scaled_dot_product_attention without position terms"
                     + (" (is_causal=True)" if spec.causal else ""),
+        "clock": ("process CPU time" if spec.clock == "cpu" else "wall-clock time") + " (median_ms, ratio); "
+                 "both clocks are in every record (cpu_ms, wall_ms, wall_ratio)",
         "timing_seconds": round(timing_s, 1),
         "total_seconds": round(time.monotonic() - t_start, 1),
         "records": [_clean(r) for r in records.values()],
@@ -674,9 +797,21 @@ def run_bench(cases: list[Case], spec: BenchSpec, *, log: Callable[[str], None] 
     return doc
 
 
+def _timed(step: Callable[[], None], spec: BenchSpec) -> tuple[float, float]:
+    """Run ``step`` once: (wall ms, process CPU ms)."""
+    if spec.device == "cuda":
+        torch.cuda.synchronize()
+    w0, c0 = time.perf_counter(), time.process_time()
+    step()
+    if spec.device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - w0) * 1000, (time.process_time() - c0) * 1000
+
+
 def _clean(rec: dict) -> dict:
     out = dict(rec)
-    for k in ("median_ms", "baseline_ms", "ratio", "peak_mib", "baseline_peak_mib", "warmup_ms"):
+    for k in ("median_ms", "baseline_ms", "ratio", "peak_mib", "baseline_peak_mib", "warmup_ms", "wall_ms",
+              "cpu_ms", "baseline_wall_ms", "wall_ratio"):
         if out.get(k) is not None:
             out[k] = round(float(out[k]), 3)
     out.setdefault("ratio", None)
@@ -736,8 +871,8 @@ def markdown(doc: dict) -> str:
         if ":" not in r["impl"] and r["scheme"] not in schemes:
             schemes.append(r["scheme"])
     lines = [f"Shape: {doc['shape']}. Baseline: {doc['baseline']}.", "",
-             "Cells: median time as a multiple of the baseline's (same run, same N, same mode) "
-             "· peak memory growth of a fresh process running the step once.", ""]
+             f"Cells: median {doc.get('clock', 'time').split(' (')[0]} as a multiple of the baseline's (same run, "
+             "same N, same mode) · peak memory growth of a fresh process running the step once.", ""]
     Ns = sorted({r["N"] for r in recs})
     main_n = 2048 if 2048 in Ns else (Ns[-1] if Ns else None)
     for mode in MODES:
@@ -809,6 +944,8 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - subprocess
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--memory-child":
         return _child_main(argv[1:])
+    if argv and argv[0] == "--memory-zygote":
+        return _zygote_main(argv[1:])
     print("usage: relpos bench (this module's own entry point is for memory subprocesses)", file=sys.stderr)
     return 2
 

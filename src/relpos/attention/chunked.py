@@ -7,7 +7,7 @@ log-sum-exp per row, and recomputes position terms block by block in backward.
 Gradients reach every learned tensor of the scheme (tables, slopes, MLPs, and
 tensors a scheme borrows from the model, such as DeBERTa's bound projections).
 
-The implementation picks one of three internal engines per call (see
+The implementation picks one of five internal engines per call (see
 :func:`engine_for`; the choice is logged at DEBUG level under ``relpos.attention``).
 Each serves the whole request exactly -- they are strategies of this one
 implementation, not fallbacks to another.
@@ -35,15 +35,42 @@ implementation, not fallbacks to another.
       causal masking, only the band ``-M < d <= 0`` is recomputed; the
       saturated offsets get minus the band's total, because every row of ``dS``
       sums to zero;
-    * otherwise ``dS`` is recomputed block by block (two extra matmuls).
+    * otherwise the backward is one manual pass over query blocks (the same five
+      matmuls as a fused kernel), reading the bias through Hankel views and
+      writing ``dS`` into a skewed buffer whose column sums are the per-offset
+      gradients.
 
-``"blocks"`` (everything else: score and value terms, non-Toeplitz biases,
-explicit positions, key padding, half precision, other devices)
+``"shaw"`` (Shaw's key and value tables; same conditions as ``"regions"``)
+    Beyond the clip distance ``k`` every pair uses the last table rows, so the
+    far region is *plain* attention with keys ``k_j + aK[-k]`` and values
+    ``v_j + aV[-k]`` (``q.(k + a) = q.k + q.a`` exactly): one causal call of the
+    fused kernel (``is_causal`` on the shifted diagonal) forward and backward,
+    whose key/value gradients also give the gradients of those table rows. Only
+    the band ``|j - i| < k`` (``N x k`` pairs) is formed explicitly, as batched
+    block matmuls read through skewed views.
+
+``"relkey"`` (Transformer-XL; same conditions)
+    ``u . k_j`` is folded into the queries (``(q + u) . k``); the position term
+    ``(q + v) . W_R R_{i-j}`` is one ``(rows, Nq + Nk)`` matmul per query block
+    against ``W_R R`` on the distinct offsets, and the ``(rows, keys)`` term is
+    a zero-copy strided view of it, passed to the fused kernel as its mask. The
+    backward recomputes it and reads/writes ``dS`` through the same skew.
+
+``"blocks"`` (everything else: FIRE and other non-Toeplitz biases, DeBERTa,
+CoPE, FoX, explicit positions, key padding, half precision, other devices)
     Query blocks against all (causally visible) keys; each block forms its
     logits, softmax and output explicitly, calling the scheme's own
-    ``bias``/``score``/``value`` on just that block. Backward recomputes each
-    block and obtains the scheme's gradients by differentiating the recomputed
-    term. Fully masked rows give zeros, never NaN.
+    ``bias``/``score``/``value`` on just that block (FIRE's MLP through
+    :func:`relpos.attention.dense.fast_bias`, its exact piecewise-linear form).
+    Bias-only blocks use the fused kernel for the forward. Backward recomputes
+    each block and obtains the scheme's gradients by differentiating the
+    recomputed term once. Fully masked rows give zeros, never NaN.
+
+Numerics: probabilities are formed with :func:`_exp_`, which clamps logits at
+-87 first: PyTorch's vectorised ``exp`` is ~100x slower on inputs whose result
+is subnormal. Subnormals elsewhere (matmuls on tiny probabilities, e.g. ALiBi
+far keys) are a CPU-wide cost that ``torch.set_flush_denormal(True)`` removes;
+``relpos bench`` sets it (see ``benchmarks/README.md``).
 
 Block sizes: see :data:`BLOCK_BYTES` (tests lower it to exercise many blocks).
 """

@@ -48,10 +48,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=None, help="timed rounds per case, median kept (default 3; 1 quick)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads (default 1: steadier ratios on a shared machine; 0 = torch's default)")
+    p.add_argument("--clock", choices=["auto", "cpu", "wall"], default="auto",
+                   help="what median_ms measures: process CPU time (steady on a shared machine; used by default "
+                        "with one thread) or wall-clock time (default with several threads); both are recorded")
     p.add_argument("--no-flush-denormal", action="store_true",
                    help="keep subnormal floats (default flushes them: torch.set_flush_denormal(True))")
     p.add_argument("--no-memory", action="store_true", help="skip the per-configuration peak-memory subprocesses")
-    p.add_argument("--memory-jobs", type=int, default=2, help="memory subprocesses at a time (default 2)")
+    p.add_argument("--memory-jobs", type=int, default=3, help="memory subprocesses at a time (default 3)")
     p.add_argument("--budget", type=float, default=None, help="seconds after which timing rounds are cut short")
     p.add_argument("--batch", type=int, default=1, help="batch B (default 1)")
     p.add_argument("--heads", type=int, default=8, help="heads H (default 8)")
@@ -83,6 +86,7 @@ def main(args: argparse.Namespace) -> int:
         batch=args.batch, heads=args.heads, head_dim=args.head_dim, causal=not args.bidirectional,
         dtype=args.dtype, repeats=repeats, threads=args.threads, flush_denormal=not args.no_flush_denormal,
         memory=not args.no_memory and args.device == "cpu", memory_jobs=args.memory_jobs, device=args.device,
+        clock=args.clock if args.clock != "auto" else ("cpu" if args.threads == 1 and args.device == "cpu" else "wall"),
     )
     spec.torch_dtype()  # validates
     bench.apply_process_settings(spec)
