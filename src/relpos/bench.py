@@ -398,9 +398,6 @@ def build_step(case: Case, spec: BenchSpec) -> tuple[Callable[[], None], Callabl
             with torch.no_grad():
                 relpos.attention(q, k, v, enc, causal=spec.causal, impl=case.impl)
 
-    # probe support once without timing (raises UnsupportedError early)
-    from relpos.attention import UnsupportedError  # noqa: F401
-
     return step, (_auto_choice if case.impl == "auto" else (lambda: None))
 
 
