@@ -34,10 +34,11 @@ def test_cpu_picks(name):
     enc = build(name, n_heads=2, causal=True)
     inside = enc.acts_on - {"embedding", "qk"}
     for grad in (False, True):
-        pick = auto.choose(_req(enc, 128, grad=grad))
+        pick = auto.choose(_req(enc, 512, grad=grad))
         assert pick == ("chunked" if inside else "dense"), (name, grad)
         assert pick != "flex"  # not fused on CPU, and no CPU backward
-    assert auto.choose(_req(enc, 16)) == "dense"  # tiny problems: lowest overhead
+    assert auto.choose(_req(enc, 128)) == "dense"  # small problems: lowest overhead
+    assert auto.choose(_req(enc, 1024, Nq=1)) == "dense"  # one decoding step
 
 
 @pytest.mark.parametrize("name", attention_schemes())
@@ -56,7 +57,7 @@ def test_cuda_picks(name):
 
 def test_says_what_it_picked(caplog):
     enc = build("t5", n_heads=2, causal=True)
-    q = k = v = torch.randn(1, 2, 96, 8)
+    q = k = v = torch.randn(1, 2, 300, 8)
     with caplog.at_level(logging.DEBUG, logger="relpos.attention"):
         relpos.attention(q, k, v, enc, causal=True, impl="auto")
     assert auto.last_choice == "chunked"
@@ -67,7 +68,7 @@ def test_says_what_it_picked(caplog):
 
 def test_auto_trains_where_explicit_flex_refuses():
     enc = build("alibi", n_heads=2, causal=True)
-    q, k, v = (torch.randn(1, 2, 80, 8, requires_grad=True) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, 300, 8, requires_grad=True) for _ in range(3))
     with pytest.raises(UnsupportedError):
         relpos.attention(q, k, v, enc, causal=True, impl="flex")
     out = relpos.attention(q, k, v, enc, causal=True, impl="auto")
