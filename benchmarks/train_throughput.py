@@ -36,7 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=4, help="timed steps per scheme, interleaved (default 4)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--schemes", nargs="*", default=None, help="schemes to run (default: every available one)")
-    p.add_argument("--impl", default="dense", help="attention implementation (default dense, as ModelConfig)")
+    p.add_argument("--impl", default="auto", help="attention implementation (default auto, as ModelConfig)")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"), help="results folder")
     return p.parse_args(argv)
 

@@ -100,7 +100,7 @@ class ModelConfig:
             ``[0, random_positions)``; at eval time ``0..N-1``. None = off. Only
             schemes driven by integer positions use them.
         attn_impl: attention implementation (``relpos.attention.available_impls()``);
-            ``"auto"`` picks an implementation by device, shape and mode.
+            ``"auto"`` (default) picks the fastest exact one for the device, shape and mode.
         d_ff: MLP hidden width (None = 4 * d_model).
     """
 
@@ -115,7 +115,7 @@ class ModelConfig:
     scheme_options: dict = field(default_factory=dict)
     share_encoding: bool | None = None
     random_positions: int | None = None
-    attn_impl: str = "dense"
+    attn_impl: str = "auto"
     d_ff: int | None = None
 
     def __post_init__(self) -> None:
