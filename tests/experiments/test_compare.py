@@ -366,3 +366,28 @@ def test_torchrun_runner_trains_with_two_processes(tmp_path):
     (run,) = d["runs"]
     assert run["train"]["world_size"] == 2 and run["train"]["steps"] == 4
     assert [m["eval_len"] for m in run["metrics"]] == [6, 12, 18]
+
+
+def test_a_failing_run_does_not_stop_the_sweep(tmp_path, monkeypatch):
+    import relpos.experiments.runner as R
+
+    real = R.run_job
+
+    def flaky(job, cfg, **kw):
+        if job["scheme"] == "alibi":
+            raise RuntimeError("boom in alibi")
+        return real(job, cfg, **kw)
+
+    monkeypatch.setattr(R, "run_job", flaky)
+    out = tmp_path / "f"
+    s = compare(tiny(schemes=["alibi", "nope"], tasks=["copy"]), out, runner=SerialRunner(), progress=False,
+                log=quiet)
+    assert s.failed == ["copy/alibi/seed0"] and s.finished == 1
+    d = json.loads((out / "results.json").read_text())
+    assert [f["job"] for f in d["failures"]] == ["copy/alibi/seed0"] and "boom in alibi" in d["failures"][0]["error"]
+    assert "boom in alibi" in (out / "report.md").read_text()
+    monkeypatch.setattr(R, "run_job", real)  # the next invocation retries it
+    s = compare(tiny(schemes=["alibi", "nope"], tasks=["copy"]), out, runner=SerialRunner(), progress=False,
+                log=quiet)
+    assert s.finished == 1 and s.skipped == 1 and not s.failed
+    assert json.loads((out / "results.json").read_text())["failures"] == []

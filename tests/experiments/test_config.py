@@ -97,3 +97,9 @@ def test_task_train_overrides():
     assert copy["steps"] == cfg.task_train["copy"]["steps"]
     with pytest.raises(ValueError, match="task_train"):
         preset("ci", task_train={"copy": {"epochs": 3}}).validate()
+
+
+def test_scheme_options_are_checked_up_front():
+    with pytest.raises(TypeError, match=r"scheme_options\['alibi'\].*unknown option"):
+        preset("ci", scheme_options={"alibi": {"slope": 2}}).validate()
+    preset("ci", scheme_options={"shaw": {"k": 4}}).validate()

@@ -114,3 +114,12 @@ def test_atomic_json(tmp_path):
         write_json_atomic(p, {"a": float("nan")})
     assert json.loads(p.read_text()) == {"a": 1}  # the old file survives a failed write
     assert [q.name for q in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_per_token_table_only_when_it_adds_something(results):
+    assert "per-token accuracy" not in text_tables(results)  # equal to exact match here
+    for r in results["runs"]:
+        for m in r["metrics"]:
+            if m["accuracy"] is not None:
+                m["token_accuracy"] = min(1.0, m["accuracy"] + 0.1)
+    assert "copy: per-token accuracy" in text_tables(results)

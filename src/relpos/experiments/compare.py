@@ -64,6 +64,7 @@ class CompareSummary:
     results: dict | None = None
     plots: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    report_only: bool = False
 
 
 def _archive(out: Path, old_fp: str | None) -> Path:
@@ -316,7 +317,7 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
         results = results_dict(cfg.to_dict(), fp, st.runs(fp), st.jobs(fp), st.failures(fp))
         n = len(st.done_jobs(fp))
     write_json_atomic(out / "results.json", results)
-    summary = CompareSummary(out, fp, total=n, skipped=n, results=results)
+    summary = CompareSummary(out, fp, total=n, skipped=n, results=results, report_only=True)
     if plots and results["runs"]:
         summary.plots = make_plots(results, out)
         write_report(results, out, summary.plots, command=command)
@@ -328,6 +329,10 @@ def summary_text(summary: CompareSummary) -> str:
     lines = []
     if summary.results and summary.results["runs"]:
         lines.append(text_tables(summary.results))
+    if summary.report_only:
+        lines.append(f"{summary.total} training runs in {summary.out_dir}; rewrote results.json"
+                     + (", the plots and report.md" if summary.plots else ""))
+        return "\n".join(lines)
     lines.append(
         f"{summary.finished} runs finished, {summary.skipped} skipped (already done), {len(summary.failed)} failed"
         f" in {summary.seconds / 60:.1f} min. Results: {summary.out_dir}/results.json"

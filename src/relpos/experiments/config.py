@@ -218,9 +218,18 @@ class ExperimentConfig:
         for v in self.rope_variants:
             if v not in ROPE_VARIANTS:
                 raise ValueError(f"unknown RoPE variant {v!r}; known: {', '.join(ROPE_VARIANTS)}")
-        for s in self.scheme_options:
+        from relpos.encodings import make_encoding
+
+        for s, opts in self.scheme_options.items():
             if _normalise(s) not in SCHEMES:
                 raise ValueError(f"unknown scheme {s!r} in scheme_options")
+            if not isinstance(opts, dict):
+                raise TypeError(f"scheme_options[{s!r}] must be a dict of options, got {opts!r}")
+            try:  # build it once, small, so bad options fail here and not inside a worker
+                make_encoding(s, n_heads=self.n_heads, head_dim=self.d_model // self.n_heads, d_model=self.d_model,
+                              max_len=8, **opts)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"scheme_options[{s!r}]: {e}") from None
         _positive_int("lm.train_len", self.lm.get("train_len"))
         _positive_int("algorithmic.train_len", self.algorithmic.get("train_len"))
         for sect in (self.lm, self.algorithmic):

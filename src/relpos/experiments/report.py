@@ -195,7 +195,11 @@ def _table_rows(results: dict, task: str):
                     for lab in _order(agg, results)]
             tables.append((title, ["scheme"] + [str(x) for x in xs], rows))
     else:
-        for field, what in (("accuracy", "exact-match accuracy"), ("token_accuracy", "per-token accuracy")):
+        redundant = all(m.get("token_accuracy") == m.get("accuracy") for r in results["runs"] if r["task"] == task
+                        for m in r["metrics"])  # single-token answers: per-token = exact match
+        fields = [("accuracy", "exact-match accuracy")] + ([] if redundant else
+                                                           [("token_accuracy", "per-token accuracy")])
+        for field, what in fields:
             agg = aggregate(results, task, field)
             xs = sorted({x for d in agg.values() for x in d})
             rows = [[lab] + [_fmt(*agg[lab].get(x, (math.nan, 0, 0)), 2) for x in xs]
@@ -235,55 +239,68 @@ def markdown_tables(results: dict, task: str) -> str:
 
 
 def _style(labels: list[str]):
+    """Colour per scheme (dark tab20 shades first), line style and marker per variant."""
     import matplotlib
 
     cmap = matplotlib.colormaps["tab20"]
+    palette = [cmap(i) for i in range(0, 20, 2)] + [cmap(i) for i in range(1, 20, 2)]
     base_order: list[str] = []
     for lab in labels:
         b = lab.split("+")[0]
         b = "rope" if b.startswith("rope-") else b
         if b not in base_order:
             base_order.append(b)
+    variant = {"pi": ((0, (4, 2)), "^"), "ntk": ((0, (1, 1)), "v"), "dynamic": ((0, (4, 1, 1, 1)), "s"),
+               "yarn": ((0, (6, 2, 1, 2)), "D")}
     styles = {}
-    variant_ls = {"pi": (0, (4, 2)), "ntk": (0, (1, 1)), "dynamic": (0, (4, 1, 1, 1)), "yarn": (0, (6, 2, 1, 2))}
     for lab in labels:
         b = lab.split("+")[0]
-        ls = "-"
+        ls, marker = "-", "o"
         if b.startswith("rope-"):
-            ls = variant_ls.get(b[5:], "--")
+            ls, marker = variant.get(b[5:], ("--", "o"))
             b = "rope"
         if "+rand" in lab:
-            ls = ":"
-        styles[lab] = {"color": cmap(base_order.index(b) % 20), "linestyle": ls}
+            ls, marker = (0, (2, 3)), "x"
+        styles[lab] = {"color": palette[base_order.index(b) % len(palette)], "linestyle": ls, "marker": marker}
     return styles
 
 
-def _line_plot(ax, agg, results, styles, *, logx=True):
+def _line_plot(ax, agg, results, styles, *, logx=True, cap: float | None = None):
+    """One line per label (mean over seeds, band = std); labels exceeding ``cap`` get no band."""
     for lab in _order(agg, results):
         d = agg[lab]
         xs = [x for x in d if d[x][2] > 0 and math.isfinite(d[x][0])]
         if not xs:
             continue
         ys = [d[x][0] for x in xs]
-        ax.plot(xs, ys, marker="o", ms=3, lw=1.4, label=lab, **styles[lab])
+        ax.plot(xs, ys, ms=3.5, lw=1.4, label=lab, **styles[lab])
         sd = [d[x][1] for x in xs]
-        if any(s > 0 for s in sd):
+        if any(s > 0 for s in sd) and (cap is None or max(ys) <= cap):
             ax.fill_between(xs, [y - s for y, s in zip(ys, sd)], [y + s for y, s in zip(ys, sd)],
                             color=styles[lab]["color"], alpha=0.12, lw=0)
     if logx:
         ax.set_xscale("log", base=2)
 
 
-def _cap_ylim(ax, agg, x0):
-    """Keep the interesting range visible when a few schemes explode."""
-    at0 = [d[x0][0] for d in agg.values() if x0 in d and math.isfinite(d[x0][0])]
-    allv = [v[0] for d in agg.values() for v in d.values() if math.isfinite(v[0])]
-    if not at0 or not allv:
-        return
-    lo, hi = min(allv), max(allv)
-    cap = max(at0) + 2.0 * (max(at0) - min(at0) + 0.25)
-    if hi > cap:
-        ax.set_ylim(lo - 0.05 * (cap - lo), cap)
+def _cap(agg) -> tuple[float, float] | None:
+    """``(low, cap)`` y-limits that keep the bulk readable when a few schemes explode, else None."""
+    allv = sorted(v[0] for d in agg.values() for v in d.values() if math.isfinite(v[0]))
+    if len(allv) < 5:
+        return None
+    lo, hi = allv[0], allv[-1]
+    p80 = allv[int(0.8 * (len(allv) - 1))]
+    cap = p80 + 0.6 * (p80 - lo) + 0.05
+    return (lo - 0.05 * (cap - lo), cap) if hi > cap else None
+
+
+def _plot_capped(ax, agg, results, styles, *, logx=True) -> None:
+    lim = _cap(agg)
+    _line_plot(ax, agg, results, styles, logx=logx, cap=lim[1] if lim else None)
+    if lim:
+        ax.set_ylim(*lim)
+        out = sorted(lab for lab, d in agg.items() if any(math.isfinite(v[0]) and v[0] > lim[1] for v in d.values()))
+        ax.text(0.99, 0.01, "partly above the plot (see the tables): " + ", ".join(out), transform=ax.transAxes,
+                ha="right", va="bottom", fontsize=7, color="dimgrey")
 
 
 def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
@@ -301,7 +318,7 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
 
     def save(fig, name):
         fig.tight_layout()
-        fig.savefig(out_dir / name, dpi=110)
+        fig.savefig(out_dir / name, dpi=100, pil_kwargs={"optimize": True})
         plt.close(fig)
         made.append(name)
 
@@ -309,9 +326,8 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
         tl = _train_len(results, "lm")
         agg = aggregate(results, "lm", "bpb")
         fig, ax = plt.subplots(figsize=(8, 5))
-        _line_plot(ax, agg, results, styles)
+        _plot_capped(ax, agg, results, styles)
         ax.axvline(tl, color="grey", lw=0.8, ls="--")
-        _cap_ylim(ax, agg, tl)
         ax.set_xlabel("evaluation length (bytes; dashed line: training length)")
         ax.set_ylabel("bits per byte (validation)")
         ax.set_title("Language modelling: loss against evaluation length")
@@ -331,10 +347,8 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
                         acc[r["label"]][(m["bucket_start"] + m["bucket_end"]) / 2].append(m["bpb"])
             pagg = {lab: {x: _stats(v) for x, v in sorted(d.items())} for lab, d in acc.items()}
             fig, ax = plt.subplots(figsize=(8, 5))
-            _line_plot(ax, pagg, results, styles, logx=False)
+            _plot_capped(ax, pagg, results, styles, logx=False)
             ax.axvline(tl, color="grey", lw=0.8, ls="--")
-            first = min(pagg[next(iter(pagg))]) if pagg else 0
-            _cap_ylim(ax, pagg, first)
             ax.set_xlabel(f"position inside a {longest}-byte window (dashed line: training length)")
             ax.set_ylabel("bits per byte")
             ax.set_title("Language modelling: loss by position")
@@ -345,9 +359,8 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
         fagg = aggregate(results, "lm", "bpb", "fixed_target", "context_len")
         if fagg:
             fig, ax = plt.subplots(figsize=(8, 5))
-            _line_plot(ax, fagg, results, styles)
+            _plot_capped(ax, fagg, results, styles)
             ax.axvline(tl, color="grey", lw=0.8, ls="--")
-            _cap_ylim(ax, fagg, tl)
             ax.set_xlabel("context length (bytes) before the same target bytes")
             ax.set_ylabel("bits per byte on the fixed targets")
             ax.set_title("Language modelling: fixed targets, growing context")
@@ -356,10 +369,17 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
             save(fig, "lm_fixed_target.png")
 
     algo = [t for t in tasks if t != "lm"]
-    if algo:
-        fig, axes = plt.subplots(1, len(algo), figsize=(4.2 * len(algo) + 1.5, 4.2), squeeze=False)
-        for ax, task in zip(axes[0], algo):
-            agg = aggregate(results, task, "accuracy")
+    multi = [t for t in algo if any(m.get("token_accuracy") != m.get("accuracy") for r in results["runs"]
+                                    if r["task"] == t for m in r["metrics"])]
+    for field, names, fname, ylabel in (
+        ("accuracy", algo, "accuracy_vs_length.png", "exact-match accuracy (greedy)"),
+        ("token_accuracy", multi, "token_accuracy_vs_length.png", "per-token accuracy (greedy)"),
+    ):
+        if not names:
+            continue
+        fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names) + 1.5, 4.2), squeeze=False)
+        for ax, task in zip(axes[0], names):
+            agg = aggregate(results, task, field)
             _line_plot(ax, agg, results, styles, logx=False)
             tl = _train_len(results, task)
             if tl:
@@ -368,13 +388,13 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
             ax.set_title(task)
             ax.set_xlabel("problem length (dashed: longest trained)")
             ax.grid(alpha=0.3)
-        axes[0][0].set_ylabel("exact-match accuracy (greedy)")
+        axes[0][0].set_ylabel(ylabel)
         handles, labs = axes[0][-1].get_legend_handles_labels()
         fig.legend(handles, labs, fontsize=7, loc="center right")
-        fig.tight_layout(rect=(0, 0, 1 - 1.4 / (4.2 * len(algo) + 1.5), 1))
-        fig.savefig(out_dir / "accuracy_vs_length.png", dpi=110)
+        fig.tight_layout(rect=(0, 0, 1 - 1.4 / (4.2 * len(names) + 1.5), 1))
+        fig.savefig(out_dir / fname, dpi=100, pil_kwargs={"optimize": True})
         plt.close(fig)
-        made.append("accuracy_vs_length.png")
+        made.append(fname)
     return made
 
 
@@ -396,8 +416,9 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
         f"- configuration fingerprint `{results['fingerprint']}`; {len(runs)} evaluated models "
         f"({len({r['job'] for r in runs})} trainings)",
         f"- model: d_model {cfg.get('d_model')}, {cfg.get('n_layers')} layers, {cfg.get('n_heads')} heads; "
-        f"{cfg.get('steps')} steps of batch {cfg.get('batch_size')} (per-task overrides: "
-        f"{cfg.get('task_train') or 'none'})",
+        f"{cfg.get('steps')} steps of batch {cfg.get('batch_size')}, peak learning rate {cfg.get('lr')}"
+        + "".join(f"; {t}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in o.items())
+                  for t, o in (cfg.get("task_train") or {}).items()),
         f"- seeds {cfg.get('seeds')}; RoPE scalings evaluated on the trained RoPE model: "
         f"{', '.join(cfg.get('rope_variants') or []) or 'none'}; randomized positions for: "
         f"{', '.join(cfg.get('randomized') or []) or 'none'}",
@@ -419,6 +440,8 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
                 lines += [f"![{p}]({p})", ""]
     if "accuracy_vs_length.png" in plots:
         lines += ["## Accuracy against length", "", "![accuracy_vs_length.png](accuracy_vs_length.png)", ""]
+    if "token_accuracy_vs_length.png" in plots:
+        lines += ["![token_accuracy_vs_length.png](token_accuracy_vs_length.png)", ""]
     if results.get("failures"):
         lines += ["## Failed runs (retried on the next invocation)", ""]
         for f in results["failures"]:

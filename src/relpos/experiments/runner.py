@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import os
 import subprocess
 import sys
@@ -280,6 +279,9 @@ def _watch_parent(ppid: int) -> None:
 
 def _worker_init(threads: int, ppid: int, queue) -> None:
     global _PROGRESS_Q
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MKL_NUM_THREADS"] = str(threads)
     import torch
@@ -369,9 +371,17 @@ class LocalRunner:
                         yield job, None, tb
                     else:
                         yield job, res, None
+        except BaseException:
+            # Interrupted (Ctrl-C, or the consumer stopped): stop the workers now rather
+            # than wait for the runs in flight, which are lost anyway.
+            for p in list((getattr(ex, "_processes", None) or {}).values()):
+                p.terminate()
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+        else:
+            ex.shutdown(wait=True)
         finally:
             stop.set()
-            ex.shutdown(wait=True, cancel_futures=True)
             t.join(timeout=1)
             queue.close()
 
@@ -491,9 +501,3 @@ def make_runner(name: str, *, workers: int | None = None, threads: int = 1, ray_
         return TorchrunRunner(nproc, threads)
     raise ValueError(f"unknown runner {name!r}; known runners: {', '.join(RUNNERS)}")
 
-
-def estimate_seconds(done_seconds: list[float], remaining: int, workers: int) -> float | None:
-    """Remaining wall time from the mean duration of finished jobs."""
-    if not done_seconds:
-        return None
-    return math.ceil(remaining / max(workers, 1)) * (sum(done_seconds) / len(done_seconds))
