@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import relpos
-from relpos.encodings import Dims, Encoding, get_scheme, make_encoding
+from relpos.encodings import Dims, Encoding, get_scheme, make_encoding, normalise_name
 
 __all__ = [
     "ModelConfig",
@@ -69,12 +69,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 def _check_int(name: str, v, lo: int) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
         raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-
-
-def _normalise_scheme(name: str) -> str:
-    if not isinstance(name, str):
-        raise TypeError(f"scheme must be a str (a name from relpos.SCHEMES), got {type(name).__name__}")
-    return name.strip().lower().replace("_", "-")
 
 
 @dataclass
@@ -136,7 +130,7 @@ class ModelConfig:
             raise TypeError(f"causal must be a bool, got {self.causal!r}")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise ValueError(f"dropout must be a float in [0, 1), got {self.dropout!r}")
-        self.scheme = _normalise_scheme(self.scheme)
+        self.scheme = normalise_name(self.scheme, "scheme")
         get_scheme(self.scheme)  # unknown scheme -> ValueError listing the known ones
         if not isinstance(self.scheme_options, dict) or not all(isinstance(k, str) for k in self.scheme_options):
             raise TypeError(f"scheme_options must be a dict with str keys, got {self.scheme_options!r}")

@@ -16,7 +16,7 @@ import importlib.util
 
 from relpos.encodings.base import SITES, Dims, Encoding
 
-__all__ = ["SCHEMES", "SchemeSpec", "Dims", "Encoding", "make_encoding", "scheme_names", "get_scheme", "SITES"]
+__all__ = ["SCHEMES", "SchemeSpec", "Dims", "Encoding", "make_encoding", "scheme_names", "get_scheme", "normalise_name", "SITES"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,9 +62,10 @@ SCHEMES: dict[str, SchemeSpec] = {
 }
 
 
-def _normalise(name: str) -> str:
+def normalise_name(name: str, param: str = "scheme name") -> str:
+    """Canonical registry spelling: stripped, lower case, hyphens (``"Rope_YaRN"`` -> ``"rope-yarn"``)."""
     if not isinstance(name, str):
-        raise TypeError(f"scheme name must be a str, got {type(name).__name__}")
+        raise TypeError(f"{param} must be a str (a name from relpos.SCHEMES), got {type(name).__name__}")
     return name.strip().lower().replace("_", "-")
 
 
@@ -84,7 +85,7 @@ def get_scheme(name: str) -> tuple[type[Encoding], dict]:
     Raises:
         ValueError: unknown name (the message lists the known ones).
     """
-    key = _normalise(name)
+    key = normalise_name(name)
     if key not in SCHEMES:
         raise ValueError(f"unknown scheme {name!r}; known schemes: {', '.join(scheme_names())}")
     spec = SCHEMES[key]
@@ -120,5 +121,5 @@ def make_encoding(
     cls, preset = get_scheme(name)
     preset.update(options)
     enc = cls.build(Dims(n_heads=n_heads, head_dim=head_dim, d_model=d_model, max_len=max_len, causal=causal), **preset)
-    enc.registry_name = _normalise(name)
+    enc.registry_name = normalise_name(name)
     return enc

@@ -27,6 +27,8 @@ import hashlib
 import json
 from typing import Any
 
+from relpos.encodings import normalise_name
+
 __all__ = [
     "ExperimentConfig",
     "PRESETS",
@@ -68,12 +70,6 @@ ROPE_VARIANTS: dict[str, tuple[str, float | None]] = {
 
 ALGORITHMIC = ("copy", "reverse", "recall", "parity")
 ALL_TASKS = ("lm",) + ALGORITHMIC
-
-
-def _normalise(name: Any) -> str:
-    if not isinstance(name, str):
-        raise TypeError(f"scheme name must be a str, got {type(name).__name__}")
-    return name.strip().lower().replace("_", "-")
 
 
 def _positive_int(name: str, v: Any) -> int:
@@ -166,7 +162,7 @@ class ExperimentConfig:
             raise ValueError("schemes must not be empty")
         norm = []
         for s in self.schemes:
-            k = _normalise(s)
+            k = normalise_name(s)
             if k not in SCHEMES:
                 raise ValueError(f"unknown scheme {s!r}; known schemes: {', '.join(available)}")
             if k not in available:
@@ -176,7 +172,7 @@ class ExperimentConfig:
         self.schemes = norm
         rnd = []
         for s in self.randomized:
-            k = _normalise(s)
+            k = normalise_name(s)
             if k not in SCHEMES or k not in available:
                 raise ValueError(f"unknown scheme {s!r} in randomized; known schemes: {', '.join(available)}")
             if k not in rnd:
@@ -221,7 +217,7 @@ class ExperimentConfig:
         from relpos.encodings import make_encoding
 
         for s, opts in self.scheme_options.items():
-            if _normalise(s) not in SCHEMES:
+            if normalise_name(s) not in SCHEMES:
                 raise ValueError(f"unknown scheme {s!r} in scheme_options")
             if not isinstance(opts, dict):
                 raise TypeError(f"scheme_options[{s!r}] must be a dict of options, got {opts!r}")
@@ -286,7 +282,7 @@ class ExperimentConfig:
             "tasks": {t: self.make_task(t).options() for t in ALL_TASKS},
             "rope_variants": sorted(self.rope_variants),
             "random_positions_factor": self.random_positions_factor,
-            "scheme_options": {_normalise(k): v for k, v in sorted(self.scheme_options.items())},
+            "scheme_options": {normalise_name(k): v for k, v in sorted(self.scheme_options.items())},
         }
 
     def fingerprint(self) -> str:

@@ -575,18 +575,23 @@ class Explorer:
             ],
         }
 
+    def _tokens(self, params: dict, noun: str) -> list[str]:
+        """Tokens of ``params["text"]``, with the explorer's caps (``noun`` names it in errors)."""
+        L = self.limits
+        tokens = tokenize(_text(params, "text", "", L.max_text_chars))
+        if not tokens:
+            raise ApiError("type at least one word", code="empty", field="text")
+        if len(tokens) > L.max_tokens:
+            raise ApiError(f"the {noun} has {len(tokens)} tokens; the explorer shows at most {L.max_tokens}",
+                           code="too_large", field="text", limit=L.max_tokens, unit="tokens")
+        return tokens
+
     # ------------------------------------------------------------ view 1
 
     def offsets(self, params: dict) -> dict:
         """Tokens of ``text`` and their relative positions ``d[i][j]`` (``j - i`` or ``i - j``)."""
         L = self.limits
-        text = _text(params, "text", "", L.max_text_chars)
-        tokens = tokenize(text)
-        if not tokens:
-            raise ApiError("type at least one word", code="empty", field="text")
-        if len(tokens) > L.max_tokens:
-            raise ApiError(f"the sentence has {len(tokens)} tokens; the explorer shows at most {L.max_tokens}",
-                           code="too_large", field="text", limit=L.max_tokens, unit="tokens")
+        tokens = self._tokens(params, "sentence")
         convention = _choice(params, "convention", "j-i", ("j-i", "i-j"))
         n = len(tokens)
         clip_raw = params.get("clip")
@@ -723,13 +728,7 @@ class Explorer:
         matrix is the scheme's own ``score(q, k, pos, pos, scale)``.
         """
         L = self.limits
-        text = _text(params, "text", "", L.max_text_chars)
-        tokens = tokenize(text)
-        if not tokens:
-            raise ApiError("type at least one word", code="empty", field="text")
-        if len(tokens) > L.max_tokens:
-            raise ApiError(f"the text has {len(tokens)} tokens; the explorer shows at most {L.max_tokens}",
-                           code="too_large", field="text", limit=L.max_tokens, unit="tokens")
+        tokens = self._tokens(params, "text")
         n_heads, head, head_dim, seed, opts = self._scheme_args(entry, params)
         if n_heads * head_dim > L.max_content_width:
             raise ApiError(f"n_heads x head_dim = {n_heads * head_dim} is too large for this scheme: the explorer "
