@@ -324,16 +324,21 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
 
     if "lm" in tasks:
         tl = _train_len(results, "lm")
-        agg = aggregate(results, "lm", "bpb")
-        fig, ax = plt.subplots(figsize=(8, 5))
-        _plot_capped(ax, agg, results, styles)
-        ax.axvline(tl, color="grey", lw=0.8, ls="--")
-        ax.set_xlabel("evaluation length (bytes; dashed line: training length)")
-        ax.set_ylabel("bits per byte (validation)")
-        ax.set_title("Language modelling: loss against evaluation length")
-        ax.legend(fontsize=7, ncol=2, loc="best")
-        ax.grid(alpha=0.3)
-        save(fig, "lm_loss_vs_length.png")
+
+        def lm_plot(agg, name: str, xlabel: str, ylabel: str, title: str, logx: bool = True) -> None:
+            fig, ax = plt.subplots(figsize=(8, 5))
+            _plot_capped(ax, agg, results, styles, logx=logx)
+            ax.axvline(tl, color="grey", lw=0.8, ls="--")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            ax.set_title(title)
+            ax.legend(fontsize=7, ncol=2, loc="best")
+            ax.grid(alpha=0.3)
+            save(fig, name)
+
+        lm_plot(aggregate(results, "lm", "bpb"), "lm_loss_vs_length.png",
+                "evaluation length (bytes; dashed line: training length)", "bits per byte (validation)",
+                "Language modelling: loss against evaluation length")
 
         longest = max((m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r["position_loss"]),
                       default=None)
@@ -346,27 +351,14 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
                     if m["eval_len"] == longest and m["bpb"] is not None:
                         acc[r["label"]][(m["bucket_start"] + m["bucket_end"]) / 2].append(m["bpb"])
             pagg = {lab: {x: _stats(v) for x, v in sorted(d.items())} for lab, d in acc.items()}
-            fig, ax = plt.subplots(figsize=(8, 5))
-            _plot_capped(ax, pagg, results, styles, logx=False)
-            ax.axvline(tl, color="grey", lw=0.8, ls="--")
-            ax.set_xlabel(f"position inside a {longest}-byte window (dashed line: training length)")
-            ax.set_ylabel("bits per byte")
-            ax.set_title("Language modelling: loss by position")
-            ax.legend(fontsize=7, ncol=2, loc="best")
-            ax.grid(alpha=0.3)
-            save(fig, "lm_loss_by_position.png")
+            lm_plot(pagg, "lm_loss_by_position.png",
+                    f"position inside a {longest}-byte window (dashed line: training length)", "bits per byte",
+                    "Language modelling: loss by position", logx=False)
 
         fagg = aggregate(results, "lm", "bpb", "fixed_target", "context_len")
         if fagg:
-            fig, ax = plt.subplots(figsize=(8, 5))
-            _plot_capped(ax, fagg, results, styles)
-            ax.axvline(tl, color="grey", lw=0.8, ls="--")
-            ax.set_xlabel("context length (bytes) before the same target bytes")
-            ax.set_ylabel("bits per byte on the fixed targets")
-            ax.set_title("Language modelling: fixed targets, growing context")
-            ax.legend(fontsize=7, ncol=2, loc="best")
-            ax.grid(alpha=0.3)
-            save(fig, "lm_fixed_target.png")
+            lm_plot(fagg, "lm_fixed_target.png", "context length (bytes) before the same target bytes",
+                    "bits per byte on the fixed targets", "Language modelling: fixed targets, growing context")
 
     algo = [t for t in tasks if t != "lm"]
     multi = [t for t in algo if any(m.get("token_accuracy") != m.get("accuracy") for r in results["runs"]
