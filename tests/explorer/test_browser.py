@@ -523,6 +523,9 @@ def test_numbers_shown_use_real_minus_and_finite_values(view):
     page, watch = view("bias")
     page.select_option("#v2-scheme", "alibi")
     page.wait_for_function("() => document.querySelector('#v2-formula').textContent.includes('m_h')")
+    # the heatmap is redrawn after the API answers; wait for its colour-bar labels
+    page.wait_for_function(
+        "() => document.querySelectorAll('#v2-heatmap .hm-bar-labels span').length >= 2")
     labels = page.locator("#v2-heatmap .hm-bar-labels span").all_text_contents()
     assert labels[0].startswith(MINUS) and labels[1] == "0"
     assert all(math.isfinite(num(x.split()[0])) for x in labels if x)
