@@ -39,8 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "N=2048 for every scheme, a 256..8192 sweep for core schemes, 16384 for chunked)")
     p.add_argument("--modes", type=_csv(str), help="fwd, fwd+bwd (default both)")
     p.add_argument("--peers", action="store_true",
-                   help="also run Hugging Face T5, x-transformers (T5 bias, ALiBi, rotary) and the N x N x d Shaw "
-                        "formulation, each against the same relpos layer")
+                   help="also run the peers (Hugging Face T5 with sdpa/eager/flex, x-transformers with and without "
+                        "attn_flash, rotary-embedding-torch, a FlexAttention score_mod, Shaw as N x N x d tensors "
+                        "and as an i, j loop), each against the same relpos layer")
+    p.add_argument("--peer-names", type=_csv(str), default=None,
+                   help="comma-separated peers to run with --peers or --impls peers (default: all; see "
+                        "relpos.bench.PEERS)")
     p.add_argument("--quick", action="store_true", help="tiny smoke run (N=64,128; 1 repeat) for tests")
     p.add_argument("--out", default="benchmarks/results",
                    help="output folder for <name>.json and <name>.md (default benchmarks/results)")
@@ -65,23 +69,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the JSON document instead of the markdown report")
 
 
-def main(args: argparse.Namespace) -> int:
+def _spec(args: argparse.Namespace):
     import torch
 
     from relpos import bench
+    from relpos.validation import check_choice, check_int
 
-    if args.device not in ("cpu", "cuda"):
-        raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
+    check_choice("--device", args.device, ("cpu", "cuda"))
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is available on this machine")
     for name in ("batch", "heads", "head_dim", "memory_jobs"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.threads < 0:
-        raise ValueError(f"--threads must be >= 0, got {args.threads}")
-    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
-    if repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+        check_int(f"--{name.replace('_', '-')}", getattr(args, name), lo=1)
+    check_int("--threads", args.threads, lo=0)
+    repeats = check_int("--repeats", args.repeats if args.repeats is not None else (1 if args.quick else 3), lo=1)
     spec = bench.BenchSpec(
         batch=args.batch, heads=args.heads, head_dim=args.head_dim, causal=not args.bidirectional,
         dtype=args.dtype, repeats=repeats, threads=args.threads, flush_denormal=not args.no_flush_denormal,
@@ -89,42 +89,53 @@ def main(args: argparse.Namespace) -> int:
         clock=args.clock if args.clock != "auto" else ("cpu" if args.threads == 1 and args.device == "cpu" else "wall"),
     )
     spec.torch_dtype()  # validates
-    bench.apply_process_settings(spec)
+    return spec
 
-    known = bench.attention_schemes()
+
+def _cases(args: argparse.Namespace) -> list:
+    from relpos import bench
+    from relpos.attention import available_impls
+    from relpos.encodings import get_scheme, normalise_name
+
     schemes = args.schemes
     if schemes is not None:
-        from relpos.encodings import get_scheme
-
         for s in schemes:
             get_scheme(s)  # ValueError naming the known schemes
-        schemes = [s.replace("_", "-").lower() for s in schemes]
+        schemes = [normalise_name(s) for s in schemes]
     impls = args.impls
-    if impls is not None:
-        from relpos.attention import available_impls
+    ok = set(available_impls()) - {"reference"} | {"peers"}
+    for i in impls or ():
+        if i not in ok:
+            raise ValueError(f"--impls: unknown implementation {i!r}; choose from {', '.join(sorted(ok))}")
+    for m in args.modes or ():
+        if m not in bench.MODES:
+            raise ValueError(f"--modes: unknown mode {m!r}; choose from {', '.join(bench.MODES)}")
+    names = args.peer_names
+    if names is not None:
+        bench.peer_cases([1], names=names)  # ValueError naming the known peers
+    if args.quick or any(x is not None for x in (schemes, impls, args.lengths, args.modes)):
+        lengths = args.lengths or ([64, 128] if args.quick else [bench.MAIN_N])
+        grid_impls = [i for i in (impls or bench.default_impls(args.device)) if i != "peers"]
+        cases = bench.grid_cases(schemes or bench.attention_schemes(), grid_impls, lengths,
+                                 args.modes or list(bench.MODES))
+        if args.peers or "peers" in (impls or []):
+            cases += bench.peer_cases(args.lengths or ([64] if args.quick else [bench.MAIN_N]),
+                                      args.modes or bench.MODES, names)
+        return cases
+    cases = bench.default_cases(args.device)
+    if args.peers:
+        cases += bench.peer_cases([bench.MAIN_N], names=names)
+    return cases
 
-        ok = set(available_impls()) | {"peers"}
-        for i in impls:
-            if i not in ok or i == "reference":
-                raise ValueError(f"--impls: unknown implementation {i!r}; choose from "
-                                 f"{', '.join(sorted(ok - {'reference'}))}")
-    modes = args.modes
-    if modes is not None:
-        for m in modes:
-            if m not in bench.MODES:
-                raise ValueError(f"--modes: unknown mode {m!r}; choose from {', '.join(bench.MODES)}")
-    if args.quick:
-        cases = bench.grid_cases(schemes or known, impls or bench.default_impls(args.device),
-                                 args.lengths or [64, 128], modes or list(bench.MODES))
-        if args.peers and "peers" not in (impls or []):
-            cases += bench.peer_cases(args.lengths or [64])
-    elif any(x is not None for x in (schemes, impls, args.lengths, modes)):
-        cases = bench.grid_cases(schemes or known, impls or bench.default_impls(args.device),
-                                 args.lengths or [2048], modes or list(bench.MODES))
-        if args.peers and "peers" not in (impls or []):
-            cases += bench.peer_cases(args.lengths or [2048])
-    else:
-        cases = bench.default_cases(args.device, peers=args.peers)
+
+def main(args: argparse.Namespace) -> int:
+    import torch
+
+    from relpos import bench
+
+    spec = _spec(args)
+    bench.apply_process_settings(spec)
+    cases = _cases(args)
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

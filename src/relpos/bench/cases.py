@@ -1,0 +1,173 @@
+"""What a benchmark run measures: the shared spec, one case per configuration, the plans and the targets."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+__all__ = ["MODES", "TARGETS", "BenchSpec", "Case", "attention_schemes", "default_impls", "default_cases",
+           "grid_cases", "SWEEP_LENGTHS", "SWEEP_SCHEMES", "LONG_LENGTHS", "LONG_SCHEMES", "DENSE_MAX_N",
+           "MAIN_N"]
+
+MODES = ("fwd", "fwd+bwd")
+
+#: The length of the main table: every scheme and implementation, and the peers.
+MAIN_N = 2048
+
+#: Targets (CPU, N = 2048, fwd+bwd, ratio to position-free SDPA): issue 7 for the first wave,
+#: issue 13 for Transformer-XL, FIRE, FoX, DeBERTa and CoPE. Data, keyed by registry name.
+TARGETS: dict[str, float] = {
+    "nope": 1.2, "rope": 1.2, "alibi": 1.2, "sandwich": 1.2,
+    "t5": 1.5, "kerple-log": 1.5, "kerple-power": 1.5, "fire": 1.5, "transformer-xl": 1.5, "shaw": 1.5,
+    "shaw-kv": 2.0, "fox": 1.5, "deberta": 3.0, "cope": 3.0,
+}
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+           "float16": torch.float16}
+
+
+@dataclasses.dataclass
+class BenchSpec:
+    """Shapes and process settings shared by every case of a run.
+
+    Attributes:
+        batch, heads, head_dim: the ``(B, H, N, D)`` shape of q, k and v.
+        causal: causal attention (default) or bidirectional.
+        dtype: ``float32``, ``float64``, ``bfloat16`` or ``float16``.
+        repeats: timed rounds per case; the median is kept.
+        threads: torch intra-op threads (0 keeps torch's default).
+        flush_denormal: ``torch.set_flush_denormal(True)`` before any work.
+        memory: measure peak memory in fresh processes.
+        memory_jobs: memory processes at a time.
+        device: ``cpu`` or ``cuda``.
+        clock: ``cpu`` (process CPU time) or ``wall``.
+    """
+
+    batch: int = 1
+    heads: int = 8
+    head_dim: int = 64
+    causal: bool = True
+    dtype: str = "float32"
+    repeats: int = 3
+    threads: int = 1
+    flush_denormal: bool = True
+    memory: bool = True
+    memory_jobs: int = 3
+    device: str = "cpu"
+    clock: str = "cpu"
+
+    def torch_dtype(self) -> torch.dtype:
+        """The torch dtype of :attr:`dtype`.
+
+        Raises:
+            ValueError: an unknown dtype name.
+        """
+        try:
+            return _DTYPES[self.dtype]
+        except KeyError:
+            raise ValueError(f"dtype must be float32, float64, bfloat16 or float16, got {self.dtype!r}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One configuration.
+
+    ``impl`` is ``"sdpa"`` for the baseline, an attention implementation name,
+    ``"peer:<name>"`` (a peer of :data:`relpos.bench.peers.PEERS`) or
+    ``"layer:<scheme>"`` (the relpos attention layer that the peers of ``scheme``
+    are compared with).
+    """
+
+    scheme: str
+    impl: str
+    N: int
+    mode: str
+
+    @property
+    def key(self) -> tuple:
+        return (self.scheme, self.impl, self.N, self.mode)
+
+
+def attention_schemes() -> list[str]:
+    """Registered schemes that act inside attention, plus ``"nope"``.
+
+    Schemes that only rotate q and k (``acts_on == {"qk"}``) cost the same for every
+    preset of one class (RoPE's scaled variants run RoPE's kernels), so only the
+    first registered name of such a class is kept.
+    """
+    import relpos
+    from relpos.encodings import get_scheme, scheme_names
+
+    out, rotary_classes = [], set()
+    for n in scheme_names():
+        enc = relpos.make_encoding(n, n_heads=2, head_dim=8)
+        if not enc.acts_on or enc.acts_on - {"embedding"}:
+            cls = get_scheme(n)[0]
+            if enc.acts_on == {"qk"}:
+                if cls in rotary_classes:
+                    continue
+                rotary_classes.add(cls)
+            out.append(n)
+    return out
+
+
+def default_impls(device: str = "cpu") -> list[str]:
+    """Implementations timed by default: FlexAttention only on CUDA (on CPU it is neither fused nor differentiable)."""
+    from relpos.attention import available_impls
+
+    impls = [i for i in ("dense", "chunked", "flex", "auto") if i in available_impls()]
+    if device == "cpu":
+        impls = [i for i in impls if i != "flex"]
+    return impls
+
+
+#: Default length sweep (forward+backward) and the schemes it covers; N = 2048 covers every scheme.
+SWEEP_LENGTHS = (256, 1024, 4096, 8192)
+SWEEP_SCHEMES = ("nope", "alibi", "t5", "shaw")
+LONG_LENGTHS = (16384,)
+LONG_SCHEMES = ("alibi", "t5")
+DENSE_MAX_N = 1024  # in the sweep; dense's N x N terms make longer runs slow (its cost is shown at N = 2048)
+
+
+def default_cases(device: str = "cpu", *, peers: bool = False) -> list[Case]:
+    """The default plan (under 10 minutes on a 2-core CPU machine).
+
+    * ``N = 2048``: every attention scheme x every implementation, forward and
+      forward+backward;
+    * ``N`` in :data:`SWEEP_LENGTHS`, forward+backward: :data:`SWEEP_SCHEMES` with
+      ``chunked``, and ``dense`` up to :data:`DENSE_MAX_N`;
+    * ``N = 16384``: :data:`LONG_SCHEMES` with ``chunked``, forward+backward;
+    * ``peers``: every peer and its matching relpos layer at ``N = 2048`` (see
+      :func:`relpos.bench.peers.peer_cases`).
+    """
+    from relpos.bench.peers import peer_cases
+
+    cases: list[Case] = []
+    impls = default_impls(device)
+    for s in attention_schemes():
+        for i in impls:
+            for m in MODES:
+                cases.append(Case(s, i, MAIN_N, m))
+    for N in SWEEP_LENGTHS:
+        for s in SWEEP_SCHEMES:
+            for i in ("dense", "chunked"):
+                if i == "dense" and N > DENSE_MAX_N:
+                    continue
+                cases.append(Case(s, i, N, "fwd+bwd"))
+    for N in LONG_LENGTHS:
+        for s in LONG_SCHEMES:
+            cases.append(Case(s, "chunked", N, "fwd+bwd"))
+    if peers:
+        cases += peer_cases([MAIN_N])
+    return cases
+
+
+def grid_cases(schemes: list[str], impls: list[str], lengths: list[int], modes: list[str]) -> list[Case]:
+    """Every combination (``impls`` may include ``"peers"`` for the peer set)."""
+    from relpos.bench.peers import peer_cases
+
+    cases = [Case(s, i, N, m) for N in lengths for s in schemes for i in impls if i != "peers" for m in modes]
+    if "peers" in impls:
+        cases += peer_cases(lengths, modes)
+    return cases

@@ -1,0 +1,286 @@
+"""The run: time every case interleaved per N, measure its memory, and assemble the JSON document.
+
+For each sequence length ``N`` the configurations of that ``N`` -- position-free
+``scaled_dot_product_attention`` (the baseline), every ``(scheme, impl)`` and the
+peers -- are timed *interleaved* (round robin, ``repeats`` rounds after the
+warm-up), so drifts in machine load hit all of them alike; each record keeps the
+median.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from relpos.bench.cases import BenchSpec, Case
+from relpos.bench.memory import measure_memory
+from relpos.bench.steps import build_step, timed
+
+__all__ = ["Record", "run_bench", "machine_info", "SLOW_S", "peer_summary"]
+
+#: A case whose warm-up run takes longer than this many seconds is timed by that run alone.
+SLOW_S = 2.0
+
+_ROUND = ("median_ms", "baseline_ms", "ratio", "peak_mib", "baseline_peak_mib", "warmup_ms", "wall_ms", "cpu_ms",
+          "baseline_wall_ms", "wall_ratio")
+
+
+@dataclasses.dataclass
+class Record:
+    """The result of one case (one row of the JSON document's ``records``).
+
+    Times are medians in milliseconds; ``median_ms`` and ``ratio`` use the run's
+    clock (process CPU time or wall time), ``cpu_ms``/``wall_ms``/``wall_ratio``
+    keep both. ``status`` is ``ok``, ``unsupported`` or ``error`` (then ``note``
+    says why). ``chosen`` is what ``auto`` picked.
+    """
+
+    scheme: str
+    impl: str
+    N: int
+    mode: str
+    status: str = "ok"
+    note: str | None = None
+    chosen: str | None = None
+    median_ms: float | None = None
+    wall_ms: float | None = None
+    cpu_ms: float | None = None
+    runs: int = 0
+    warmup_ms: float | None = None
+    baseline_ms: float | None = None
+    baseline_wall_ms: float | None = None
+    ratio: float | None = None
+    wall_ratio: float | None = None
+    peak_mib: float | None = None
+    baseline_peak_mib: float | None = None
+    memory_note: str | None = None
+
+    @property
+    def key(self) -> tuple:
+        return (self.scheme, self.impl, self.N, self.mode)
+
+    def to_json(self) -> dict:
+        out = dataclasses.asdict(self)
+        for k in _ROUND:
+            if out[k] is not None:
+                out[k] = round(float(out[k]), 3)
+        return out
+
+
+def machine_info(spec: BenchSpec | None = None) -> dict:
+    """A JSON-able description of this machine and software."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_capability": getattr(torch.backends.cpu, "get_cpu_capability", lambda: "?")(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    if spec is not None:
+        info["flush_denormal"] = spec.flush_denormal
+    try:
+        info["loadavg_start"] = os.getloadavg()
+    except OSError:
+        pass
+    return info
+
+
+def _peer(impl: str):
+    from relpos.bench.peers import PEERS
+
+    return PEERS[impl.split(":", 1)[1]] if impl.startswith("peer:") else None
+
+
+def _warmups(case: Case) -> int:
+    peer = _peer(case.impl)
+    return 1 if peer is None else peer.warmups
+
+
+def _time_group(N: int, group: list[Case], spec: BenchSpec, records: dict, log, deadline: float | None) -> None:
+    """Warm up and time the cases of one N (and the baseline) round robin; fill their records."""
+    from relpos.attention import UnsupportedError
+
+    modes = sorted({c.mode for c in group})
+    runnable: list[tuple[Case, Callable]] = []
+    for m in modes:
+        base = Case("none", "sdpa", N, m)
+        runnable.append((base, build_step(base, spec)[0]))
+    slow: dict[tuple, tuple[float, float]] = {}  # timed once: their (last) warm-up took longer than SLOW_S
+    for c in group:
+        rec = records[c.key] = Record(c.scheme, c.impl, N, c.mode)
+        try:
+            step, info = build_step(c, spec)
+            for _ in range(_warmups(c)):  # raises UnsupportedError for unsupported cases
+                w, cpu = timed(step, spec)
+            rec.warmup_ms, rec.chosen = w, info()
+            runnable.append((c, step))
+            if w > SLOW_S * 1000:
+                slow[c.key] = (w, cpu)
+        except UnsupportedError as e:
+            rec.status, rec.note = "unsupported", str(e)
+        except Exception as e:  # a broken case must not sink the run
+            rec.status, rec.note = "error", f"{type(e).__name__}: {e}"[:300]
+            log(f"  error {c.scheme}/{c.impl} N={N} {c.mode}: {rec.note}")
+    for c, step in runnable[: len(modes)]:  # baseline warm-up
+        w, cpu = timed(step, spec)
+        if w > SLOW_S * 1000:
+            slow[c.key] = (w, cpu)
+    walls = {c.key: [] for c, _ in runnable}
+    cpus = {c.key: [] for c, _ in runnable}
+    log(f"N={N}: {len(runnable)} cases, {len(slow)} timed once (over {SLOW_S:g} s), {spec.repeats} rounds for the rest")
+    for key, (w, cpu) in slow.items():
+        walls[key].append(w)
+        cpus[key].append(cpu)
+    for r in range(spec.repeats):
+        if r > 0 and deadline is not None and time.monotonic() > deadline:
+            log(f"  time budget reached: N={N} keeps {r} round(s)")
+            break
+        for c, step in runnable:
+            if c.key not in slow:
+                w, cpu = timed(step, spec)
+                walls[c.key].append(w)
+                cpus[c.key].append(cpu)
+    clock = cpus if spec.clock == "cpu" else walls
+    base = {m: (statistics.median(clock[("none", "sdpa", N, m)]), statistics.median(walls[("none", "sdpa", N, m)]))
+            for m in modes}
+    for c, _ in runnable[len(modes):]:
+        rec = records[c.key]
+        rec.median_ms, rec.wall_ms = statistics.median(clock[c.key]), statistics.median(walls[c.key])
+        rec.cpu_ms, rec.runs = statistics.median(cpus[c.key]), len(clock[c.key])
+    for c in group:
+        rec = records[c.key]
+        rec.baseline_ms, rec.baseline_wall_ms = base[c.mode]
+        if rec.median_ms is not None:
+            rec.ratio, rec.wall_ratio = rec.median_ms / rec.baseline_ms, rec.wall_ms / rec.baseline_wall_ms
+        log(f"N={N:<6} {c.mode:<8} {c.scheme:<15} {c.impl:<16} "
+            + (f"{rec.median_ms:9.1f} ms  x{rec.ratio:.2f} (wall x{rec.wall_ratio:.2f})"
+               if rec.median_ms is not None else rec.status)
+            + (f"  -> {rec.chosen}" if rec.chosen else ""))
+
+
+def _memory(records: dict, lengths, spec: BenchSpec, log) -> None:
+    """Peak memory of every ok configuration (auto is measured where it ran: the implementation it picked)."""
+    items: dict[tuple, tuple[Case, bool]] = {}
+    for rec in records.values():
+        if rec.status != "ok" or (rec.impl == "auto" and rec.chosen):
+            continue
+        peer = _peer(rec.impl)
+        if peer is not None and not peer.memory:
+            rec.memory_note = "not measured (compiled code)"
+            continue
+        key = (rec.scheme, rec.impl, rec.N)
+        train = any(r.mode == "fwd+bwd" and r.status == "ok" for r in records.values()
+                    if (r.scheme, r.impl, r.N) == key)
+        items.setdefault(key, (Case(rec.scheme, rec.impl, rec.N, "fwd"), train))
+    for N in lengths:
+        items[("none", "sdpa", N)] = (Case("none", "sdpa", N, "fwd"), True)
+    log(f"memory: {len(items)} fresh subprocesses, {spec.memory_jobs} at a time")
+    mem = measure_memory(list(items.values()), spec, log=log)
+    for rec in records.values():
+        impl = rec.chosen if rec.impl == "auto" and rec.chosen else rec.impl
+        m = mem.get((rec.scheme, impl, rec.N))
+        if m is None:
+            continue
+        field = "train_mib" if rec.mode == "fwd+bwd" else "fwd_mib"
+        rec.peak_mib = m[field]
+        rec.baseline_peak_mib = mem.get(("none", "sdpa", rec.N), {}).get(field)
+        rec.memory_note = m.get("error")
+
+
+def run_bench(cases: list[Case], spec: BenchSpec, *, log: Callable[[str], None] | None = None,
+              time_budget: float | None = None) -> dict:
+    """Time every case (interleaved per N) and measure its memory; return the JSON document (version 1).
+
+    Args:
+        cases: configurations (see :func:`relpos.bench.default_cases`, :func:`relpos.bench.grid_cases`).
+        spec: shapes and process settings (apply them with
+            :func:`relpos.bench.apply_process_settings` first; the CLI does).
+        log: progress callback (one line per event).
+        time_budget: seconds after which remaining timing rounds are cut short
+            (each case keeps at least one timed run).
+    """
+    log = log or (lambda s: None)
+    t_start = time.monotonic()
+    deadline = None if time_budget is None else t_start + time_budget
+    by_n: dict[int, list[Case]] = {}
+    for c in cases:
+        by_n.setdefault(c.N, []).append(c)
+    records: dict[tuple, Record] = {}
+    for N in sorted(by_n):
+        _time_group(N, by_n[N], spec, records, log, deadline)
+    timing_s = time.monotonic() - t_start
+    if spec.memory:
+        _memory(records, list(by_n), spec, log)
+    return {
+        "version": 1,
+        "kind": "relpos-attention-bench",
+        "machine": machine_info(spec),
+        "spec": dataclasses.asdict(spec),
+        "shape": f"B={spec.batch}, H={spec.heads}, D={spec.head_dim}, {spec.dtype}, "
+                 f"{'causal' if spec.causal else 'bidirectional'}",
+        "baseline": "torch.nn.functional.scaled_dot_product_attention without position terms"
+                    + (" (is_causal=True)" if spec.causal else ""),
+        "clock": ("process CPU time" if spec.clock == "cpu" else "wall-clock time") + " (median_ms, ratio); "
+                 "both clocks are in every record (cpu_ms, wall_ms, wall_ratio)",
+        "timing_seconds": round(timing_s, 1),
+        "total_seconds": round(time.monotonic() - t_start, 1),
+        "records": [r.to_json() for r in records.values()],
+        "peers": peer_summary(records),
+    }
+
+
+def peer_summary(records: dict[tuple, Record]) -> list[dict]:
+    """One row per peer configuration against the relpos layer of its scheme (same N, same mode).
+
+    ``best`` marks the fastest configuration of each peer family per (N, mode).
+    """
+    from relpos.bench.peers import PEERS
+
+    out = []
+    for (scheme, impl, N, mode), rec in records.items():
+        if not impl.startswith("peer:"):
+            continue
+        name = impl.split(":", 1)[1]
+        peer = PEERS[name]
+        mine = records.get((scheme, f"layer:{scheme}", N, mode))
+        row = {"peer": name, "family": peer.family, "config": peer.config, "description": peer.description,
+               "scheme": scheme, "N": N, "mode": mode, "peer_ms": rec.median_ms, "peer_peak_mib": rec.peak_mib,
+               "relpos_ms": None, "relpos_peak_mib": None, "relpos_impl": None, "speedup": None,
+               "memory_fraction": None, "status": rec.status, "note": rec.note, "best": False}
+        if mine is not None:
+            row["relpos_ms"], row["relpos_peak_mib"], row["relpos_impl"] = mine.median_ms, mine.peak_mib, mine.chosen
+            if row["peer_ms"] and row["relpos_ms"]:
+                row["speedup"] = round(row["peer_ms"] / row["relpos_ms"], 2)
+            if row["peer_peak_mib"] and row["relpos_peak_mib"] is not None:
+                row["memory_fraction"] = round(row["relpos_peak_mib"] / row["peer_peak_mib"], 3)
+        for k in ("peer_ms", "relpos_ms", "peer_peak_mib", "relpos_peak_mib"):
+            if row[k] is not None:
+                row[k] = round(float(row[k]), 1)
+        out.append(row)
+    fastest: dict[tuple, dict] = {}
+    for row in out:
+        k = (row["family"], row["N"], row["mode"])
+        if row["peer_ms"] is not None and (k not in fastest or row["peer_ms"] < fastest[k]["peer_ms"]):
+            fastest[k] = row
+    for row in fastest.values():
+        row["best"] = True
+    return out

@@ -1,0 +1,46 @@
+"""The markdown report: targets and the peer tables."""
+
+from __future__ import annotations
+
+from relpos import bench
+
+
+def _rec(scheme, impl, ms, **kw):
+    r = {"scheme": scheme, "impl": impl, "N": 2048, "mode": "fwd+bwd", "status": "ok", "median_ms": ms,
+         "baseline_ms": 10.0, "ratio": ms / 10, "peak_mib": 5.0, "baseline_peak_mib": 4.0, "chosen": None,
+         "note": None, "runs": 3}
+    r.update(kw)
+    return r
+
+
+def test_markdown_marks_targets():
+    recs = [_rec("alibi", "dense", 30.0), _rec("alibi", "auto", 11.0, chosen="chunked"),
+            _rec("cope", "auto", 40.0, chosen="chunked")]
+    md = bench.markdown({"shape": "B=1", "baseline": "sdpa", "records": recs, "peers": []})
+    assert "| alibi | x3.00 · 5 MiB | x1.10 · 5 MiB | chunked | <= 1.2 | yes |" in md
+    assert "| cope |  | x4.00 · 5 MiB | chunked | <= 3.0 | no |" in md
+
+
+def test_peer_summary_marks_each_familys_fastest_configuration():
+    from relpos.bench.runner import Record, peer_summary
+
+    recs = {}
+    for impl, ms, mib in (("peer:xt-alibi-flash", 20.0, 50.0), ("peer:xt-alibi-eager", 40.0, 80.0),
+                          ("layer:alibi", 10.0, 10.0)):
+        r = Record("alibi", impl, 2048, "fwd+bwd", median_ms=ms, peak_mib=mib)
+        recs[r.key] = r
+    rows = {p["peer"]: p for p in peer_summary(recs)}
+    assert rows["xt-alibi-flash"]["best"] and not rows["xt-alibi-eager"]["best"]
+    assert rows["xt-alibi-flash"]["speedup"] == 2.0 and rows["xt-alibi-flash"]["memory_fraction"] == 0.2
+    assert rows["xt-alibi-eager"]["speedup"] == 4.0
+    md = "\n".join(bench.report.peer_table(list(rows.values())))
+    assert "| x-transformers alibi | flash | alibi | 2048 | fwd+bwd | 2.0x | 0.2 |" in md
+    assert "flash **(best)**" in md
+
+
+def test_record_json_rounds_and_keeps_every_field():
+    from relpos.bench.runner import Record
+
+    j = Record("t5", "dense", 64, "fwd", median_ms=1.23456789, ratio=1 / 3).to_json()
+    assert j["median_ms"] == 1.235 and j["ratio"] == 0.333 and j["peak_mib"] is None
+    assert set(j) >= {"scheme", "impl", "N", "mode", "status", "note", "chosen", "runs", "baseline_ms"}
