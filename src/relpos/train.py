@@ -84,6 +84,7 @@ class TrainConfig:
     device: str | None = None
     beta1: float = 0.9
     beta2: float = 0.95
+    compile: bool = False  # torch.compile the whole model for training (off by default: benchmarks/train_step.py)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -106,8 +107,9 @@ class TrainConfig:
             raise TypeError(f"ckpt_dir must be a path or None, got {self.ckpt_dir!r}")
         if (self.resume or self.ckpt_every) and self.ckpt_dir is None:
             raise ValueError("resume and ckpt_every need ckpt_dir")
-        if self.progress is not None and not isinstance(self.progress, bool):
-            raise TypeError(f"progress must be True, False or None, got {self.progress!r}")
+        if (self.progress is not None and not isinstance(self.progress, bool)) or not isinstance(self.compile, bool):
+            raise TypeError(f"progress must be True, False or None and compile True or False, got {self.progress!r}, "
+                            f"{self.compile!r}")
         if self.device is not None and self.device not in ("cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or None, got {self.device!r}")
 
@@ -319,16 +321,15 @@ class Trainer:
     # -------------------------------------------------------------------- step
 
     def _wrap(self) -> None:
-        """Wrap in DDP once (after a possible restore, so replicas start equal)."""
+        """Wrap in DDP and compile once (after a possible restore, so replicas start equal)."""
         if self._ddp_ready:
             return
         self._ddp_ready = True
-        if not self.ctx.distributed:
-            return
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
-        self.net = DDP(self.model, device_ids=ids, find_unused_parameters=self._has_unused_parameters())
+        if self.ctx.distributed:
+            ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
+            self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=ids,
+                                                           find_unused_parameters=self._has_unused_parameters())
+        self.net = torch.compile(self.net) if self.cfg.compile else self.net  # whole model; self.model stays plain
 
     def _has_unused_parameters(self) -> bool:
         x = torch.zeros(1, min(4, self.model_cfg.max_len), dtype=torch.long, device=self.ctx.device)
