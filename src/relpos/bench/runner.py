@@ -276,6 +276,8 @@ def peer_summary(records: dict[tuple, Record]) -> list[dict]:
             if row[k] is not None:
                 row[k] = round(float(row[k]), 1)
         out.append(row)
+    order = {name: i for i, name in enumerate(PEERS)}
+    out.sort(key=lambda r: (order[r["peer"]], r["N"], r["mode"]))
     fastest: dict[tuple, dict] = {}
     for row in out:
         k = (row["family"], row["N"], row["mode"])
