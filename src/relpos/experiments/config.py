@@ -184,7 +184,7 @@ class ExperimentConfig:
             TypeError: a setting of the wrong type.
         """
         from relpos.encodings import SCHEMES, scheme_names
-        from relpos.tasks import TASKS
+        from relpos.tasks import ALIASES, TASKS
 
         available = scheme_names()
         if not self.schemes:
@@ -211,7 +211,8 @@ class ExperimentConfig:
             raise ValueError("tasks must not be empty")
         tasks = []
         for t in self.tasks:
-            k = t.strip().lower() if isinstance(t, str) else t
+            k = t.strip().lower().replace("_", "-") if isinstance(t, str) else t
+            k = ALIASES.get(k, k)
             if k not in TASKS:
                 raise ValueError(f"unknown task {t!r}; known tasks: {', '.join(TASKS)}")
             if k not in tasks:

@@ -5,8 +5,9 @@ its training distribution. Every run of ``relpos compare`` is therefore trained
 with a :class:`FitMonitor`, which validates on held-out in-distribution data
 every ``val_every`` steps and stops training once the model is fitted:
 
-* **Algorithmic tasks** -- exact match on ``n_val`` held-out examples of lengths
-  ``min_len..L`` (teacher-forced, which equals greedy exact match). The run stops
+* **Algorithmic tasks** -- exact match on ``n_val`` held-out examples, half of
+  length ``L`` and half of lengths ``min_len..L`` (teacher-forced, which equals
+  greedy exact match); the score is the weaker of the two halves. The run stops
   once the score has been ``>= target`` (0.95) at ``confirm`` consecutive
   checks (3: the first hit plus two more checks, i.e. a little extra training
   for stability). ``steps`` is an upper bound, not a fixed count.
@@ -119,8 +120,11 @@ class FitMonitor:
             return {"val_loss": lm_validation_loss(model, self.x, self.y)}
         from relpos.tasks.algorithmic import validation_score
 
-        exact, tok = validation_score(model, self.x, self.y)
-        return {"val_exact": exact, "val_token_accuracy": tok}
+        k = self.task.n_val_at_l
+        at_l, tok = validation_score(model, self.x[:k], self.y[:k])
+        rest = validation_score(model, self.x[k:], self.y[k:])[0] if k < self.x.shape[0] else at_l
+        # the weaker of "at L" and "at lengths <= L": both must pass
+        return {"val_exact": min(at_l, rest), "val_exact_at_L": at_l, "val_token_accuracy_at_L": tok}
 
     def __call__(self, info) -> bool:
         if self.progress is not None:

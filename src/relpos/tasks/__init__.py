@@ -25,6 +25,7 @@ from relpos.tasks.mqar import MQAR
 
 __all__ = [
     "TASKS",
+    "ALIASES",
     "make_task",
     "task_names",
     "Task",

@@ -203,7 +203,9 @@ class AlgorithmicTask(Task):
         return torch.tensor(ps, dtype=torch.long), torch.tensor(ans, dtype=torch.long)
 
     def validation_batch(self) -> tuple[Tensor, Tensor]:
-        """The in-training validation set: ``n_val`` held-out examples of lengths ``min_len..train_len``.
+        """The in-training validation set: ``n_val`` held-out examples, the first half of length
+        ``train_len`` (the hardest in-distribution length, where the fit gate is applied), the rest
+        of lengths drawn from ``min_len..train_len``.
 
         Returns ``x, y`` right-padded as training batches are (targets ``-100``
         except at scored answer tokens), the same for every scheme and seed.
@@ -213,10 +215,15 @@ class AlgorithmicTask(Task):
         x = np.full((self.n_val, width), self.PAD, dtype=np.int64)
         y = np.full((self.n_val, width), IGNORE, dtype=np.int64)
         for b in range(self.n_val):
-            n = int(rng.integers(self.min_len, self.train_len + 1))
+            n = self.train_len if b < self.n_val_at_l else int(rng.integers(self.min_len, self.train_len + 1))
             p, a = self.draw(rng, n, held_out=True, evaluation=True)
             self._fill(x[b], y[b], p, a, n)
         return torch.from_numpy(x), torch.from_numpy(y)
+
+    @property
+    def n_val_at_l(self) -> int:
+        """Rows of :meth:`validation_batch` at exactly ``train_len``."""
+        return (self.n_val + 1) // 2
 
     def _fill(self, xrow: np.ndarray, yrow: np.ndarray, p: list[int], a: list[int], n: int) -> None:
         seq = p + a
