@@ -361,8 +361,8 @@ class ExperimentConfig:
 
 #: Algorithmic problem lengths: L = 8 and 1x, 1.5x, 2x, 3x, 4x L.
 _ALGO = {"train_len": 8, "eval_lengths": [8, 12, 16, 24, 32], "n_eval": 128, "n_val": 256}
-#: The recipe that fits copy at L for every default scheme (batch 32, lr 2e-3, <= 3000 steps).
-_ALGO_TRAIN = {"steps": 3000, "batch_size": 32, "lr": 2e-3, "warmup": 100}
+#: The algorithmic recipe: batch 64, peak lr 3e-3, at most 4000 steps (early stopping ends most runs sooner).
+_ALGO_TRAIN = {"steps": 4000, "batch_size": 64, "lr": 3e-3, "warmup": 100}
 
 
 def _ci() -> ExperimentConfig:

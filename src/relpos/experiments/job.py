@@ -67,9 +67,9 @@ def length_options(scheme: str, train_seq_len: int) -> dict:
     Asks the scheme class through its ``options_for_length(train_seq_len)``
     capability: T5 sets ``max_distance``, Shaw ``k``, FIRE ``init_L``.
     """
-    from relpos.encodings import SCHEMES, normalise_name
+    from relpos.encodings import get_scheme
 
-    cls = SCHEMES[normalise_name(scheme)]
+    cls, _ = get_scheme(scheme)
     hook = getattr(cls, "options_for_length", None)
     return dict(hook(int(train_seq_len))) if callable(hook) else {}
 

@@ -28,7 +28,7 @@ __all__ = [
     "write_report",
 ]
 
-RESULTS_VERSION = 2
+RESULTS_VERSION = 1
 
 
 def label(scheme: str, variant: str | None) -> str:
