@@ -81,6 +81,10 @@ ROPE_VARIANTS: dict[str, tuple[str, float | None]] = {
     "yarn": ("yarn", None),
 }
 
+#: Longest sequence (tokens) a sweep evaluates: beyond it the evaluation of even the small
+#: models outgrows a laptop's memory (a learned table row per position, (N, V) logits per row).
+MAX_EVAL_TOKENS = 1 << 15
+
 ALGORITHMIC = ("copy", "copy-hints", "copy-distinct", "reverse", "mqar", "parity")
 ALL_TASKS = ("lm",) + ALGORITHMIC
 
@@ -218,7 +222,7 @@ class ExperimentConfig:
             if k not in tasks:
                 tasks.append(k)
         self.tasks = tasks
-        self.seeds = sorted(set(_int_list("seeds", self.seeds, lo=0, what="seeds must be >= 0")))
+        self.seeds = sorted(set(_int_list("seeds", self.seeds, lo=0, what="training seeds are integers from 0 up")))
         for name in ("d_model", "n_layers", "n_heads", "steps", "batch_size", "workers", "threads",
                      "random_positions_factor"):
             _positive_int(name, getattr(self, name))
@@ -276,7 +280,14 @@ class ExperimentConfig:
                 _int_list("evaluation lengths", sect["eval_lengths"])
         # Building every selected task checks its own options (and catches typos in them).
         for t in self.tasks:
-            self.make_task(t)
+            task = self.make_task(t)
+            longest = task.max_seq_len()
+            if longest > MAX_EVAL_TOKENS:
+                raise ValueError(
+                    f"{t}: the longest evaluated sequence would be {longest} tokens; relpos compare accepts at most "
+                    f"{MAX_EVAL_TOKENS} (memory: learned tables, evaluation batches and attention maps grow with it). "
+                    "Choose smaller evaluation lengths (--eval-lengths / --task-eval-lengths)."
+                )
         return self
 
     # -------------------------------------------------------------- derived
