@@ -83,6 +83,27 @@ def _trainer(shape: str, scheme: str, compiled: bool, corpus: bytes):
     return Trainer(mc, tc, ByteLMSource(corpus, B, N, seed=0), ctx=DistContext())
 
 
+def attention_times(shape: str, schemes: list[str], model, rounds: int) -> dict[str, float]:
+    """The attention call alone at the shape's ``(B, H, N, D)``: ``relpos.attention(impl="auto")`` forward and
+    backward per scheme, and position-free SDPA (key ``"sdpa"``), interleaved; median CPU ms per call."""
+    from relpos.bench import BenchSpec, Case, build_step
+    from relpos.bench.steps import timed
+
+    cfg = model.cfg
+    _, _, B, N = SHAPES[shape]
+    spec = BenchSpec(batch=B, heads=cfg.n_heads, head_dim=cfg.d_model // cfg.n_heads, memory=False)
+    cases = {"sdpa": Case("none", "sdpa", N, "fwd+bwd")}
+    cases.update({s: Case(s, "auto", N, "fwd+bwd") for s in schemes})
+    steps = {k: build_step(c, spec)[0] for k, c in cases.items()}
+    for st in steps.values():
+        st()
+    times: dict[str, list[float]] = {k: [] for k in steps}
+    for _ in range(max(rounds, 3)):
+        for k, st in steps.items():
+            times[k].append(timed(st, spec)[1])
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def run_shape(shape: str, schemes: list[str], rounds: int, compiled: list[str], corpus: bytes, log) -> dict:
     """Time every scheme (and the compiled ones) at one shape, interleaved; ratios to NoPE's eager step."""
     import torch
@@ -105,12 +126,18 @@ def run_shape(shape: str, schemes: list[str], rounds: int, compiled: list[str], 
             trainers[key].step()
             times[key].append(time.process_time() - t0)
     base = statistics.median(times[("nope", False)])
+    model = trainers[("nope", False)].model
+    attn = attention_times(shape, [s for s in schemes if _in_attention(s)], model, rounds)
+    layers = model.cfg.n_layers
     rows = []
     for s in schemes:
         med = statistics.median(times[(s, False)])
         target = CONTENT_TARGETS.get(s, TARGET)
         row = {"scheme": s, "step_ms": 1000 * med, "vs_nope": med / base, "target": target,
-               "met": med / base <= target, "params": trainers[(s, False)].model.num_params()}
+               "met": med / base <= target, "params": trainers[(s, False)].model.num_params(),
+               "extra_step_ms": 1000 * (med - base)}
+        if s in attn:  # the attention calls' share of the extra time: n_layers x (scheme's call - SDPA's call)
+            row["extra_attention_ms"] = layers * (attn[s] - attn["sdpa"])
         if (s, True) in times:
             cmed = statistics.median(times[(s, True)])
             row.update({"compiled_step_ms": 1000 * cmed, "compiled_vs_nope": cmed / base,
@@ -121,24 +148,37 @@ def run_shape(shape: str, schemes: list[str], rounds: int, compiled: list[str], 
             "nope_step_ms": 1000 * base, "torch_threads": torch.get_num_threads(), "rows": rows}
 
 
+def _in_attention(scheme: str) -> bool:
+    """True if the scheme acts inside attention (not only on the input embedding)."""
+    from relpos.encodings import get_scheme
+
+    return bool(set(get_scheme(scheme)[0].acts_on) - {"embedding"})
+
+
 def markdown(doc: dict) -> str:
     lines = ["# TransformerLM train-step time per scheme, against NoPE", "",
              f"Command: `{doc['command']}`", "",
              f"CPU ({doc['machine']}), torch {doc['torch']}, {doc['threads']} thread(s); process CPU time per "
              "optimizer step (forward, backward, clipping, AdamW), median of interleaved rounds after a warm-up "
              f"step; `attn_impl='auto'`. Run took {doc['seconds']:.0f} s. Targets: <= {TARGET}x NoPE, "
-             "<= 2x for DeBERTa, CoPE and FoX.", ""]
+             "<= 2x for DeBERTa, CoPE and FoX.", "",
+             "*extra ms*: the step's time over NoPE's. *of which attention*: the attention calls alone, measured "
+             "in the same run at the shape's (B, H, N, D) -- `relpos.attention(impl='auto')` forward+backward minus "
+             "position-free SDPA's, times the number of layers; the rest is the model around them (rotations, "
+             "position terms built per layer, per-call overhead) and the noise of a shared machine.", ""]
     for sh in doc["shapes"]:
         comp = any("compiled_step_ms" in r for r in sh["rows"])
         lines += [f"## {sh['shape']}: {sh['what']}", "",
                   f"Model {sh['model']}, batch {sh['batch']} x {sh['seq_len']} tokens, {sh['rounds']} rounds; "
                   f"NoPE step {sh['nope_step_ms']:.1f} ms.", "",
-                  "| scheme | step ms | vs NoPE | target | met |" + (" compiled ms | compiled vs NoPE | "
-                                                                      "compile speed-up |" if comp else ""),
-                  "|---|---|---|---|---|" + ("---|---|---|" if comp else "")]
+                  "| scheme | step ms | vs NoPE | target | met | extra ms | of which attention |"
+                  + (" compiled ms | compiled vs NoPE | compile speed-up |" if comp else ""),
+                  "|---|---|---|---|---|---|---|" + ("---|---|---|" if comp else "")]
         for r in sh["rows"]:
+            att = r.get("extra_attention_ms")
             line = (f"| {r['scheme']} | {r['step_ms']:.1f} | {r['vs_nope']:.2f}x | <= {r['target']} | "
-                    f"{'yes' if r['met'] else '**no**'} |")
+                    f"{'yes' if r['met'] else '**no**'} | {r['extra_step_ms']:.1f} | "
+                    f"{'' if att is None else f'{att:.1f}'} |")
             if comp:
                 line += (f" {r['compiled_step_ms']:.1f} | {r['compiled_vs_nope']:.2f}x | {r['compile_speedup']:.2f}x |"
                          if "compiled_step_ms" in r else " | | |")
