@@ -57,6 +57,12 @@ def flex_check(device: str, grad: bool, limit_s: float = FLEX_LIMIT_S) -> list[d
     from relpos.attention import UnsupportedError
     from relpos.bench import attention_schemes
 
+    if device == "cuda":  # one compiled kernel per scheme: keep every one compiled (see relpos.bench.memory)
+        import torch._dynamo.config as dynamo
+
+        from relpos.bench.memory import RECOMPILE_LIMIT
+
+        dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
     rows = []
     B, H, N, D = 2, 4, 80 if device == "cuda" else 16, 32
     t0 = time.monotonic()

@@ -25,14 +25,24 @@ from relpos.bench.cases import MODES, BenchSpec, Case
 __all__ = ["measure_memory", "measure_one", "rss_kib", "child_main", "zygote_main", "apply_process_settings"]
 
 
+#: torch.compile's recompile limit in a benchmark process on CUDA. The flex path compiles one
+#: kernel per score_mod (scheme) and shape; past dynamo's default of 8 recompiles it would fall
+#: back to uncompiled FlexAttention and time that instead.
+RECOMPILE_LIMIT = 256
+
+
 def apply_process_settings(spec: BenchSpec) -> None:
-    """Denormal flushing and thread count; call before any parallel torch work."""
+    """Denormal flushing, thread count and (on CUDA) the recompile limit; call before any parallel torch work."""
     import torch
 
     if spec.flush_denormal:
         torch.set_flush_denormal(True)
     if spec.threads and spec.threads > 0:
         torch.set_num_threads(spec.threads)
+    if spec.device == "cuda":
+        import torch._dynamo.config as dynamo
+
+        dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
 
 
 def rss_kib() -> tuple[int, int]:
