@@ -319,6 +319,7 @@ def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: 
 
     from relpos.experiments.config import ExperimentConfig
 
+    cpu0 = time.process_time()
     j = Job.from_dict(job)
     cfg = ExperimentConfig.from_dict(cfg_dict)
     torch.set_num_threads(threads or cfg.threads)
@@ -349,5 +350,8 @@ def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: 
             "fit": fit,
         },
         "eval_seconds": eval_seconds,
+        # CPU time of the whole job (training tries and evaluation): on a shared machine, the honest
+        # measure of cost; a job on an idle core takes about this long
+        "cpu_seconds": time.process_time() - cpu0,
         "runs": runs,
     }
