@@ -13,6 +13,12 @@ new -> ``<name>``) and only then deletes the old one. A crash while writing leav
 the previous checkpoint untouched; a crash between the two renames leaves it
 under the ``.old`` name, where :func:`load` finds it.
 
+Safety: :func:`save` writes only to a new path, an empty folder, or a folder that
+holds a relpos checkpoint and nothing else (:func:`is_checkpoint_dir`); anything
+else raises :class:`relpos.outdir.OutputDirError` and is left untouched. Deleting
+an old checkpoint removes exactly the files its manifest lists, then the empty
+folder -- never a whole tree.
+
 Loading checks the format tag, the version, the SHA-256 of every file, and every
 tensor name and shape against the model the config builds; each failure raises
 :class:`CheckpointError` (a ``ValueError``) that names the problem. Weights are
@@ -26,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import uuid
 from pathlib import Path
 from typing import Any
@@ -36,8 +43,10 @@ from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
 from relpos.model import ModelConfig, TransformerEncoder, TransformerLM
+from relpos.outdir import OutputDirError, check_output_dir
 
-__all__ = ["CheckpointError", "save", "load", "read", "load_state_dict_into", "FORMAT", "VERSION"]
+__all__ = ["CheckpointError", "save", "load", "read", "load_state_dict_into", "is_checkpoint_dir",
+           "check_checkpoint_target", "FORMAT", "VERSION"]
 
 FORMAT = "relpos-checkpoint"
 VERSION = 1
@@ -49,6 +58,94 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 class CheckpointError(ValueError):
     """A checkpoint is missing, corrupt, truncated, foreign or from another config."""
+
+
+# ------------------------------------------------------------------- ownership
+
+_MAX_CONFIG_BYTES = 64 << 20  # a config.json larger than this is not ours
+
+
+def _read_manifest(path: Path) -> dict | None:
+    """The parsed config.json of a relpos checkpoint folder, or None (never raises)."""
+    try:
+        cfg = path / CONFIG_FILE
+        st = os.stat(cfg)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CONFIG_BYTES:
+            return None
+        with open(cfg, "rb") as f:
+            meta = json.loads(f.read(_MAX_CONFIG_BYTES + 1).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        return None
+    return meta
+
+
+def _own_names(meta: dict) -> set[str]:
+    files = meta.get("files")
+    names = {CONFIG_FILE}
+    if isinstance(files, dict):
+        names |= {fn for fn in files if isinstance(fn, str) and _is_tensor_file_name(fn)}
+    return names
+
+
+def _is_tensor_file_name(fn: str) -> bool:
+    return fn.endswith(".safetensors") and bool(_NAME_RE.match(fn[: -len(".safetensors")]))
+
+
+def is_checkpoint_dir(path: str | os.PathLike) -> bool:
+    """True if ``path`` is a folder holding a relpos checkpoint and nothing else.
+
+    "Nothing else" means: every entry is ``config.json`` or a file its manifest
+    lists. Such a folder may be replaced by :func:`save` without losing anything
+    that relpos did not write.
+    """
+    p = Path(path)
+    meta = _read_manifest(p)
+    if meta is None:
+        return False
+    own = _own_names(meta)
+    try:
+        return all(e.name in own and e.is_file(follow_symlinks=False) for e in os.scandir(p))
+    except OSError:
+        return False
+
+
+def check_checkpoint_target(path: str | os.PathLike) -> Path:
+    """Check that :func:`save` may write a checkpoint at ``path``; change nothing.
+
+    Call it before training starts so that a bad ``--out`` costs nothing.
+
+    Returns:
+        The path (symbolic links resolved).
+
+    Raises:
+        relpos.outdir.OutputDirError: ``path`` is a file, a folder with other
+            content, the current folder, ... (see :mod:`relpos.outdir`).
+    """
+    return check_output_dir(path, owns=is_checkpoint_dir, what="checkpoint")
+
+
+def _remove_own_files(folder: Path) -> None:
+    """Delete relpos's own checkpoint files in ``folder``, then the folder if it is empty.
+
+    Only regular files named ``config.json`` or ``<name>.safetensors`` are removed;
+    anything else stays (and so does the folder). Never recursive.
+    """
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for e in entries:
+        if (e.name == CONFIG_FILE or _is_tensor_file_name(e.name)) and e.is_file(follow_symlinks=False):
+            try:
+                os.unlink(e.path)
+            except OSError:
+                pass
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass
 
 
 # ------------------------------------------------------------------- writing
@@ -106,7 +203,11 @@ def save(
 
     Raises:
         TypeError / ValueError: unsupported model, bad names, non-JSON extra.
+        relpos.outdir.OutputDirError: ``path_dir`` holds something other than a
+            relpos checkpoint (see :func:`check_checkpoint_target`); nothing is
+            written.
     """
+    path = check_checkpoint_target(path_dir)
     model = _unwrap(model)
     cls_name = type(model).__name__
     if cls_name not in MODEL_CLASSES:
@@ -116,7 +217,6 @@ def save(
         raise TypeError(f"model_cfg must be a ModelConfig, got {type(cfg).__name__}")
     if cfg.to_dict() != model.cfg.to_dict():
         raise ValueError("model_cfg does not match the config the model was built with")
-    path = Path(path_dir)
     files: dict[str, bytes] = {MODEL_FILE: st_save(_tensor_dict(model.state_dict()))}
     for name, tdict in (tensors or {}).items():
         if not isinstance(name, str) or not _NAME_RE.match(name) or name == "model":
@@ -144,19 +244,21 @@ def save(
         _fsync_file(tmp / CONFIG_FILE, cfg_bytes)
         _fsync_dir(tmp)
         old = None
-        if path.exists():
+        if path.exists() or path.is_symlink():
+            check_checkpoint_target(path)  # again, just before the swap: still ours (or empty)?
             old = path.parent / f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             os.rename(path, old)
         os.rename(tmp, path)
         _fsync_dir(path.parent)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # our own fresh folder
         raise
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove_own_files(old)
     for pattern in (f".{path.name}.old-*", f".{path.name}.tmp-*"):  # leftovers of an earlier crash
         for stale in path.parent.glob(pattern):
-            shutil.rmtree(stale, ignore_errors=True)
+            if stale.is_dir() and not stale.is_symlink():
+                _remove_own_files(stale)
     return path
 
 

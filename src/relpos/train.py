@@ -411,6 +411,9 @@ def train(
 
     Raises:
         ValueError / TypeError: bad configs or batches;
+        :class:`relpos.outdir.OutputDirError`: ``ckpt_dir`` holds something that
+        is not a relpos checkpoint (raised before training starts; nothing is
+        changed);
         :class:`relpos.checkpoint.CheckpointError`: ``resume`` from a corrupt
         or foreign checkpoint.
 
@@ -432,6 +435,10 @@ def train(
 
 
 def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
+    if train_cfg.ckpt_dir is not None:
+        from relpos.checkpoint import check_checkpoint_target
+
+        check_checkpoint_target(train_cfg.ckpt_dir)  # before any work: never overwrite what relpos did not write
     tr = Trainer(model_cfg, train_cfg, data, ctx=ctx)
     if train_cfg.resume and train_cfg.ckpt_dir is not None:
         tr.restore(train_cfg.ckpt_dir)
