@@ -32,11 +32,18 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import time
+import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-__all__ = ["OutputDirError", "check_output_dir", "prepare_output_dir"]
+__all__ = ["OutputDirError", "check_output_dir", "prepare_output_dir", "write_json_atomic", "clean_stale_tmp"]
+
+#: A temporary file of a dead writer older than this is removed by :func:`clean_stale_tmp`.
+STALE_TMP_SECONDS = 3600.0
 
 
 class OutputDirError(ValueError):
@@ -127,3 +134,75 @@ def prepare_output_dir(
     except OSError as e:
         raise OutputDirError(f"{flag} {path}: cannot create the folder ({e.strerror or e})") from None
     return real
+
+
+# ------------------------------------------------------------------ files
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def clean_stale_tmp(path: str | os.PathLike, *, max_age: float = STALE_TMP_SECONDS) -> int:
+    """Remove leftover temporary files of :func:`write_json_atomic` for ``path``.
+
+    A file ``<name>.<host>.<pid>.<rand>.tmp`` is removed when its writer (same host)
+    is no longer running; any other ``<name>.*.tmp`` (older relpos versions) when it
+    is older than ``max_age`` seconds. Only regular files are touched.
+
+    Returns:
+        How many files were removed.
+    """
+    path = Path(path)
+    host = socket.gethostname()
+    n = 0
+    now = time.time()
+    for p in path.parent.glob(f"{path.name}.*.tmp"):
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        if not p.is_file() or p.is_symlink():
+            continue
+        parts = p.name[len(path.name) + 1: -len(".tmp")].split(".")
+        if len(parts) == 3 and parts[0] == host and parts[1].isdigit():
+            stale = not _pid_alive(int(parts[1])) or now - st.st_mtime > 24 * max_age
+        else:
+            stale = now - st.st_mtime > max_age
+        if stale:
+            try:
+                p.unlink()
+                n += 1
+            except OSError:
+                pass
+    return n
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    """Write JSON to a temporary file beside ``path``, flush it, then rename it into place.
+
+    The file gets the usual permissions (0666 minus the umask, like every other
+    file relpos writes); leftover temporary files of dead writers are removed.
+    """
+    path = Path(path)
+    tmp = path.parent / f"{path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, allow_nan=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    clean_stale_tmp(path)
