@@ -38,7 +38,12 @@ from relpos import distributed as D
 from relpos.data import IGNORE_INDEX, ByteLMSource
 from relpos.model import ModelConfig, TransformerLM
 
-__all__ = ["TrainConfig", "TrainResult", "StepInfo", "Trainer", "train", "lr_at", "evaluate_loss"]
+__all__ = ["TrainConfig", "TrainResult", "StepInfo", "Trainer", "TrainingDivergedError", "train", "lr_at",
+           "evaluate_loss"]
+
+
+class TrainingDivergedError(ValueError):
+    """A training step's loss became NaN or infinite; training stopped before using it."""
 
 
 @dataclass
@@ -305,15 +310,33 @@ class Trainer:
             raise checkpoint.CheckpointError(
                 f"checkpoint {p} was written for another model config; differing fields: {diff}"
             )
-        train_meta = meta.get("extra", {}).get("train")
+        extra = meta.get("extra")
+        train_meta = extra.get("train") if isinstance(extra, dict) else None
         if not isinstance(train_meta, dict) or "optimizer" not in tensors:
             raise checkpoint.CheckpointError(f"checkpoint {p} holds no training state (optimizer, step) to resume")
+        cfg_file = f"{p}/config.json"
+        step, losses, opt_meta = train_meta.get("step"), train_meta.get("losses"), train_meta.get("optimizer")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise checkpoint.CheckpointError(f"{cfg_file}: training state is damaged: \"step\" must be an int >= 0")
+        if not isinstance(losses, list) or len(losses) != step or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in losses):
+            raise checkpoint.CheckpointError(
+                f"{cfg_file}: training state is damaged: \"losses\" must list one number per step ({step})")
+        if not isinstance(opt_meta, dict) or not isinstance(opt_meta.get("param_groups"), list):
+            raise checkpoint.CheckpointError(
+                f"{cfg_file}: training state is damaged: \"optimizer\" must hold the optimizer's param_groups")
         checkpoint.load_state_dict_into(self.model, tensors["model"], source=f"checkpoint {p}")
         dev = self.ctx.device
-        restore_optimizer(self.opt, {k: v.to(dev) if v.dim() else v for k, v in tensors["optimizer"].items()},
-                          train_meta["optimizer"])
-        self.step_count = int(train_meta["step"])
-        self.losses = [float(x) for x in train_meta["losses"]]
+        try:
+            restore_optimizer(self.opt, {k: v.to(dev) if v.dim() else v for k, v in tensors["optimizer"].items()},
+                              opt_meta)
+        except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as e:
+            raise checkpoint.CheckpointError(
+                f"{p}/optimizer.safetensors (with the \"optimizer\" entry of {cfg_file}) is damaged and cannot be "
+                f"restored: {type(e).__name__}: {e}"
+            ) from None
+        self.step_count = step
+        self.losses = [float(x) for x in losses]
         return True
 
     # -------------------------------------------------------------------- step
@@ -371,11 +394,17 @@ class Trainer:
                 (loss * (ctx.world_size / n_valid)).backward()
             loss_sum += loss.detach().double()
         D.all_reduce_sum(loss_sum, ctx)
+        loss_val = float(loss_sum) / n_valid
+        if not math.isfinite(loss_val):  # the same on every process (all-reduced): all stop together
+            self.opt.zero_grad(set_to_none=True)
+            raise TrainingDivergedError(
+                f"training diverged at step {s + 1}: the loss is {loss_val}; the weights were not updated with it "
+                f"and the last good checkpoint is kept. Try a lower --lr, more --warmup or another scheme setting"
+            )
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.opt.step()
         self.step_count += 1
-        loss_val = float(loss_sum) / n_valid
         self.losses.append(loss_val)
         return loss_val
 
@@ -415,7 +444,9 @@ def train(
         is not a relpos checkpoint (raised before training starts; nothing is
         changed);
         :class:`relpos.checkpoint.CheckpointError`: ``resume`` from a corrupt
-        or foreign checkpoint.
+        or foreign checkpoint;
+        :class:`TrainingDivergedError`: a step's loss became NaN or infinite
+        (no checkpoint is written after that; an earlier one is kept).
 
     Example:
         >>> from relpos.data import stdlib_corpus
