@@ -54,6 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from relpos import distributed as D
     from relpos.checkpoint import check_checkpoint_target
+    from relpos.commands._common import check_device
     from relpos.data import ByteLMSource, stdlib_corpus
     from relpos.model import ModelConfig
     from relpos.train import TrainConfig, evaluate_loss, train
@@ -65,6 +66,7 @@ def main(args: argparse.Namespace) -> int:
                        ("dropout", args.dropout)):
         if val is not None:
             overrides[field] = val
+    check_device(args.device)
     check_checkpoint_target(args.out)  # a bad --out fails before anything is built or read
     mcfg = ModelConfig.preset(args.preset, **overrides)
     tcfg = TrainConfig(
