@@ -167,6 +167,24 @@ def test_train_config_errors(kw, match):
         tcfg(**kw)
 
 
+@pytest.mark.parametrize("kw, match", [
+    ({"steps": "3"}, "steps must be an int"),
+    ({"lr": "0.1"}, "lr must be a number"),
+    ({"progress": "yes"}, "progress must be a bool"),
+    ({"resume": 1}, "resume must be a bool"),
+])
+def test_train_config_wrong_types(kw, match):
+    with pytest.raises(TypeError, match=match):
+        tcfg(**kw)
+
+
+def test_train_config_nan_and_huge():
+    with pytest.raises(ValueError, match="lr must be a finite number"):
+        tcfg(lr=float("nan"))
+    with pytest.raises(ValueError, match="seq_len must be in"):
+        tcfg(seq_len=10**12)
+
+
 def test_bad_batches(corpus):
     class AllIgnored:
         def batch(self, step, micro=0):

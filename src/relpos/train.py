@@ -37,6 +37,11 @@ from torch import Tensor, nn
 from relpos import distributed as D
 from relpos.data import IGNORE_INDEX, ByteLMSource
 from relpos.model import ModelConfig, TransformerLM
+from relpos.train_state import check_train_state, optimizer_tensors, restore_optimizer
+from relpos.validation import MAX_POSITIONS, check_bool, check_float, check_int
+
+#: The most optimizer steps a TrainConfig accepts.
+MAX_STEPS = 1 << 40
 
 __all__ = ["TrainConfig", "TrainResult", "StepInfo", "Trainer", "TrainingDivergedError", "train", "lr_at",
            "evaluate_loss"]
@@ -94,25 +99,22 @@ class TrainConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ValueError/TypeError naming the offending field."""
+        """Raise TypeError (wrong type) or ValueError (wrong value) naming the offending field."""
         for name, lo in (("steps", 0), ("batch_size", 1), ("seq_len", 1), ("warmup", 0), ("accum_steps", 1),
-                         ("seed", 0), ("ckpt_every", 0), ("log_every", 1)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+                         ("ckpt_every", 0), ("log_every", 1)):
+            check_int(name, getattr(self, name), lo, MAX_STEPS if name in ("steps", "warmup", "ckpt_every")
+                      else MAX_POSITIONS)
+        check_int("seed", self.seed, 0, 2**63 - 1)
         for name, lo, hi in (("lr", 0.0, None), ("min_lr_ratio", 0.0, 1.0), ("weight_decay", 0.0, None),
                              ("grad_clip", 0.0, None), ("beta1", 0.0, 1.0), ("beta2", 0.0, 1.0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < lo \
-                    or (hi is not None and v > hi):
-                rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-                raise ValueError(f"{name} must be a number in {rng}, got {v!r}")
+            check_float(name, getattr(self, name), lo, hi)
         if self.ckpt_dir is not None and not isinstance(self.ckpt_dir, (str, Path)):
             raise TypeError(f"ckpt_dir must be a path or None, got {self.ckpt_dir!r}")
         if (self.resume or self.ckpt_every) and self.ckpt_dir is None:
             raise ValueError("resume and ckpt_every need ckpt_dir")
-        if self.progress is not None and not isinstance(self.progress, bool):
-            raise TypeError(f"progress must be True, False or None, got {self.progress!r}")
+        check_bool("resume", self.resume)
+        if self.progress is not None:
+            check_bool("progress", self.progress)
         if self.device is not None and self.device not in ("cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or None, got {self.device!r}")
 
@@ -200,39 +202,6 @@ def _param_groups(model: TransformerLM, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-# ----------------------------------------------------------- optimizer state
-
-
-def optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, Tensor], dict]:
-    """Flatten an optimizer state dict into named tensors plus JSON (no pickle)."""
-    sd = opt.state_dict()
-    tensors: dict[str, Tensor] = {}
-    scalars: dict[str, Any] = {}
-    for pid, st in sd["state"].items():
-        for k, v in st.items():
-            if isinstance(v, Tensor):
-                tensors[f"state.{pid}.{k}"] = v
-            else:
-                scalars[f"state.{pid}.{k}"] = v
-    groups = []
-    for g in sd["param_groups"]:
-        groups.append({k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()})
-    return tensors, {"param_groups": groups, "scalars": scalars}
-
-
-def restore_optimizer(opt: torch.optim.Optimizer, tensors: dict[str, Tensor], meta: dict) -> None:
-    """Inverse of :func:`optimizer_tensors`."""
-    state: dict[int, dict[str, Any]] = {}
-    for name, v in tensors.items():
-        _, pid, k = name.split(".", 2)
-        state.setdefault(int(pid), {})[k] = v
-    for name, v in meta.get("scalars", {}).items():
-        _, pid, k = name.split(".", 2)
-        state.setdefault(int(pid), {})[k] = v
-    groups = [dict(g, betas=tuple(g["betas"])) if "betas" in g else dict(g) for g in meta["param_groups"]]
-    opt.load_state_dict({"state": state, "param_groups": groups})
-
-
 # -------------------------------------------------------------------- trainer
 
 
@@ -314,17 +283,7 @@ class Trainer:
         train_meta = extra.get("train") if isinstance(extra, dict) else None
         if not isinstance(train_meta, dict) or "optimizer" not in tensors:
             raise checkpoint.CheckpointError(f"checkpoint {p} holds no training state (optimizer, step) to resume")
-        cfg_file = f"{p}/config.json"
-        step, losses, opt_meta = train_meta.get("step"), train_meta.get("losses"), train_meta.get("optimizer")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise checkpoint.CheckpointError(f"{cfg_file}: training state is damaged: \"step\" must be an int >= 0")
-        if not isinstance(losses, list) or len(losses) != step or not all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) for x in losses):
-            raise checkpoint.CheckpointError(
-                f"{cfg_file}: training state is damaged: \"losses\" must list one number per step ({step})")
-        if not isinstance(opt_meta, dict) or not isinstance(opt_meta.get("param_groups"), list):
-            raise checkpoint.CheckpointError(
-                f"{cfg_file}: training state is damaged: \"optimizer\" must hold the optimizer's param_groups")
+        step, losses, opt_meta = check_train_state(train_meta, f"{p}/config.json")
         checkpoint.load_state_dict_into(self.model, tensors["model"], source=f"checkpoint {p}")
         dev = self.ctx.device
         try:
@@ -332,8 +291,8 @@ class Trainer:
                               opt_meta)
         except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as e:
             raise checkpoint.CheckpointError(
-                f"{p}/optimizer.safetensors (with the \"optimizer\" entry of {cfg_file}) is damaged and cannot be "
-                f"restored: {type(e).__name__}: {e}"
+                f"{p}/optimizer.safetensors (with the \"optimizer\" entry of {p}/config.json) is damaged and "
+                f"cannot be restored: {type(e).__name__}: {e}"
             ) from None
         self.step_count = step
         self.losses = [float(x) for x in losses]
@@ -516,8 +475,7 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
 @torch.no_grad()
 def evaluate_loss(model: TransformerLM, data, n_batches: int = 8, *, start_step: int = 0) -> float:
     """Mean loss per counted target token over ``n_batches`` batches ``data.batch(start_step + i, 0)``."""
-    if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
-        raise ValueError(f"n_batches must be an int >= 1, got {n_batches!r}")
+    check_int("n_batches", n_batches, 1)
     was = model.training
     model.eval()
     dev = next(model.parameters()).device
