@@ -110,9 +110,9 @@ class TrainConfig:
             check_float(name, getattr(self, name), lo, hi)
         if self.ckpt_dir is not None and not isinstance(self.ckpt_dir, (str, Path)):
             raise TypeError(f"ckpt_dir must be a path or None, got {self.ckpt_dir!r}")
+        check_bool("resume", self.resume)
         if (self.resume or self.ckpt_every) and self.ckpt_dir is None:
             raise ValueError("resume and ckpt_every need ckpt_dir")
-        check_bool("resume", self.resume)
         if self.progress is not None:
             check_bool("progress", self.progress)
         if self.device is not None and self.device not in ("cpu", "cuda") and not str(self.device).startswith("cuda:"):
