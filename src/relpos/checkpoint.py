@@ -49,7 +49,7 @@ from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
 from relpos.model import ModelConfig, TransformerEncoder, TransformerLM
-from relpos.outdir import OutputDirError, check_output_dir
+from relpos.outdir import check_output_dir
 
 __all__ = ["CheckpointError", "save", "load", "read", "load_state_dict_into", "check_state_dict", "is_checkpoint_dir",
            "check_checkpoint_target", "FORMAT", "VERSION"]

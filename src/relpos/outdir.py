@@ -40,7 +40,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["OutputDirError", "check_output_dir", "prepare_output_dir", "write_json_atomic", "clean_stale_tmp"]
+__all__ = ["OutputDirError", "check_output_dir", "prepare_output_dir", "write_json_atomic", "clean_stale_tmp",
+           "process_alive"]
 
 #: A temporary file of a dead writer older than this is removed by :func:`clean_stale_tmp`.
 STALE_TMP_SECONDS = 3600.0
@@ -139,7 +140,8 @@ def prepare_output_dir(
 # ------------------------------------------------------------------ files
 
 
-def _pid_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """True if a process with this id runs on this machine (or cannot be checked)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -172,7 +174,7 @@ def clean_stale_tmp(path: str | os.PathLike, *, max_age: float = STALE_TMP_SECON
             continue
         parts = p.name[len(path.name) + 1: -len(".tmp")].split(".")
         if len(parts) == 3 and parts[0] == host and parts[1].isdigit():
-            stale = not _pid_alive(int(parts[1])) or now - st.st_mtime > 24 * max_age
+            stale = not process_alive(int(parts[1])) or now - st.st_mtime > 24 * max_age
         else:
             stale = now - st.st_mtime > max_age
         if stale:

@@ -19,20 +19,12 @@ import sqlite3
 import threading
 import time
 
+from relpos.outdir import process_alive
+
 __all__ = ["LEASE_SECONDS", "LeaseMixin"]
 
 #: How long a claimed job stays reserved without a heartbeat (seconds).
 LEASE_SECONDS = 600.0
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
 
 
 class LeaseMixin:
@@ -41,7 +33,7 @@ class LeaseMixin:
     def _lease_live(self, owner: str, host: str, pid: int, expires: float, now: float) -> bool:
         if expires <= now:
             return False
-        if host == socket.gethostname() and not _pid_alive(pid):
+        if host == socket.gethostname() and not process_alive(pid):
             return False  # its process is gone (killed): the job is free again
         return True
 
