@@ -44,6 +44,7 @@ class T5Bias(Encoding):
 
     name = "t5"
     acts_on = frozenset({"bias"})
+    share_across_layers = True  # models build one table for all layers (as T5 does)
     toeplitz = True
     paper = "https://arxiv.org/abs/1910.10683"
 
