@@ -376,6 +376,11 @@ _ALGO = {"train_len": 8, "eval_lengths": [8, 12, 16, 24, 32], "n_eval": 128, "n_
 _ALGO_TRAIN = {"steps": 4000, "batch_size": 64, "lr": 3e-3, "warmup": 100}
 
 
+#: Task options shared by the default and full presets (parity trains at 12 bits, so that a held-out set exists).
+_TASK_OPTIONS = {"copy": {"alphabet": 8}, "reverse": {"alphabet": 8}, "copy-hints": {"alphabet": 8},
+                 "mqar": {"n_keys": 64, "n_values": 16}, "parity": {"train_len": 12}}
+
+
 def _ci() -> ExperimentConfig:
     return ExperimentConfig(
         preset="ci",
@@ -406,10 +411,12 @@ def _default() -> ExperimentConfig:
         batch_size=16,
         lr=3e-3,
         warmup=50,
-        task_train={"copy": dict(_ALGO_TRAIN)},
+        # every algorithmic task gets the algorithmic recipe, so `--tasks reverse,mqar` (or more seeds) can
+        # be added to a default folder: the fingerprint covers them already
+        task_train={**{t: dict(_ALGO_TRAIN) for t in ALGORITHMIC}, "parity": {**_ALGO_TRAIN, "steps": 1000}},
         lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
         algorithmic=dict(_ALGO),
-        task_options={"copy": {"alphabet": 8}},
+        task_options=dict(_TASK_OPTIONS),
         fit=FitConfig(val_every=100, lm_patience=5),
     )
 
@@ -431,8 +438,7 @@ def _full() -> ExperimentConfig:
         task_train={**{t: dict(_ALGO_TRAIN) for t in algo}, "parity": {**_ALGO_TRAIN, "steps": 1000}},
         lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
         algorithmic=dict(_ALGO),
-        task_options={"copy": {"alphabet": 8}, "reverse": {"alphabet": 8}, "copy-hints": {"alphabet": 8},
-                      "mqar": {"n_keys": 64, "n_values": 16}, "parity": {"train_len": 12}},
+        task_options=dict(_TASK_OPTIONS),
         fit=FitConfig(val_every=100, lm_patience=5, lr_grid=[3e-3, 2e-3, 1e-3]),
     )
 
