@@ -86,6 +86,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--force", action="store_true",
                    help="if --out holds results of another configuration, move them aside and start afresh")
     g.add_argument("--no-plots", action="store_true", help="skip the PNG plots and report.md")
+    g.add_argument("--no-keep-models", action="store_true",
+                   help="do not save the trained models (by default each run's model is kept under OUT/models/)")
     g.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show the bar")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="never show the bar")
     g.add_argument("--dry-run", action="store_true", help="print the plan and the fingerprint, run nothing")
@@ -186,7 +188,7 @@ def main(args: argparse.Namespace) -> int:
                          nproc=args.nproc)
     command = "relpos compare " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else ""
     summary = compare(cfg, out, runner=runner, force=args.force, progress=args.progress, plots=not args.no_plots,
-                      command=command.strip())
+                      command=command.strip(), keep_models=not args.no_keep_models)
     print(summary_text(summary))
     if summary.interrupted:
         return 130

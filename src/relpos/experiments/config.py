@@ -144,6 +144,10 @@ class ExperimentConfig:
             the training length (its ``options_for_length``); ``"paper"``
             keeps the paper defaults. Explicit ``scheme_options`` win.
         workers, threads: processes and threads per process (execution only).
+        models_dir: where each job saves its trained model as a checkpoint
+            (``<models_dir>/<task>/<scheme>[+rand]/seed<k>/``); None keeps none
+            (execution only: ``relpos compare`` sets ``OUT/models`` unless
+            ``--no-keep-models``).
     """
 
     preset: str = "default"
@@ -171,6 +175,7 @@ class ExperimentConfig:
     scheme_ranges: str = "train_len"
     workers: int = 2
     threads: int = 1
+    models_dir: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.fit, dict):
