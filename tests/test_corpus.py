@@ -141,6 +141,10 @@ def test_token_source_matches_byte_source(tmp_path):
     for step, micro in ((0, 0), (3, 1), (10, 0)):
         for a, b in zip(ours.batch(step, micro), ref.batch(step, micro)):
             assert torch.equal(a, b)
+    import pickle
+
+    again = pickle.loads(pickle.dumps(ours))  # workers receive sources by pickle
+    assert torch.equal(again.batch(3, 1)[0], ref.batch(3, 1)[0])
     t = c.tensor("val")
     assert t.dtype == torch.uint8 and t.numel() == c.n_tokens("val")
     with pytest.raises(ValueError, match="seq_len \\+ 1"):
