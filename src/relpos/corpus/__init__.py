@@ -4,8 +4,8 @@
 Hugging Face ``datasets`` folder (see :mod:`relpos.corpus.readers`), streams
 every document through a tokenizer -- UTF-8 bytes by default, or a Hugging Face
 ``tokenizers`` file -- and appends it to ``train.bin`` or ``val.bin`` of a cache
-folder. About 10% of documents go to validation, chosen as the built-in corpus
-chooses files (:func:`relpos.data._is_val`: the first byte of the SHA-1 of the
+folder. About 10% of documents go to validation, by the rule of the built-in
+corpus (:func:`relpos.data.is_val_key`: the first byte of the SHA-1 of the
 document's split key is below 26). Reading never holds more than about 2 MiB of
 text at a time; training windows are read back with ``os.pread``
 (:class:`FileTokens`) and evaluation text through :class:`numpy.memmap`, so a
@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -48,6 +47,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from relpos.data import is_val_key
 from relpos.corpus.readers import KINDS, Skipped, Undecodable, check_hf_folder, detect_kind, file_signature, read_docs
 from relpos.validation import check_int
 
@@ -64,8 +64,6 @@ def default_cache_dir() -> Path:
     return Path(root) / "corpora" if root else Path.home() / ".cache" / "relpos" / "corpora"
 
 
-def _is_val(key: bytes) -> bool:
-    return hashlib.sha1(key).digest()[0] < 26  # the built-in corpus's rule (~10%)
 
 
 def load_tokenizer(path: str | os.PathLike):
@@ -342,7 +340,7 @@ def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, nee
     skipped = Skipped()
     try:
         for doc in read_docs(spec.path, kind, glob=spec.glob, text_field=spec.text_field, skipped=skipped):
-            sink = sinks["val" if _is_val(doc.split_key) else "train"]
+            sink = sinks["val" if is_val_key(doc.split_key) else "train"]
             sink.begin()
             try:
                 for text in doc.pieces():
@@ -469,14 +467,22 @@ def load_corpus(path: str | os.PathLike, *, glob: str | None = None, text_field:
     return Corpus(final, json.loads((final / "meta.json").read_text()))
 
 
-@functools.lru_cache(maxsize=8)
-def _cached(spec_json: str, cache_dir: str | None) -> Corpus:
-    d = json.loads(spec_json)
-    return load_corpus(d["path"], glob=d.get("glob"), text_field=d.get("text_field", "text"),
-                       tokenizer=d.get("tokenizer"), cache_dir=cache_dir)
+_MEMO: dict[tuple[str, str | None], Corpus] = {}
 
 
-def cached_corpus(spec: CorpusSpec | dict, cache_dir: str | os.PathLike | None = None) -> Corpus:
-    """:func:`load_corpus` of a spec (a :class:`CorpusSpec` or its dict), memoised per process."""
+def cached_corpus(spec: CorpusSpec | dict, cache_dir: str | os.PathLike | None = None, *,
+                  require: Requirement | None = None) -> Corpus:
+    """:func:`load_corpus` of a spec (a :class:`CorpusSpec` or its dict), memoised per process.
+
+    ``require`` is checked before anything is built (as in :func:`load_corpus`) and on every call.
+    """
     d = spec.to_dict() if isinstance(spec, CorpusSpec) else dict(spec)
-    return _cached(json.dumps(d, sort_keys=True), None if cache_dir is None else str(cache_dir))
+    key = (json.dumps(d, sort_keys=True), None if cache_dir is None else str(cache_dir))
+    c = _MEMO.get(key)
+    if c is None:
+        c = load_corpus(d["path"], glob=d.get("glob"), text_field=d.get("text_field", "text"),
+                        tokenizer=d.get("tokenizer"), cache_dir=cache_dir, require=require)
+        if len(_MEMO) > 16:
+            _MEMO.clear()
+        _MEMO[key] = c
+    return c.require(require) if require is not None else c
