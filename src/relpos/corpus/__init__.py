@@ -100,7 +100,7 @@ class CorpusSpec:
 
 @dataclass(frozen=True)
 class Requirement:
-    """Tokens a use of the corpus needs in each split, and what for (for the error message)."""
+    """Tokens (or bytes) a use of the corpus needs in each split, and what for (``why`` may say ``{unit}``)."""
 
     train: int
     val: int
@@ -120,7 +120,7 @@ def lm_requirement(train_len: int, eval_lengths, eval_tokens: int, blocks: int |
     chunks = max(1, eval_tokens // longest)
     blocks = max(16, eval_tokens // longest) if blocks is None else blocks
     val = max(chunks, blocks) * (longest + 1)
-    why = (f"{max(chunks, blocks)} evaluation blocks of {longest + 1} tokens "
+    why = (f"{max(chunks, blocks)} evaluation blocks of {longest + 1} {{unit}} "
            f"(eval_tokens {eval_tokens}, longest length {longest})")
     return Requirement(train=max(train_len + 1, val), val=val, why=why)
 
@@ -291,7 +291,7 @@ def _check_size(meta: dict, need: Requirement | None) -> None:
             total = math.ceil(want / (0.1 if s == "val" else 0.9))
             raise ValueError(
                 f"corpus {meta['path']!r} is too small: its {name} split has {have:,} {unit} and needs {want:,}"
-                f"{' for ' + need.why if need.why else ''}; about 10% of documents go to validation, so give about "
+                f"{' for ' + need.why.format(unit=unit) if need.why else ''}; about 10% of documents go to validation, so give about "
                 f"{total:,} {unit} of text in all, or lower the evaluation lengths or budget")
 
 
