@@ -46,6 +46,24 @@ class CorpusLanguageModelling(LanguageModelling):
         self.vocab_size = corpus.vocab_size
         corpus.require(lm_requirement(self.train_len, self.eval_lengths, self.eval_tokens, self.blocks))
 
+    @classmethod
+    def from_spec(cls, spec, *, cache_dir=None, **options) -> "CorpusLanguageModelling":
+        """Load the corpus of ``spec`` (a :class:`~relpos.corpus.CorpusSpec` or its dict) and build the task.
+
+        The size needed by ``options`` is checked before the corpus is read into the
+        cache, so a corpus too small leaves nothing behind. The load is memoised per
+        process (:func:`relpos.corpus.cached_corpus`): workers pay only a ``stat``.
+        """
+        from relpos.corpus import cached_corpus
+
+        plain = LanguageModelling(**options)  # resolves the defaults and checks the options
+        need = lm_requirement(plain.train_len, plain.eval_lengths, plain.eval_tokens, plain.blocks)
+        return cls(cached_corpus(spec, cache_dir, require=need), **options)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` in this corpus's unit (for prompts such as passkey retrieval)."""
+        return self.corpus.encode(text)
+
     def options(self) -> dict:
         d = super().options()
         d["corpus"] = self.corpus.options()

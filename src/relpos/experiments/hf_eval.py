@@ -271,11 +271,9 @@ def _tasks(spec: dict, corpus, L0: int, tok, bos):
         return tok.encode(s, add_special_tokens=False).ids
 
     pk = None
-    if spec["passkey_n"]:
-        kw = {"n": spec["passkey_n"], "encode": enc, "bos": bos, "max_tokens": spec["max_eval_tokens"]}
-        shortest = Passkey([1 << 20], spec["passkey_depths"], **kw).min_length()
-        fit = [L for L in lengths if L >= shortest]  # a context too short for the prompt is left out
-        pk = Passkey(fit, spec["passkey_depths"], **kw) if fit else None
+    if spec["passkey_n"]:  # a context too short for the prompt is left out
+        pk = Passkey.fitting(lengths, depths=spec["passkey_depths"], n=spec["passkey_n"], encode=enc, bos=bos,
+                             max_tokens=spec["max_eval_tokens"])
     return lm, pk
 
 

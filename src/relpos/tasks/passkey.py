@@ -117,6 +117,17 @@ class Passkey:
                 raise ValueError(f"passkey length {L} is too short: a prompt with a {self.digits}-digit number "
                                  f"needs at least {need} tokens")
 
+    @classmethod
+    def fitting(cls, lengths: Sequence[int], **kw) -> "Passkey | None":
+        """A :class:`Passkey` over the ``lengths`` long enough for its prompt (None if none is).
+
+        For running passkey retrieval at a language-modelling task's evaluation
+        lengths, the shortest of which may be too short for a prompt.
+        """
+        probe = cls([1 << 20], **kw)
+        fit = [L for L in lengths if L >= probe.min_length()]
+        return cls(fit, **kw) if fit else None
+
     def options(self) -> dict:
         return {"lengths": list(self.lengths), "depths": list(self.depths), "n": self.n, "digits": self.digits,
                 "seed": self.seed}
