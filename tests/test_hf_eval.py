@@ -161,3 +161,26 @@ def test_hf_bad_input(model_dir, tmp_path):
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache2").exists()
     with pytest.raises(ValueError, match="unknown scalings"):
         run_hf_job({"model": str(model_dir), "corpus": str(corpus), "scalings": ["ntk"]}, "ntk")
+
+
+def test_hf_command_line_writes_report_and_heatmaps(model_dir, tmp_path, monkeypatch, capsys):
+    from relpos.experiments.hf_report import main
+
+    monkeypatch.setenv("RELPOS_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "c.jsonl"
+    import json
+
+    corpus.write_text("".join(json.dumps({"body": prose(2000, seed=s)}) + "\n" for s in range(200)))
+    out = tmp_path / "out"
+    argv = ["--hf-model", str(model_dir), "--corpus", str(corpus), "--text-field", "body", "--out", str(out),
+            "--scalings", "none,yarn", "--factors", "1,2", "--eval-tokens", "512", "--passkey-n", "1",
+            "--device", "cpu", "--no-progress"]
+    assert main(argv) == 0
+    text = (out / "hf_report.md").read_text()
+    assert "## hf:tiny-llama" in text and "| yarn |" in text and "passkey, none" in text
+    assert (out / "passkey_tiny-llama_none.png").stat().st_size > 1000
+    assert (out / "passkey_tiny-llama_yarn.png").is_file()
+    assert main(argv) == 0 and "already stored, skipped" in capsys.readouterr().err
+    bad = tmp_path / "bad_out"
+    assert main(argv[:2] + ["--corpus", str(corpus), "--out", str(bad)]) == 2  # text field 'text' is missing
+    assert "no text field 'text'" in capsys.readouterr().err and not bad.exists()

@@ -48,7 +48,7 @@ from torch import nn
 
 __all__ = ["HF_SCALINGS", "HFCausalLM", "load_hf_model", "original_context", "hf_rope_parameters",
            "relpos_rope_options", "hf_model_for", "HFEvalSpec", "run_hf_job", "run_hf_sweep", "hf_fingerprint",
-           "model_fingerprint", "passkey_heatmap"]
+           "model_fingerprint"]
 
 #: scalings evaluated on a Hugging Face model ("none": the checkpoint's own plain RoPE)
 HF_SCALINGS: tuple[str, ...] = ("none", "linear", "dynamic", "yarn", "llama3")
@@ -372,33 +372,3 @@ def run_hf_sweep(out: str | os.PathLike, spec: dict, *, progress: bool = False, 
             store.write_job(fp, res)
             log(f"{key}: {res['eval_seconds']:.1f}s")
         return store.runs(fp)
-
-
-def passkey_heatmap(measurements: Sequence[dict], path: str | os.PathLike, *, title: str = "passkey accuracy"):
-    """Save a length x depth heatmap of passkey accuracy (``accuracy`` rows with a depth bucket) to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cells = {(int(m["eval_len"]), int(m["bucket_start"])): m["accuracy"] for m in measurements
-             if m.get("protocol") == "accuracy" and int(m.get("bucket_start", -1)) >= 0}
-    lengths = sorted({k[0] for k in cells})
-    depths = sorted({k[1] for k in cells})
-    grid = [[cells.get((L, d), float("nan")) for L in lengths] for d in depths]
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(lengths), 1.0 + 0.5 * len(depths)))
-    im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-    ax.set_xticks(range(len(lengths)), [str(L) for L in lengths])
-    ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths])
-    ax.set_xlabel("context length")
-    ax.set_ylabel("needle depth")
-    ax.set_title(title)
-    for i, row in enumerate(grid):
-        for j, v in enumerate(row):
-            if v == v:
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w" if v < 0.5 else "k", fontsize=8)
-    fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
