@@ -10,23 +10,33 @@ WORDS = ("alpha beta gamma delta river stone cloud lamp window garden orange vio
          "seven eleven table paper engine signal").split()
 
 
-def prose(n_bytes: int, seed: int = 0) -> str:
-    """Deterministic English-like lines of about ``n_bytes`` ASCII bytes."""
+def _line(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) + ".\n"
+
+
+def prose(n_bytes: int, seed: int = 0, pool: int | None = None) -> str:
+    """Deterministic English-like lines of about ``n_bytes`` ASCII bytes.
+
+    With ``pool``, every line is one of ``pool`` random lines drawn first: a line
+    recurs every ``pool`` lines or so, so a model that looks back far enough can
+    finish a line once it has seen its start (text with long-range structure).
+    """
     rng = random.Random(seed)
+    lines = [_line(rng) for _ in range(pool)] if pool else None
     out, size = [], 0
     while size < n_bytes:
-        line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) + ".\n"
+        line = rng.choice(lines) if lines else _line(rng)
         out.append(line)
         size += len(line)
     return "".join(out)
 
 
-def write_folder(root: Path, n_files: int = 60, size: int = 2000) -> Path:
+def write_folder(root: Path, n_files: int = 60, size: int = 2000, pool: int | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for i in range(n_files):
         sub = root / ("sub" if i % 3 == 0 else "")
         sub.mkdir(exist_ok=True)
-        (sub / f"doc{i:03d}.txt").write_text(prose(size, seed=i))
+        (sub / f"doc{i:03d}.txt").write_text(prose(size, seed=i, pool=pool))
     return root
 
 

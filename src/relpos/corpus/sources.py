@@ -79,9 +79,9 @@ class FileTokens:
         k = self.dtype.itemsize
         return np.frombuffer(os.pread(self._fd, max(b - a, 0) * k, a * k), dtype=self.dtype)
 
-    def __del__(self) -> None:
+    def __del__(self, _close=os.close) -> None:  # os may be gone at interpreter exit: keep a reference
         if getattr(self, "_fd", None) is not None:
             try:
-                os.close(self._fd)
+                _close(self._fd)
             except OSError:  # pragma: no cover
                 pass
