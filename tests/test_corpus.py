@@ -262,3 +262,10 @@ def test_default_cache_dir_follows_env(tmp_path, monkeypatch):
     monkeypatch.delenv("RELPOS_CACHE")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert str(default_cache_dir()) == os.path.join(str(tmp_path), "home", ".cache", "relpos", "corpora")
+
+
+def test_the_corpus_of_docs_your_data(tmp_path):
+    """docs/your-data.md runs on this corpus; its fingerprint and sizes are the ones printed there."""
+    root = write_folder(tmp_path / "docs", n_files=300, size=4000, pool=3)
+    c = load_corpus(root, glob="**/*.txt", cache_dir=tmp_path / "cache")
+    assert (c.fingerprint, c.n_bytes("train"), c.n_bytes("val")) == ("049f265e51b3bc0f", 1067828, 140838)
