@@ -269,3 +269,23 @@ def test_the_corpus_of_docs_your_data(tmp_path):
     root = write_folder(tmp_path / "docs", n_files=300, size=4000, pool=3)
     c = load_corpus(root, glob="**/*.txt", cache_dir=tmp_path / "cache")
     assert (c.fingerprint, c.n_bytes("train"), c.n_bytes("val")) == ("049f265e51b3bc0f", 1067828, 140838)
+
+
+def test_command_line_options():
+    import argparse
+
+    from relpos.corpus.cli import add_corpus_arguments, corpus_spec_from_args
+
+    p = argparse.ArgumentParser()
+    add_corpus_arguments(p)
+    assert corpus_spec_from_args(p.parse_args([])) is None
+    spec = corpus_spec_from_args(p.parse_args(["--corpus", "d", "--corpus-glob", "*.md", "--text-field", "body",
+                                               "--tokenizer", "t.json"]))
+    assert spec == {"path": "d", "glob": "*.md", "text_field": "body", "tokenizer": "t.json"}
+    for argv, flag in ((["--corpus-glob", "*.md"], "--corpus-glob"), (["--text-field", "x"], "--text-field"),
+                       (["--tokenizer", "t.json"], "--tokenizer")):
+        with pytest.raises(ValueError, match=f"{flag} needs --corpus PATH"):
+            corpus_spec_from_args(p.parse_args(argv))
+    args = p.parse_args(["--tokenizer", "t.json"])
+    args.hf_model = "m"  # with --hf-model, --tokenizer alone names the model's tokenizer
+    assert corpus_spec_from_args(args) is None
