@@ -180,6 +180,10 @@ def test_lm_requirement_and_size_error(tmp_path):
     with pytest.raises(ValueError, match="too small"):
         c.require(need)
     assert c.require(Requirement(10, 10)) is c
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("tiny text\n")  # one chunk: a split is empty, and the message still says what is needed
+    with pytest.raises(ValueError, match="split has 0 bytes and needs 8,224"):
+        load_corpus(tiny, cache_dir=tmp_path / "cache3", require=need)
 
 
 # -------------------------------------------------------------- bad input

@@ -323,6 +323,7 @@ def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, nee
         "skipped": skipped.counts(),
         "skipped_examples": {k: v[:5] for k, v in asdict(skipped).items()},
     }
+    _check_size(meta, need)  # first: its message says how much text is needed
     for s in _SPLITS:
         if meta["splits"][s]["tokens"] == 0:
             name = "validation" if s == "val" else "training"
@@ -330,7 +331,6 @@ def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, nee
                 f"corpus {spec.path!r} is too small: its {name} split is empty ({total:,} {unit} in "
                 f"{sum(x.docs for x in sinks.values())} document(s); about 10% of documents go to validation, "
                 "so give more documents or more text)")
-    _check_size(meta, need)
     return meta
 
 
