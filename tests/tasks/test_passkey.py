@@ -122,3 +122,13 @@ def test_bad_input():
         Passkey([500.0])
     with pytest.raises(ValueError, match="lengths must not be empty"):
         Passkey([])
+
+
+def test_fitting_keeps_lengths_long_enough_for_the_prompt():
+    shortest = Passkey([1000]).min_length()
+    assert 100 < shortest < 200
+    pk = Passkey.fitting([64, shortest - 1, shortest, 512], depths=[0.5], n=2)
+    assert pk.lengths == (shortest, 512) and pk.n == 2
+    assert Passkey.fitting([32, 64]) is None
+    ex = pk.example(shortest, 0.5, 0)
+    assert ex.filler_total == 8  # the shortest prompt still carries a little filler

@@ -155,8 +155,12 @@ class HFCausalLM(nn.Module):
 
 
 def load_hf_model(model_dir: str | os.PathLike, *, device: str | None = None, dtype: str = "float32",
-                  original: int | None = None) -> HFCausalLM:
+                  original: int | None = None, attn_implementation: str = "sdpa") -> HFCausalLM:
     """Load a local checkpoint folder (never downloads).
+
+    ``attn_implementation`` is passed to transformers: ``"sdpa"`` (default; never
+    materialises the ``N x N`` attention matrix, which long contexts need) or
+    ``"eager"`` (which can return attention probabilities).
 
     Raises:
         ValueError: not a folder with a ``config.json``, not a rotary causal LM,
@@ -175,7 +179,7 @@ def load_hf_model(model_dir: str | os.PathLike, *, device: str | None = None, dt
     try:
         cfg = AutoConfig.from_pretrained(str(p), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(p), config=cfg, local_files_only=True, dtype=dt,
-                                                     attn_implementation="eager")
+                                                     attn_implementation=attn_implementation)
     except (OSError, ValueError, KeyError) as e:
         raise ValueError(f"could not load {str(p)!r} as a causal LM: {e}") from None
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
