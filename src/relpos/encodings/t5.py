@@ -66,6 +66,12 @@ class T5Bias(Encoding):
                   num_buckets=num_buckets, max_distance=max_distance)
         self.table = nn.Parameter(torch.randn(num_buckets, n_heads) * init_std)  # (NB, H)
 
+    @classmethod
+    def options_for_length(cls, train_len: int) -> dict:
+        """Length-relative range (``relpos compare``'s rule): the far bucket starts at the training length,
+        so every bucket, the far one included, is trained."""
+        return {"max_distance": max(int(train_len), 2)}
+
     def buckets(self, delta: Tensor) -> Tensor:
         """Bucket ids of offsets ``delta = j - i``."""
         return t5_bucket(delta, bidirectional=self.bidirectional,

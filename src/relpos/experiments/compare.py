@@ -256,6 +256,10 @@ def compare(
     fp = cfg.fingerprint()
     out = Path(out_dir)
     store = prepare_output(cfg, out, force=force, log=log)
+    if cfg.preset == "ci":
+        from relpos.experiments.verdict import SMOKE_NOTE
+
+        log(SMOKE_NOTE)
     try:
         jobs = plan(cfg)
         done = store.done_jobs(fp)
@@ -326,9 +330,13 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
 
 def summary_text(summary: CompareSummary) -> str:
     """Tables plus where the results are."""
+    from relpos.experiments.verdict import verdict_text
+
     lines = []
     if summary.results and summary.results["runs"]:
         lines.append(text_tables(summary.results))
+        lines.append(verdict_text(summary.results))
+        lines.append("")
     if summary.report_only:
         lines.append(f"{summary.total} training runs in {summary.out_dir}; rewrote results.json"
                      + (", the plots and report.md" if summary.plots else ""))
