@@ -8,7 +8,7 @@ Four forms are recognised (:func:`detect_kind`):
 * ``"folder"`` -- a folder; every file matching ``glob`` (default ``**/*``,
   recursive, sorted by relative path) is a document. Binary files (a NUL byte in
   their first 8 KiB) and files that are not valid UTF-8 are skipped and counted.
-* ``"jsonl"`` -- a ``.jsonl`` / ``.jsonl.gz``-free JSON-lines file; the string
+* ``"jsonl"`` -- an uncompressed ``.jsonl`` or ``.ndjson`` file; the string
   field ``text_field`` of each record is a document. Blank lines are skipped.
 * ``"hf"`` -- a Hugging Face ``datasets`` folder written by ``save_to_disk``
   (a ``Dataset`` or a ``DatasetDict``, whose splits are read in sorted order);
