@@ -271,8 +271,10 @@ def compare(
             runner = LocalRunner(cfg.workers, cfg.threads) if cfg.workers > 1 else SerialRunner(cfg.threads)
         workers = getattr(runner, "workers", 1)
         bar = _Progress(len(jobs), summary.skipped, workers, progress, log)
+        lease = store.keep_alive(fp).__enter__()  # job leases: concurrent compares on one folder share the work
         try:
-            for job, res, err in runner.run(pending, cfg.to_dict(), on_start=bar.start, on_progress=bar.step):
+            for job, res, err in runner.run(pending, cfg.to_dict(), on_start=bar.start, on_progress=bar.step,
+                                            claim=lambda j: store.claim(fp, j.key)):
                 if res is not None:
                     store.write_job(fp, res)
                     summary.finished += 1
@@ -288,6 +290,7 @@ def compare(
             log("interrupted: finished runs are saved; rerun the same command to resume")
         finally:
             bar.close()
+            lease.__exit__(None, None, None)
         results = build_results(store, cfg)
         write_json_atomic(out / "results.json", results)
         summary.results = results
@@ -298,6 +301,20 @@ def compare(
         return summary
     finally:
         store.close()
+
+
+def _refuse_to_shrink(path: Path, results: dict) -> None:
+    """Raise ValueError if ``path`` already holds more runs than ``results`` would write."""
+    try:
+        old = json.loads(path.read_text())
+        n_old = len(old.get("runs") or []) if isinstance(old, dict) else 0
+    except (OSError, ValueError):
+        return
+    if n_old > len(results["runs"]):
+        raise ValueError(
+            f"{path} holds {n_old} runs but the database holds only {len(results['runs'])}; refusing to "
+            f"overwrite it (is results.sqlite from another run?). Nothing was changed."
+        )
 
 
 def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = "") -> CompareSummary:
@@ -317,9 +334,10 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
     fp = saved.pop("fingerprint")
     saved.pop("protocol", None)
     cfg = ExperimentConfig.from_dict(saved)
-    with Store(db) as st:
+    with Store(db, create=False) as st:  # refuses an empty or foreign database, changes nothing in it
         results = results_dict(cfg.to_dict(), fp, st.runs(fp), st.jobs(fp), st.failures(fp))
         n = len(st.done_jobs(fp))
+    _refuse_to_shrink(out / "results.json", results)
     write_json_atomic(out / "results.json", results)
     summary = CompareSummary(out, fp, total=n, skipped=n, results=results, report_only=True)
     if plots and results["runs"]:

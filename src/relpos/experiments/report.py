@@ -12,9 +12,10 @@ import json
 import math
 import os
 import statistics
-import tempfile
 from collections import defaultdict
 from pathlib import Path
+
+from relpos.outdir import write_json_atomic  # re-exported: one atomic JSON writer (0644, cleans leftovers)
 
 __all__ = [
     "RESULTS_VERSION",
@@ -97,24 +98,6 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
         "runs": out_runs,
         "failures": failures or [],
     }
-
-
-def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    """Write JSON to a temporary file in the same folder, then rename it into place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, allow_nan=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 # ------------------------------------------------------------- aggregation
