@@ -176,6 +176,7 @@ class ExperimentConfig:
     workers: int = 2
     threads: int = 1
     models_dir: str | None = None
+    passkey: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.fit, dict):
@@ -328,7 +329,13 @@ class ExperimentConfig:
     def make_task(self, task: str):
         from relpos.tasks import make_task
 
-        return make_task(task, **self.task_kwargs(task))
+        kw = self.task_kwargs(task)
+        spec = kw.pop("corpus", None)
+        if task == "lm" and spec:  # a user's corpus (issue 15): same protocols, other text
+            from relpos.corpus.lm import CorpusLanguageModelling
+
+            return CorpusLanguageModelling.from_spec(spec, **kw)
+        return make_task(task, **kw)
 
     def _task_options(self, task: str) -> dict:
         """A task's options for the fingerprint; a task these settings cannot build (and that is
@@ -351,6 +358,7 @@ class ExperimentConfig:
             "fit": dataclasses.asdict(self.fit),
             "embed_scale": self.embed_scale,
             "scheme_ranges": self.scheme_ranges,
+            **({"passkey": self.passkey} if self.passkey else {}),
         }
 
     def fingerprint(self) -> str:

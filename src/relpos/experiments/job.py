@@ -198,11 +198,11 @@ def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
     """Evaluate a trained model (and its variants): one entry per run."""
     from relpos.experiments.config import ROPE_VARIANTS
 
-    def run(variant, measurements, **extra):
+    def run(variant, measurements, task_name=None, **extra):
         return {
             "scheme": job.scheme,
             "variant": variant,
-            "task": job.task,
+            "task": task_name or job.task,
             "seed": job.seed,
             "train_len": task.train_len,
             "measurements": [m.to_dict() for m in measurements],
@@ -223,6 +223,17 @@ def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
             scaling, fixed = ROPE_VARIANTS[v]
             mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
             out.append(run(v, task.evaluate(mf)))
+    if task.kind == "lm" and cfg.passkey:  # passkey retrieval (issue 15) on the LM model and its scalings
+        from relpos.tasks.passkey import Passkey
+
+        pk = Passkey.fitting(task.eval_lengths, encode=getattr(task, "encode", None), **cfg.passkey)
+        if pk is not None:
+            out.append(run("randomized" if job.randomized else None, pk.evaluate(lambda n: model), "passkey"))
+            if not job.randomized and _has_scalings(model):
+                for v in cfg.rope_variants:
+                    scaling, fixed = ROPE_VARIANTS[v]
+                    mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
+                    out.append(run(v, pk.evaluate(mf), "passkey"))
     return out
 
 
