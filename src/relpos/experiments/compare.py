@@ -30,7 +30,8 @@ from typing import Callable
 from relpos.experiments.config import ExperimentConfig, config_diff
 from relpos.experiments.report import make_plots, results_dict, text_tables, write_json_atomic, write_report
 from relpos.experiments.runner import Job, LocalRunner, SerialRunner
-from relpos.experiments.store import ConfigMismatchError, Store
+from relpos.experiments.store import ConfigMismatchError, Store, is_results_folder
+from relpos.outdir import check_output_dir
 
 __all__ = ["plan", "compare", "rebuild_report", "summary_text", "CompareSummary", "prepare_output", "build_results",
            "OUTPUT_FILES"]
@@ -117,11 +118,13 @@ def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = 
     Raises:
         ConfigMismatchError: the folder holds results of another configuration
             (and ``force`` is False); nothing in it is changed.
-        ValueError: ``out_dir`` exists and is not a folder.
+        relpos.outdir.OutputDirError: ``out_dir`` is a file, a folder that
+            holds something other than a compare run, or the current folder;
+            nothing is changed.
     """
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"output folder {out} exists and is not a folder")
+    # a new folder, an empty one, or an earlier compare run: never a file or someone else's folder
+    check_output_dir(out, owns=is_results_folder, what="compare run")
     fp = cfg.fingerprint()
     old, old_proto = _folder_meta(out) if out.exists() else (None, None)
     if old is not None and old != fp:
