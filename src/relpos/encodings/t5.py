@@ -70,8 +70,9 @@ class T5Bias(Encoding):
     @classmethod
     def options_for_length(cls, train_len: int) -> dict:
         """Length-relative range (``relpos compare``'s rule): the far bucket starts at the training length,
-        so every bucket, the far one included, is trained."""
-        return {"max_distance": max(int(train_len), 2)}
+        so every bucket, the far one included, is trained. It never falls inside the exact range of the
+        default 32 buckets (distances below 16 get a bucket each anyway)."""
+        return {"max_distance": max(int(train_len), 17)}
 
     def buckets(self, delta: Tensor) -> Tensor:
         """Bucket ids of offsets ``delta = j - i``."""

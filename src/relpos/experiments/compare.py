@@ -30,8 +30,7 @@ from typing import Callable
 from relpos.experiments.config import ExperimentConfig, config_diff
 from relpos.experiments.report import make_plots, results_dict, text_tables, write_json_atomic, write_report
 from relpos.experiments.runner import Job, LocalRunner, SerialRunner
-from relpos.experiments.store import ConfigMismatchError, Store, is_results_folder
-from relpos.outdir import check_output_dir
+from relpos.experiments.store import ConfigMismatchError, Store
 
 __all__ = ["plan", "compare", "rebuild_report", "summary_text", "CompareSummary", "prepare_output", "build_results",
            "OUTPUT_FILES"]
@@ -111,6 +110,17 @@ def _folder_meta(out: Path) -> tuple[str | None, dict | None]:
     return None, None
 
 
+def _owns(folder: Path) -> bool:
+    """Whether ``folder`` holds ``relpos compare`` output (its database or its config.json)."""
+    if (folder / "results.sqlite").is_file():
+        return True
+    try:
+        cj = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(cj, dict) and "fingerprint" in cj and "protocol" in cj
+
+
 def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = False,
                    log: Callable[[str], None] = lambda s: None) -> Store:
     """Create or reopen the output folder for ``cfg`` and return its bound store.
@@ -118,13 +128,14 @@ def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = 
     Raises:
         ConfigMismatchError: the folder holds results of another configuration
             (and ``force`` is False); nothing in it is changed.
-        relpos.outdir.OutputDirError: ``out_dir`` is a file, a folder that
-            holds something other than a compare run, or the current folder;
-            nothing is changed.
+        relpos.outdir.OutputDirError: ``out_dir`` is a file, a folder with other
+            content, or the current folder (nothing is written).
     """
+    from relpos.outdir import check_output_dir
+
     out = Path(out_dir)
-    # a new folder, an empty one, or an earlier compare run: never a file or someone else's folder
-    check_output_dir(out, owns=is_results_folder, what="compare run")
+    # a new folder, an empty one, or one with compare's own earlier output -- never a foreign folder
+    check_output_dir(out, owns=_owns, what="compare results")
     fp = cfg.fingerprint()
     old, old_proto = _folder_meta(out) if out.exists() else (None, None)
     if old is not None and old != fp:

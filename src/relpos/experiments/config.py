@@ -402,7 +402,7 @@ def _default() -> ExperimentConfig:
         d_model=64,
         n_layers=2,
         n_heads=4,
-        steps=1500,
+        steps=4000,
         batch_size=16,
         lr=3e-3,
         warmup=50,
@@ -410,7 +410,7 @@ def _default() -> ExperimentConfig:
         lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
         algorithmic=dict(_ALGO),
         task_options={"copy": {"alphabet": 8}},
-        fit=FitConfig(val_every=100),
+        fit=FitConfig(val_every=100, lm_patience=5),
     )
 
 
@@ -424,16 +424,16 @@ def _full() -> ExperimentConfig:
         d_model=64,
         n_layers=2,
         n_heads=4,
-        steps=2000,
+        steps=4000,
         batch_size=16,
         lr=3e-3,
         warmup=50,
-        task_train={t: dict(_ALGO_TRAIN) for t in algo},
+        task_train={**{t: dict(_ALGO_TRAIN) for t in algo}, "parity": {**_ALGO_TRAIN, "steps": 1000}},
         lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
         algorithmic=dict(_ALGO),
         task_options={"copy": {"alphabet": 8}, "reverse": {"alphabet": 8}, "copy-hints": {"alphabet": 8},
                       "mqar": {"n_keys": 64, "n_values": 16}, "parity": {"train_len": 12}},
-        fit=FitConfig(val_every=100, lr_grid=[2e-3, 1e-3, 3e-3]),
+        fit=FitConfig(val_every=100, lm_patience=5, lr_grid=[3e-3, 2e-3, 1e-3]),
     )
 
 

@@ -81,8 +81,6 @@ def model_config_for(job: Job, cfg, task):
     past the training length stay untrained: that is the honest result).
     Explicit ``scheme_options`` win over the length rule.
     """
-    import dataclasses
-
     from relpos.model import ModelConfig
 
     longest = task.max_seq_len()
@@ -91,10 +89,6 @@ def model_config_for(job: Job, cfg, task):
         R = max(cfg.random_positions_factor * longest, task.train_seq_len())
     opts = length_options(job.scheme, task.train_seq_len()) if cfg.scheme_ranges == "train_len" else {}
     opts.update(cfg.scheme_options.get(job.scheme, {}))
-    kw = {}
-    fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    if "embed_scale" in fields:
-        kw["embed_scale"] = cfg.embed_scale
     return ModelConfig(
         vocab_size=task.vocab_size,
         d_model=cfg.d_model,
@@ -104,7 +98,7 @@ def model_config_for(job: Job, cfg, task):
         scheme=job.scheme,
         scheme_options=opts,
         random_positions=R,
-        **kw,
+        embed_scale=cfg.embed_scale,
     )
 
 
