@@ -209,10 +209,10 @@ def test_compare_refuses_a_file_and_the_current_folder(tmp_path, monkeypatch):
 
 
 def test_compare_reopens_its_own_folder(tmp_path):
-    from relpos.experiments.store import is_results_folder
+    from relpos.experiments.store import is_results_store
 
     out = tmp_path / "run"
     s1 = _compare(out)
-    assert is_results_folder(out) and s1.finished == 1
+    assert is_results_store(out / "results.sqlite") and s1.finished == 1
     s2 = _compare(out)  # its own earlier run: resumed, nothing retrained
     assert s2.skipped == 1 and s2.finished == 0

@@ -48,7 +48,7 @@ from pathlib import Path
 from relpos.experiments.leases import LEASE_SECONDS, LeaseMixin
 
 __all__ = ["Store", "ConfigMismatchError", "NotAStoreError", "CorruptStoreError", "SCHEMA_VERSION",
-           "LEASE_SECONDS", "is_results_store", "is_results_folder"]
+           "LEASE_SECONDS", "is_results_store"]
 
 SCHEMA_VERSION = 1
 
@@ -160,27 +160,6 @@ def is_results_store(path: str | os.PathLike) -> bool:
             con.close()
     except (OSError, sqlite3.Error):
         return False
-
-
-def is_results_folder(path: str | os.PathLike) -> bool:
-    """True if ``path`` holds an earlier ``relpos compare`` run (read-only check; never raises).
-
-    Recognised by its manifest: ``results.sqlite`` that is a relpos results store,
-    or -- when there is no database -- a ``config.json`` with a ``fingerprint``
-    next to a ``results.json``.
-    """
-    p = Path(path)
-    db = p / "results.sqlite"
-    try:
-        if db.exists() or db.is_symlink():
-            return is_results_store(db)
-        cj = p / "config.json"
-        if not (cj.is_file() and (p / "results.json").is_file()) or cj.stat().st_size > (16 << 20):
-            return False
-        meta = json.loads(cj.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(meta, dict) and isinstance(meta.get("fingerprint"), str)
 
 
 def _now() -> str:
