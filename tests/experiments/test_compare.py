@@ -413,3 +413,18 @@ def test_out_refuses_a_foreign_folder_a_file_and_the_current_folder(tmp_path, mo
     empty.mkdir()
     s = run_tiny(empty)  # an empty folder is fine, and so is rerunning into its own output
     assert s.finished and run_tiny(empty).skipped == s.total
+
+
+def test_trained_models_are_kept_and_load(swept, tmp_path):
+    from relpos.checkpoint import load
+
+    out, s = swept
+    d = json.loads((out / "results.json").read_text())
+    for r in d["runs"]:
+        ck = r["train"]["checkpoint"]
+        assert ck == f"models/{r['task']}/{r['scheme']}/seed{r['seed']}"
+        model, mcfg = load(out / ck)
+        assert mcfg.scheme == r["scheme"] and model(torch.zeros(1, 3, dtype=torch.long)).shape[-1] == mcfg.vocab_size
+    none = compare(tiny(schemes=["alibi"], tasks=["copy"]), tmp_path / "n", runner=SerialRunner(), progress=False,
+                   log=quiet, keep_models=False)
+    assert not (none.out_dir / "models").exists()

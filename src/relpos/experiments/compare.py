@@ -77,6 +77,8 @@ def _archive(out: Path, old_fp: str | None) -> Path:
             shutil.move(str(p), str(dest / name))
     for p in out.glob("*.png"):
         shutil.move(str(p), str(dest / p.name))
+    if (out / "models").is_dir():
+        shutil.move(str(out / "models"), str(dest / "models"))
     return dest
 
 
@@ -242,6 +244,7 @@ def compare(
     plots: bool = True,
     log: Callable[[str], None] | None = None,
     command: str = "",
+    keep_models: bool = True,
 ) -> CompareSummary:
     """Run (or resume) a sweep and write its results, plots and report.
 
@@ -256,6 +259,8 @@ def compare(
         plots: write PNG plots and the report.
         log: where status lines go (default: stderr).
         command: the command line, recorded in the report.
+        keep_models: save each trained model under ``OUT/models/`` (small safetensors
+            checkpoints that ``relpos explore --results OUT`` can load).
 
     Raises:
         ValueError: bad configuration (unknown scheme/task, lengths <= 0, ...),
@@ -270,6 +275,7 @@ def compare(
     fp = cfg.fingerprint()
     out = Path(out_dir)
     store = prepare_output(cfg, out, force=force, log=log)
+    cfg.models_dir = str(out.resolve() / "models") if keep_models else None
     if cfg.preset == "ci":
         from relpos.experiments.verdict import SMOKE_NOTE
 
