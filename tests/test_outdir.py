@@ -169,3 +169,50 @@ def test_prepare_output_dir_creates_and_reports_unwritable_parents(tmp_path):
     with pytest.raises(OutputDirError, match="cannot create"):
         prepare_output_dir(tmp_path / "f" / "sub", owns=lambda p: False, what="thing")
     assert (tmp_path / "f").read_text() == "x"
+
+
+# ---------------------------------------------------------------- relpos compare --out
+
+
+def _compare(out):
+    from relpos.experiments.compare import compare
+    from relpos.experiments.runner import SerialRunner
+    from tests.experiments.test_compare import quiet, tiny
+
+    return compare(tiny(schemes=["alibi"], tasks=["copy"], rope_variants=[]), out, runner=SerialRunner(),
+                   progress=False, log=quiet, plots=False)
+
+
+def test_compare_refuses_a_foreign_folder_with_a_config_json(tmp_path, monkeypatch):
+    from relpos.experiments import compare as compare_mod
+
+    d = tmp_path / "project"
+    d.mkdir()
+    (d / "config.json").write_text('{"my": "settings"}')
+    (d / "notes.md").write_text("keep")
+    before = snapshot(tmp_path)
+    monkeypatch.setattr(compare_mod, "plan", lambda cfg: (_ for _ in ()).throw(AssertionError("planned")))
+    with pytest.raises(OutputDirError, match="project"):
+        _compare(d)
+    assert snapshot(tmp_path) == before
+
+
+def test_compare_refuses_a_file_and_the_current_folder(tmp_path, monkeypatch):
+    f = tmp_path / "results"
+    f.write_text("x")
+    with pytest.raises(OutputDirError, match="is a file"):
+        _compare(f)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OutputDirError, match="current folder"):
+        _compare(".")
+    assert f.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+
+
+def test_compare_reopens_its_own_folder(tmp_path):
+    from relpos.experiments.store import is_results_store
+
+    out = tmp_path / "run"
+    s1 = _compare(out)
+    assert is_results_store(out / "results.sqlite") and s1.finished == 1
+    s2 = _compare(out)  # its own earlier run: resumed, nothing retrained
+    assert s2.skipped == 1 and s2.finished == 0

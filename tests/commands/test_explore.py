@@ -30,4 +30,17 @@ def test_bad_port(capsys):
 def test_unresolvable_host_is_one_line(capsys):
     assert main(["explore", "--host", "no-such-host.invalid", "--port", "0"]) != 0
     err = capsys.readouterr().err
-    assert err.startswith("relpos explore: error: ") and "Traceback" not in err
+    assert err.startswith("relpos explore: error: cannot listen on no-such-host.invalid port 0")
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_port_in_use_is_one_line(capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        assert main(["explore", "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1 port {port}" in err and "Traceback" not in err

@@ -255,3 +255,26 @@ def test_leftover_tmp_files_are_cleaned(tmp_path):
     assert not old.exists() and not dead.exists()
     assert live.exists() and fresh.exists()
     assert clean_stale_tmp(target) == 0
+
+
+@pytest.mark.slow
+def test_two_compare_processes_train_each_job_once(tmp_path):
+    """Two `relpos compare` processes on one folder share the jobs (issue 10: before, both trained all)."""
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=src)
+    out = tmp_path / "shared"
+    cmd = [sys.executable, "-m", "relpos.cli", "compare", "--preset", "ci", "--schemes", "alibi,nope,sandwich,rope",
+           "--tasks", "copy", "--seeds", "0,1", "--randomized", "none", "--rope-variants", "none", "--steps", "20",
+           "--runner", "serial", "--no-plots", "--no-progress", "--out", str(out)]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    second = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logs = [p.communicate(timeout=600) for p in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0, [e[-2000:] for _, e in logs]
+    done = [line for _, err in logs for line in err.splitlines() if " done in " in line]
+    assert len(done) == 8, done  # 4 schemes x 2 seeds, each trained by exactly one process
+    with Store(out / "results.sqlite", create=False) as st:
+        fp = st.get_meta("fingerprint")
+        assert len(st.done_jobs(fp)) == 8 and st.leases(fp) == {}

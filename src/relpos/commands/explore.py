@@ -51,5 +51,8 @@ def main(args: argparse.Namespace) -> int:
         path = export_html(explorer, args.export)
         print(f"relpos explore: wrote {path} ({path.stat().st_size:,} bytes)")
         return 0
-    serve(explorer, args.host, args.port, open_browser=args.open, quiet=not args.verbose)
+    try:
+        serve(explorer, args.host, args.port, open_browser=args.open, quiet=not args.verbose)
+    except OSError as e:  # unresolvable host, port in use, no permission: say where
+        raise OSError(e.errno, f"cannot listen on {args.host} port {args.port}: {e.strerror or e}") from None
     return 0

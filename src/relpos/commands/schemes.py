@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 
 HELP = "list every position scheme, where it acts, and its learned-parameter count"
@@ -11,7 +12,7 @@ HELP = "list every position scheme, where it acts, and its learned-parameter cou
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--d-model", type=int, default=512, help="model width C (default 512)")
     p.add_argument("--heads", type=int, default=8, help="attention heads H (default 8)")
-    p.add_argument("--k", type=int, default=8, help="Shaw clip distance k (default 8)")
+    p.add_argument("--k", type=int, default=8, help="clip distance k of the schemes that take one (Shaw; default 8)")
     p.add_argument("--max-len", type=int, default=512, help="longest sequence for learned tables (default 512)")
     p.add_argument("--bidirectional", action="store_true", help="count for bidirectional attention")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
@@ -52,7 +53,7 @@ def _rows(d_model, heads, k, max_len, causal, SCHEMES, get_scheme, make_encoding
     out = []
     for name in scheme_names():
         cls, _ = get_scheme(name)
-        opts = {"k": k} if name.startswith("shaw") else {}
+        opts = {"k": k} if "k" in inspect.signature(cls).parameters else {}  # schemes with a clip distance
         # causal-only schemes are counted in their causal form
         enc = make_encoding(name, n_heads=heads, head_dim=d_model // heads, d_model=d_model,
                             max_len=max_len, causal=causal or cls.causal_only, **opts)
