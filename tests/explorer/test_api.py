@@ -346,9 +346,8 @@ def test_shift_logits_are_relpos_attention(name):
     if name not in scheme_names():
         pytest.skip(f"{name} not in this build")
     n, c, seed = 6, 4, 3
-    enc = api_mod._build_encoding(name, (("init_std", 1.0),) if name == "shaw" else (), 2, 16, False, 0,
-                                  n + 2048, api_mod.threading.Lock())
-    logits = api_mod._logits(enc, n, c, seed)  # (H, N, N)
+    enc = Explorer().encodings.get(name, (("init_std", 1.0),) if name == "shaw" else (), 2, 16, False, 0, n + 2048)
+    logits = api_mod.shift_logits(enc, n, c, seed)  # (H, N, N)
     x, wq, wk = api_mod.shift_content(n, seed)
     pos = torch.arange(c, c + n)
     with torch.no_grad():

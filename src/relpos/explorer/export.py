@@ -69,18 +69,14 @@ def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
                 p = dict(base, n_heads=str(BIAS_HEADS), head=str(h), seed="0")
                 if e["head_dim"]:
                     p["head_dim"] = "64"
-                shows = ("bias", "bucket") if e["kind"] == "t5" else (None,)
+                shows = ("bias", "bucket") if e["kind"] == "bucketed" else (None,)
                 for show in shows:
                     q = dict(p)
                     if show:
                         q["show"] = show
                     reqs.append(("bias", q))
     # view 3 (the page's default pair)
-    av = [s for s in info["schemes"] if s["available"]]
-    absl = [s["name"] for s in av if s.get("relative") is False]
-    rell = [s["name"] for s in av if s.get("relative") is True]
-    a = next((x for x in ("sinusoidal", "learned") if x in absl), absl[0] if absl else None)
-    r = next((x for x in ("rope", "t5", "alibi") if x in rell), rell[0] if rell else None)
+    a, r = info["shift_defaults"]["absolute"], info["shift_defaults"]["relative"]
     if a and r:
         for c in SHIFT_CS:
             for h in ("0", "1"):

@@ -902,7 +902,7 @@
       if (!entry) return;
       $('#v2-head-controls').hidden = !entry.per_head;
       $('#v2-headdim-wrap').hidden = !entry.head_dim;
-      $('#v2-show-wrap').hidden = entry.kind !== 't5';
+      $('#v2-show-wrap').hidden = entry.kind !== 'bucketed';
       // content-dependent schemes read a typed text instead of a length
       $('#v2-n-wrap').hidden = isContent();
       $('#v2-text-wrap').hidden = !isContent();
@@ -948,7 +948,7 @@
         p.n_heads = heads.value; p.head = head.value; p.seed = seed.value;
         if (entry.head_dim) p.head_dim = headDim.value;
       }
-      if (entry.kind === 't5') p.show = show.value;
+      if (entry.kind === 'bucketed') p.show = show.value;
       optList.querySelectorAll('[data-opt]').forEach((inp) => {
         const typ = inp.dataset.type;
         if (typ === 'bool') { if (String(inp.checked) !== inp.dataset.default) p['opt.' + inp.dataset.opt] = String(inp.checked); }
@@ -1055,7 +1055,7 @@
       if (hm.cursor) cell(hm.cursor[0], hm.cursor[1]);
       // curve
       const series = [];
-      const stepped = data.values !== 'bias' || scheme.value === 't5';
+      const stepped = data.values !== 'bias' || data.kind === 'bucketed';
       data.curves.forEach((ys, h) => {
         if (h === data.head) return;
         series.push({ label: t('v2.head_n', { h: h + 1 }), xs: data.offsets, ys, colour: OKABE[h % 8], width: 1, opacity: 0.4, dash: DASHES[h % 4], step: stepped });
@@ -1156,9 +1156,8 @@
         sel.replaceChildren();
         for (const s of av.filter((x) => x.relative === want)) sel.append(el('option', { value: s.name }, s.name));
       }
-      const pick = (sel, names) => { for (const nm of names) if (sel.querySelector(`option[value="${nm}"]`)) { sel.value = nm; return; } };
-      pick(abs, ['sinusoidal', 'learned']);
-      pick(rel, ['rope', 't5', 'alibi']);
+      abs.value = state.info.shift_defaults.absolute;
+      rel.value = state.info.shift_defaults.relative;
       head.replaceChildren(el('option', { value: '0' }, '1'), el('option', { value: '1' }, '2'));
       cNum.max = String(state.info.limits.max_shift);
       nIn.max = String(state.info.limits.max_shift_len);
