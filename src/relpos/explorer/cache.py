@@ -119,11 +119,19 @@ class EncodingCache:
         self._building: dict[tuple, _Pending] = {}
 
     def check_cost(self, name: str, options: tuple, n_heads: int, head_dim: int, causal: bool, max_len: int,
-                   n_query: int, n_key: int, *, fields: list[str]) -> Cost:
-        """Refuse (``too_costly``, naming ``fields``) a scheme whose state or arithmetic is over the caps."""
+                   n_query: int, n_key: int, *, fields: list[str], length_field: str | None = None,
+                   shown_options: dict | None = None) -> Cost:
+        """Refuse (``too_costly``) a scheme whose state or arithmetic is over the caps.
+
+        Args:
+            fields: the request fields that size the scheme (named in the refusal).
+            length_field: the field that sets the length (named too when arithmetic is refused).
+            shown_options: the options to print (default: all of ``options``).
+        """
         L = self.limits
         cost = estimate_cost(name, options, n_heads, head_dim, causal, max_len)
-        shown = ", ".join(f"{k}={v}" for k, v in options) or "its default options"
+        shown_options = dict(options) if shown_options is None else shown_options
+        shown = ", ".join(f"{k}={v}" for k, v in shown_options.items()) or "its default options"
         if cost.state > L.max_state_elems:
             raise ApiError(
                 f"{name} with {shown}, {n_heads} heads and head_dim {head_dim} would hold {cost.state:,} "
@@ -131,6 +139,8 @@ class EncodingCache:
                 f"(change {', '.join(fields)})", code="too_costly", fields=fields, limit=L.max_state_elems,
                 unit="parameters", value=cost.state)
         flops = cost.flops(n_query, n_key)
+        if length_field:
+            fields = [*fields, length_field]
         if flops > L.max_flops:
             raise ApiError(
                 f"{name} with {shown} on {n_query} x {n_key} positions would take about {flops:.2g} "

@@ -87,8 +87,9 @@ def answer(ex, params: dict) -> dict:
             if not s.lo <= v <= s.hi:
                 raise ApiError(f"{s.name} must be between {s.lo:g} and {s.hi:g}, got {v:g}", field="set." + s.name)
             overrides[s.name] = v
-    fields = changed + ["n_heads", "head_dim", "n"]
-    ex.encodings.check_cost(entry.registry, tuple(opts), n_heads, head_dim, causal, n, n, n, fields=fields)
+    ex.encodings.check_cost(entry.registry, tuple(opts), n_heads, head_dim, causal, n, n, n,
+                            fields=changed + ["n_heads", "head_dim"], length_field="n",
+                            shown_options={k[4:]: dict(opts)[k[4:]] for k in changed})
     enc = ex.encodings.get(entry.registry, tuple(opts), n_heads, head_dim, causal, seed, n)
     if overrides:
         enc = copy.deepcopy(enc)  # the cached module stays as built

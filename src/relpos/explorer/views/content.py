@@ -33,9 +33,9 @@ def answer(ex, entry, params: dict) -> dict:
     cls, _ = get_scheme(entry.registry)
     causal = True if cls.causal_only else get_bool(params, "causal", False)
     n = len(tokens)
-    fields = changed + ["n_heads", "head_dim", "text"]
     ex.encodings.check_cost(entry.registry, tuple(opts), n_heads, head_dim, causal, L.max_tokens, n, n,
-                            fields=fields)
+                            fields=changed + ["n_heads", "head_dim"], length_field="text",
+                            shown_options={k[4:]: dict(opts)[k[4:]] for k in changed})
     enc = ex.encodings.get(entry.registry, tuple(opts), n_heads, head_dim, causal, seed, L.max_tokens)
     q, k = content_qk(tokens, seed, n_heads, head_dim)  # (1, H, N, D) each
     pos = torch.arange(n)[None]  # (1, N)

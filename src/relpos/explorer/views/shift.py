@@ -49,7 +49,7 @@ def _one(ex, name: str, n: int, c: int, seed: int, head: int, slot: str) -> dict
     cls, _ = get_scheme(name)
     opts = (("init_std", 1.0),) if "init_std" in inspect.signature(cls.__init__).parameters else ()
     max_len = n + ex.limits.max_shift
-    ex.encodings.check_cost(name, opts, H, D, False, max_len, n, n, fields=[slot, "n", "c"])
+    ex.encodings.check_cost(name, opts, H, D, False, max_len, n, n, fields=[slot], length_field="n")
     enc = ex.encodings.get(name, opts, H, D, False, seed, max_len)
     base = shift_logits(enc, n, 0, seed)[head]  # (N, N)
     moved = shift_logits(enc, n, c, seed)[head]
