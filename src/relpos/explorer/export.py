@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from relpos.explorer.api import ApiError, Explorer
+from relpos.explorer.bundle import bundle
 from relpos.explorer.server import static_text
 
 __all__ = ["export_html", "snapshot", "snapshot_key", "DEFAULT_SENTENCE", "DEFAULT_CODE"]
@@ -125,9 +126,10 @@ def render_html(snap: dict) -> str:
     """The self-contained page for a snapshot."""
     html = static_text("index.html")
     css = static_text("style.css")
-    js = static_text("app.js").replace("</script", "<\\/script")
+    # ES modules do not load from file://, so the page's modules are bundled into one classic script
+    js = bundle("app.js", static_text).replace("</script", "<\\/script")
     link = '<link rel="stylesheet" href="style.css">'
-    script = '<script src="app.js"></script>'
+    script = '<script type="module" src="app.js"></script>'
     if link not in html or script not in html:  # pragma: no cover - guards a broken edit of index.html
         raise RuntimeError("index.html lost its stylesheet link or script tag; cannot inline them")
     html = html.replace('<meta charset="utf-8">',

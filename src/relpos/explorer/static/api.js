@@ -1,0 +1,58 @@
+/* The API client: a live page asks the server; an exported page looks answers up in its snapshot
+ * by the same key (route + JSON of the sorted [name, value] pairs). */
+import { $ } from './dom.js';
+import { t } from './i18n.js';
+import { SNAP } from './state.js';
+
+export function snapKey(route, params) {
+  const entries = Object.keys(params).sort().map((k) => [k, String(params[k])]);
+  return route + '?' + JSON.stringify(entries);
+}
+export class ApiFailure extends Error {
+  constructor(info) { super((info && info.error) || 'error'); this.info = info || {}; }
+}
+export async function api(route, params, body) {
+  params = params || {};
+  if (SNAP) {
+    if (body) throw new ApiFailure({ error: t('snapshot_readonly'), code: 'snapshot_miss' });
+    const hit = SNAP.responses[snapKey(route, params)];
+    if (!hit) throw new ApiFailure({ error: t('snapshot_miss'), code: 'snapshot_miss' });
+    if (hit.error) throw new ApiFailure(hit.error);
+    return hit.data;
+  }
+  const qs = new URLSearchParams(Object.keys(params).sort().map((k) => [k, String(params[k])])).toString();
+  const url = 'api/' + route + (qs ? '?' + qs : '');
+  const init = body ? { method: 'POST', body: body, headers: { 'Content-Type': 'application/json' } } : {};
+  const res = await fetch(url, init);
+  let data = null;
+  try { data = await res.json(); } catch (e) { data = { error: 'HTTP ' + res.status }; }
+  if (!res.ok) throw new ApiFailure(data);
+  return data;
+}
+
+// one in-flight request per view: later answers win, stale ones are dropped
+export function latest() {
+  let n = 0;
+  return async (fn) => {
+    const mine = ++n;
+    const out = await fn();
+    return mine === n ? out : undefined;
+  };
+}
+
+export function errorText(err) {
+  const info = (err && err.info) || { error: String(err) };
+  const msg = info.error || String(err);
+  if (info.code === 'too_large' && info.limit !== null && info.limit !== undefined) {
+    return t('err.too_large', { limit: info.limit, unit: t('unit.' + (info.unit || 'value')), msg: msg });
+  }
+  if (info.code === 'empty') return t('err.empty', { msg: msg });
+  return msg;
+}
+export function showError(view, err) {
+  const box = $('#' + view + '-error');
+  if (!box) return;
+  if (!err) { box.hidden = true; box.textContent = ''; return; }
+  box.textContent = errorText(err);
+  box.hidden = false;
+}
