@@ -167,7 +167,7 @@ class Explorer:
                     item.update(available=False, reason=str(e))
             schemes.append(item)
         bias_view = []
-        for e in BIAS_VIEW_SCHEMES:
+        for e in bias_entries():  # read live, so a scheme registered after import is shown too
             item = {"key": e.key, "available": True, "kind": e.kind,
                     "overrides": [{"name": n, "min": lo, "max": hi} for n, lo, hi in e.overrides]}
             if e.kind == "log2":
