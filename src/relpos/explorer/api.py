@@ -162,7 +162,7 @@ class Explorer:
                 try:
                     enc = self.encodings.get(name, (), 2, 8, True, 0, 512)
                     d = enc.describe()
-                    item.update(acts_on=d["acts_on"], relative=d["relative"], paper=d["paper"])
+                    item.update(acts_on=d["acts_on"], relative=d["relative"], paper=d["paper"], params=d["params"])
                 except (ValueError, TypeError) as e:  # a scheme that cannot be built small
                     item.update(available=False, reason=str(e))
             schemes.append(item)
@@ -184,6 +184,8 @@ class Explorer:
                 item["paper"] = cls.paper
                 item["causal_only"] = bool(cls.causal_only)
                 item["summary"] = adapters.label_of(e.registry)
+                built = next((x for x in schemes if x["name"] == e.registry), {})
+                item["learned"] = bool(built.get("params", 1))  # False: nothing random to seed
             bias_view.append(item)
         absolute, relative = default_pair()
         return {

@@ -27,6 +27,8 @@ __all__ = ["export_html", "snapshot", "snapshot_key", "DEFAULT_SENTENCE", "DEFAU
 
 #: Defaults the page starts with (they are also written in static/index.html).
 DEFAULT_SENTENCE = "The cat sat on the warm mat"
+#: The example sentence of the Chinese page (static/i18n/zh.js: default_sentence).
+DEFAULT_SENTENCE_ZH = "猫坐在温暖的垫子上"
 DEFAULT_CODE = "def add(a, b):\n    return a + b\n"
 DEFAULT_CLIP = 2
 BIAS_N = 32
@@ -50,32 +52,35 @@ def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
     """Every request the page makes for its default settings (mirrors app.js)."""
     reqs: list[tuple[str, dict[str, str]]] = [("info", {})]
     # view 1
-    n_tokens = len(ex.offsets({"text": DEFAULT_SENTENCE})["tokens"])
-    for conv in ("j-i", "i-j"):
-        for k in range(0, max(1, n_tokens - 1) + 1):
-            reqs.append(("offsets", {"text": DEFAULT_SENTENCE, "convention": conv, "clip": str(k)}))
+    for sentence in (DEFAULT_SENTENCE, DEFAULT_SENTENCE_ZH):
+        n_tokens = len(ex.offsets({"text": sentence})["tokens"])
+        for conv in ("j-i", "i-j"):
+            for k in range(0, max(1, n_tokens - 1) + 1):
+                reqs.append(("offsets", {"text": sentence, "convention": conv, "clip": str(k)}))
     # view 2
     for e in info["bias_schemes"]:
         if not e["available"]:
             continue
         for causal in ("true",) if e.get("causal_only") else ("false", "true"):
             if e["kind"] == "content":  # content-dependent schemes read the example sentence
-                base = {"scheme": e["key"], "text": DEFAULT_SENTENCE, "causal": causal}
+                bases = [{"scheme": e["key"], "text": s, "causal": causal}
+                         for s in (DEFAULT_SENTENCE, DEFAULT_SENTENCE_ZH)]
             else:
-                base = {"scheme": e["key"], "n": str(BIAS_N), "causal": causal}
-            if not e["per_head"]:
-                reqs.append(("bias", base))
-                continue
-            for h in range(BIAS_HEADS):
-                p = dict(base, n_heads=str(BIAS_HEADS), head=str(h), seed="0")
-                if e["head_dim"]:
-                    p["head_dim"] = "64"
-                shows = ("bias", "bucket") if e["kind"] == "bucketed" else (None,)
-                for show in shows:
-                    q = dict(p)
-                    if show:
-                        q["show"] = show
-                    reqs.append(("bias", q))
+                bases = [{"scheme": e["key"], "n": str(BIAS_N), "causal": causal}]
+            for base in bases:
+                if not e["per_head"]:
+                    reqs.append(("bias", base))
+                    continue
+                for h in range(BIAS_HEADS):
+                    p = dict(base, n_heads=str(BIAS_HEADS), head=str(h), seed="0")
+                    if e["head_dim"]:
+                        p["head_dim"] = "64"
+                    shows = ("bias", "bucket") if e["kind"] == "bucketed" else (None,)
+                    for show in shows:
+                        q = dict(p)
+                        if show:
+                            q["show"] = show
+                        reqs.append(("bias", q))
     # view 3 (the page's default pair)
     a, r = info["shift_defaults"]["absolute"], info["shift_defaults"]["relative"]
     if a and r:

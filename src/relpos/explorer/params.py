@@ -53,7 +53,8 @@ def get_int(params: dict, name: str, default: int | None, lo: int, hi: int, *, c
     except ValueError:
         raise ApiError(f"{name} must be a whole number, got {s[:40]!r}", field=name) from None
     if v > hi and cap:
-        raise ApiError(f"{name} = {v} is too large: the explorer accepts at most {hi}", code="too_large",
+        raise ApiError(f"{name} = {v} is too large: the explorer accepts at most {hi}{' ' + unit if unit else ''}",
+                       code="too_large",
                        field=name, limit=hi, unit=unit, value=v)
     if not lo <= v <= hi:
         raise ApiError(f"{name} must be between {lo} and {hi}, got {v}", field=name, limit=hi)

@@ -1,8 +1,8 @@
 /* The API client: a live page asks the server; an exported page looks answers up in its snapshot
  * by the same key (route + JSON of the sorted [name, value] pairs). */
-import { $ } from './dom.js';
-import { t } from './i18n.js';
-import { SNAP } from './state.js';
+import { $, fmtNum } from './dom.js';
+import { t, hasIn } from './i18n.js';
+import { SNAP, state } from './state.js';
 
 export function snapKey(route, params) {
   const entries = Object.keys(params).sort().map((k) => [k, String(params[k])]);
@@ -40,13 +40,23 @@ export function latest() {
   };
 }
 
+// The page's text for an API error. English shows the server's message (it names the field and
+// the accepted range); other languages build the sentence from the error's code, field, limit
+// and value, so no English text appears inside a translated page.
 export function errorText(err) {
   const info = (err && err.info) || { error: String(err) };
   const msg = info.error || String(err);
-  if (info.code === 'too_large' && info.limit !== null && info.limit !== undefined) {
-    return t('err.too_large', { limit: info.limit, unit: t('unit.' + (info.unit || 'value')), msg: msg });
+  if (!info.code || info.code === 'snapshot_miss') return msg;  // made by the page: already translated
+  const num = (v) => (typeof v === 'number' ? fmtNum(v, 4) : v);
+  const vars = {
+    msg, field: info.field || '', fields: (info.fields || []).join(', '), limit: num(info.limit),
+    unit: info.unit ? t('unit.' + info.unit) : '', value: num(info.value)
+  };
+  const withValue = info.value !== null && info.value !== undefined;
+  for (const key of ['err.' + info.code + (withValue ? '_v' : ''), 'err.' + info.code]) {
+    if (hasIn(state.lang, key)) return t(key, vars);
   }
-  if (info.code === 'empty') return t('err.empty', { msg: msg });
+  if (state.lang !== 'en' && info.field) return t('err.field', vars);
   return msg;
 }
 export function showError(view, err) {

@@ -2,7 +2,7 @@
  * (or from the snapshot an export embeds); the modules only lay them out. No build step:
  * the browser loads these ES modules as they are; relpos explore --export bundles them. */
 import { $, el, debounce } from './dom.js';
-import { t } from './i18n.js';
+import { t, I18N } from './i18n.js';
 import { state, SNAP } from './state.js';
 import { api, errorText } from './api.js';
 import * as offsets from './views/offsets.js';
@@ -21,6 +21,15 @@ function applyLang() {
     const b = $('#snapshot-banner');
     b.textContent = t('snapshot', { date: SNAP.created || '' });
     b.hidden = false;
+  }
+  // the example sentence follows the language, unless the user typed their own
+  const defaults = Object.values(I18N).map((d) => d.default_sentence);
+  for (const id of ['v1-text', 'v2-text']) {
+    const inp = $('#' + id);
+    if (inp && defaults.includes(inp.value) && inp.value !== t('default_sentence')) {
+      inp.value = t('default_sentence');
+      inp.dispatchEvent(new Event('input'));
+    }
   }
   for (const v of Object.values(VIEWS)) if (v.relabel) v.relabel();
 }

@@ -1,5 +1,9 @@
 /* DOM and number-format helpers. */
 export const MINUS = '\u2212';
+// the page's font stack (style.css) for canvas text: system fonts, with common CJK fonts named
+export const FONT = 'system-ui, -apple-system, "Segoe UI", "Noto Sans", "Noto Sans CJK SC", "Source Han Sans SC", ' +
+  '"PingFang SC", "Hiragino Sans GB", "Microsoft YaHei", "WenQuanYi Micro Hei", "WenQuanYi Zen Hei", ' +
+  '"Droid Sans Fallback", sans-serif';
 
 export const $ = (sel, root) => (root || document).querySelector(sel);
 export function el(tag, attrs, ...kids) {

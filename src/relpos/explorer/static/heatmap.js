@@ -1,5 +1,5 @@
 /* A canvas heatmap with ticks or token labels, a colour bar, mouse and keyboard reading. */
-import { el, fmtNum } from './dom.js';
+import { el, fmtNum, FONT } from './dom.js';
 import { t } from './i18n.js';
 import { colourOf, rgbCss } from './colours.js';
 
@@ -21,7 +21,7 @@ export function Heatmap(host, opts) {
     const labels = data.labels;
     const avail = Math.max(120, Math.min(maxSize, (host.clientWidth || maxSize)));
     const ctx0 = canvas.getContext('2d');
-    ctx0.font = '12px system-ui, sans-serif';
+    ctx0.font = '12px ' + FONT;
     let ml = 30, mt = 22;
     if (labels) {
       let w = 0;
@@ -62,7 +62,7 @@ export function Heatmap(host, opts) {
       }
     }
     // ticks / labels
-    ctx.fillStyle = '#222'; ctx.font = '12px system-ui, sans-serif';
+    ctx.fillStyle = '#222'; ctx.font = '12px ' + FONT;
     if (showLabels) {
       ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
       for (let i = 0; i < n; i++) ctx.fillText(labels[i], ml - 4, mt + (i + 0.5) * cs2);
@@ -78,11 +78,14 @@ export function Heatmap(host, opts) {
         }
       }
     } else {
+      // ticks count positions; tickOffset shifts them (a map of positions c .. c + N - 1 starts at c)
+      const off = data.tickOffset || 0;
       const step = niceStep(Math.max(n, m), Math.max(2, Math.floor((avail - ml) / 28)));
       ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
-      for (let i = 0; i < n; i += step) ctx.fillText(String(i), ml - 4, mt + (i + 0.5) * cs2);
+      for (let i = 0; i < n; i += step) ctx.fillText(String(i + off), ml - 4, mt + (i + 0.5) * cs2);
       ctx.textAlign = 'center'; ctx.textBaseline = 'bottom';
-      for (let j = 0; j < m; j += step) ctx.fillText(String(j), ml + (j + 0.5) * cs2, mt - 4);
+      for (let j = 0; j < m; j += step) ctx.fillText(String(j + off), ml + (j + 0.5) * cs2, mt - 4);
+      canvas.dataset.firstTick = String(off);
     }
     if (hm.cursor) outline(ctx, hm.cursor[0], hm.cursor[1]);
     drawBar(data);
@@ -110,8 +113,9 @@ export function Heatmap(host, opts) {
     const lo = sc.kind === 'diverging' ? -sc.m : sc.lo, hi = sc.kind === 'diverging' ? sc.m : sc.hi;
     const mid = sc.kind === 'diverging' ? '0' : '';
     const digits = Math.abs(hi) < 1e-3 && hi !== 0 ? 2 : 3;
+    // a scale cut below the largest value says so: cells above it saturate at the top colour
     barLabels.replaceChildren(el('span', { text: fmtNum(lo, digits) }), el('span', { text: mid }),
-      el('span', { text: fmtNum(hi, digits) + (data.unit ? ' ' + data.unit : '') }));
+      el('span', { class: data.clippedAbove ? 'cut' : null, text: (data.clippedAbove ? '≥ ' : '') + fmtNum(hi, digits) + (data.unit ? ' ' + data.unit : '') }));
   }
 
   hm.setCursor = function (i, j, silent) {

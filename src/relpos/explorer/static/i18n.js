@@ -14,3 +14,6 @@ export function t(key, vars) {
   return s;
 }
 export const has = (key) => I18N.en[key] !== undefined;
+
+// whether one language's own table has the key (no fallback to English)
+export const hasIn = (lang, key) => (I18N[lang] || {})[key] !== undefined;

@@ -69,7 +69,9 @@ export function create() {
     const h = Number(head.value) || 0;
     $('#v5-cap').textContent = t('v5.cap', { l: data.layer + 1, h: h + 1, n: data.tokens.length });
     const top = topOf(data.maps[h]);
-    hm.draw({ matrix: data.maps[h], labels: data.tokens, scale: { kind: 'sequential', lo: 0, hi: top || 1 }, masked: data.causal ? (i, j) => j > i : null, aria: $('#v5-cap').textContent });
+    let peak = 0;
+    data.maps[h].forEach((r, i) => r.forEach((v, j) => { if (!(data.causal && j > i) && v !== null && v > peak) peak = v; }));
+    hm.draw({ matrix: data.maps[h], labels: data.tokens, scale: { kind: 'sequential', lo: 0, hi: top || 1 }, clippedAbove: peak > (top || 1) + 1e-9, masked: data.causal ? (i, j) => j > i : null, aria: $('#v5-cap').textContent });
     if (hm.cursor) cell(hm.cursor[0], hm.cursor[1]);
     const thumbs = $('#v5-thumbs');
     thumbs.replaceChildren();

@@ -47,6 +47,7 @@ export function create() {
     if (!entry) return;
     $('#v2-head-controls').hidden = !entry.per_head;
     $('#v2-headdim-wrap').hidden = !entry.head_dim;
+    $('#v2-seed-wrap').hidden = !entry.learned && entry.kind !== 'content';  // nothing random to seed
     $('#v2-show-wrap').hidden = entry.kind !== 'bucketed';
     // content-dependent schemes read a typed text instead of a length
     $('#v2-n-wrap').hidden = isContent();
@@ -114,9 +115,18 @@ export function create() {
   }
   const loadSoon = debounce(load, 200);
 
+  // the readout follows the data: after a new answer it shows the same cell of the new matrix,
+  // or nothing when that cell is gone (never a number of the previous scheme)
+  let last = null;
+  function refreshReadout() {
+    const c = hm.cursor || last;
+    if (c && data && c[0] < data.matrix.length && c[1] < data.matrix[0].length) cell(c[0], c[1]);
+    else { last = null; $('#v2-readout').textContent = ''; }
+  }
   function valueName() { return t('v2.what.' + (data ? data.values : 'bias')); }
   function cell(i, j) {
     if (!data) return;
+    last = [i, j];
     const d = j - i;
     const out = $('#v2-readout');
     if (data.content) {
@@ -146,7 +156,7 @@ export function create() {
     const flat = [];
     data.matrix.forEach((r, i) => r.forEach((v, j) => { if (!(data.causal && j > i)) flat.push(v); }));
     hm.draw({ matrix: data.matrix, labels: data.tokens, scale: scaleFor(flat, 'diverging'), masked, unit: 'logit', aria: $('#v2-hm-cap').textContent });
-    if (hm.cursor) cell(hm.cursor[0], hm.cursor[1]);
+    refreshReadout();
     const curve = $('#v2-curve'), auxWrap = $('#v2-aux-wrap'), gates = $('#v2-gates');
     $('#v2-buckets').replaceChildren();
     gates.replaceChildren();
@@ -167,7 +177,7 @@ export function create() {
         for (let k = 0; k < n; k++) tr.append(el('td', { text: f(k) }));
         tbl.append(tr);
       }
-      gates.append(tbl);
+      gates.append(el('div', { class: 'scroll' }, tbl));  // a long text scrolls inside, not the page
     } else if (data.positions || data.rel_index) {
       curve.hidden = true; curve.replaceChildren(); auxWrap.hidden = false;
       const mat = data.positions || data.rel_index;
@@ -176,7 +186,7 @@ export function create() {
       const sc = scaleFor(vals, 'sequential');
       if (data.positions) sc.lo = 0;
       aux.draw({ matrix: mat, labels: data.tokens, scale: sc, masked, unit: '', aria: $('#v2-curve-cap').textContent });
-      if (aux.cursor) auxCell(aux.cursor[0], aux.cursor[1]);
+      if (aux.cursor) auxCell(aux.cursor[0], aux.cursor[1]); else $('#v2-aux-readout').textContent = '';
     } else {  // a content term with nothing more to show (e.g. Transformer-XL's u, v and R terms)
       curve.hidden = true; curve.replaceChildren(); auxWrap.hidden = true;
     }
@@ -188,18 +198,24 @@ export function create() {
   function render() {
     relabel();
     if (!data) return;
-    if (data.content) { renderContent(); return; }
+    if (data.content) { $('#v2-curve-legend').replaceChildren(); renderContent(); return; }
     $('#v2-curve').hidden = false; $('#v2-aux-wrap').hidden = true; $('#v2-gates').replaceChildren();
-    const kind = data.values === 'bias' ? 'diverging' : (data.values === 'bucket' && data.matrix.some((r) => r.some((v) => v < 0)) ? 'diverging' : 'sequential');
     const flat = [];
     data.matrix.forEach((r, i) => r.forEach((v, j) => { if (!(data.causal && j > i)) flat.push(v); }));
+    const signs = new Set(flat.filter((v) => v !== null && v !== 0).map((v) => Math.sign(v)));
+    let scale;
+    if (data.values === 'bias' && signs.size > 1) scale = scaleFor(flat, 'diverging');
+    else if (data.values === 'bias') {  // one-signed (ALiBi, KERPLE: all <= 0): a one-sided scale that ends at 0
+      const sc = scaleFor(flat, 'sequential');
+      scale = signs.has(1) ? { kind: 'sequential', lo: 0, hi: sc.hi } : { kind: 'sequential', lo: sc.lo, hi: 0 };
+    } else scale = scaleFor(flat, data.values === 'bucket' && signs.has(-1) ? 'diverging' : 'sequential');
     hm.draw({
-      matrix: data.matrix, scale: scaleFor(flat, kind),
+      matrix: data.matrix, scale,
       masked: data.causal ? (i, j) => j > i : null,
       unit: data.values === 'bias' ? 'logit' : '',
       aria: $('#v2-hm-cap').textContent
     });
-    if (hm.cursor) cell(hm.cursor[0], hm.cursor[1]);
+    refreshReadout();
     // curve
     const series = [];
     const stepped = data.values !== 'bias' || data.kind === 'bucketed';
@@ -210,7 +226,9 @@ export function create() {
     const sel = data.curves.length > 1 ? data.head : 0;
     series.push({ label: t('v2.head_n', { h: sel + 1 }), xs: data.offsets, ys: data.curves[sel], colour: OKABE[sel % 8], width: 3, step: stepped, marker: data.offsets.length <= 40 ? MARKERS[sel % 4] : null });
     const vlines = [];
-    if (data.buckets && data.buckets.length <= 96) {
+    // bucket boundaries as dotted lines only while they stay readable; the table lists them all
+    const wide = data.buckets ? data.buckets.filter((b, k) => k > 0 && (b.to > b.from || data.buckets[k - 1].to > data.buckets[k - 1].from)).length : 0;
+    if (data.buckets && wide <= 16) {
       const bs = data.buckets;
       // mark where a bucket wider than one offset starts or ends (the exact range needs no lines)
       bs.forEach((b, k) => {
@@ -223,6 +241,16 @@ export function create() {
       if (!data.causal) vlines.push({ x: data.k + 0.5, colour: '#666', dash: '4 3', label: 'k' });
     }
     lineChart($('#v2-curve'), { series, vlines, xLabel: t('v2.x'), yLabel: t('v2.y.' + data.values), maxWidth: 500, height: 280, aria: $('#v2-curve-cap').textContent });
+    // a legend for the heads' curves (the chosen head is the bold one)
+    const leg = $('#v2-curve-legend');
+    leg.replaceChildren();
+    if (series.length > 1) {
+      for (const sr of series.slice().sort((a, b) => (a.label < b.label ? -1 : 1))) {
+        const sw = svg('svg', { width: 30, height: 12, 'aria-hidden': 'true' },
+          svg('line', { x1: 0, x2: 30, y1: 6, y2: 6, stroke: sr.colour, 'stroke-width': sr.width, 'stroke-dasharray': sr.dash || null, opacity: sr.opacity === undefined ? 1 : sr.opacity }));
+        leg.append(el('li', {}, sw, ' ' + sr.label));
+      }
+    }
     // parameters
     const ps = $('#v2-params');
     ps.replaceChildren();

@@ -27,7 +27,13 @@ export function create() {
       }
       if (sel === null || sel >= d.n) sel = Math.min(d.n - 1, Math.floor((d.n - 1) / 2));
       render();
-    } catch (err) { showError('v1', err); }
+    } catch (err) {
+      // no stale tokens next to the error: what is shown must be what the message is about
+      data = null;
+      $('#v1-tokens').replaceChildren(); $('#v1-table').replaceChildren(); $('#v1-matrix').replaceChildren();
+      $('#v1-readout').textContent = '';
+      showError('v1', err);
+    }
   }
   const loadSoon = debounce(load, 150);
 
@@ -63,22 +69,50 @@ export function create() {
       i: i, tok: data.tokens[i], lo: fmtInt(lo), hi: fmtInt(hi), k: k === null ? '∞' : k, nsat: nsat,
       rows: k === null ? '—' : 2 * k + 1
     });
-    // a compact table: j, d, clipped, table row
-    const tbl = el('table', { class: 'mini' });
+    // a compact table: j, d, clipped, table row -- cut into blocks of columns that fit the width
     const rows = [['v1.row_j', (j) => String(j)], ['v1.row_d', (j) => fmtInt(data.offsets[i][j])]];
     if (data.clipped) {
       rows.push(['v1.row_clip', (j) => fmtInt(data.clipped[i][j])]);
       rows.push(['v1.row_index', (j) => String(data.clipped[i][j] + k)]);
     }
-    for (const [key, f] of rows) {
-      const tr = el('tr', {}, el('th', { scope: 'row', text: t(key) }));
+    const host = $('#v1-table');
+    const per = Math.max(4, Math.floor(((host.clientWidth || 600) - 130) / 40));
+    const blocks = [];
+    for (let j0 = 0; j0 < n; j0 += per) {
+      const tbl = el('table', { class: 'mini' });
+      for (const [key, f] of rows) {
+        const tr = el('tr', {}, el('th', { scope: 'row', text: t(key) }));
+        for (let j = j0; j < Math.min(n, j0 + per); j++) {
+          const side = j < i ? 'left' : j > i ? 'right' : 'self';
+          tr.append(el('td', { class: side, text: f(j) }));
+        }
+        tbl.append(tr);
+      }
+      blocks.push(tbl);
+    }
+    host.replaceChildren(...blocks);
+    renderMatrix();
+  }
+  // the whole N x N matrix of offsets, with the clipped value where it differs
+  function renderMatrix() {
+    const box = $('#v1-matrix');
+    if (!data) { box.replaceChildren(); return; }
+    const n = data.n;
+    const tbl = el('table', { class: 'mini matrix', id: 'v1-matrix-table' });
+    tbl.append(el('caption', {}, t('v1.matrix_cap', { n })));
+    const head = el('tr', {}, el('th', { scope: 'col', text: 'i \\ j' }));
+    for (let j = 0; j < n; j++) head.append(el('th', { scope: 'col', text: String(j) }));
+    tbl.append(head);
+    for (let i = 0; i < n; i++) {
+      const tr = el('tr', { class: i === sel ? 'sel' : null }, el('th', { scope: 'row', text: i + ' ' + data.tokens[i] }));
       for (let j = 0; j < n; j++) {
-        const side = j < i ? 'left' : j > i ? 'right' : 'self';
-        tr.append(el('td', { class: side, text: f(j) }));
+        const d = data.offsets[i][j], c = data.clipped ? data.clipped[i][j] : d;
+        tr.append(el('td', { class: c !== d ? 'saturated' : null, title: c !== d ? t('v1.clipped_to', { v: fmtInt(c) }) : null,
+          text: fmtInt(d) + (c !== d ? '→' + fmtInt(c) : '') }));
       }
       tbl.append(tr);
     }
-    $('#v1-table').replaceChildren(tbl);
+    box.replaceChildren(el('div', { class: 'scroll' }, tbl));
   }
   function relabelConv() {
     $('#v1-conv').textContent = t(flip.checked ? 'v1.conv_ij' : 'v1.conv_ji');

@@ -18,7 +18,12 @@ export function create() {
     const av = state.info.schemes.filter((s) => s.available);
     for (const [sel, want] of [[abs, false], [rel, true]]) {
       sel.replaceChildren();
-      for (const s of av.filter((x) => x.relative === want)) sel.append(el('option', { value: s.name }, s.name));
+      // each option says what the scheme is; "not purely relative" covers schemes whose term also
+      // depends on i or on the length (FIRE's normaliser, dynamic RoPE scaling) as well as absolute ones
+      for (const s of av.filter((x) => x.relative === want)) {
+        const what = s.relative ? t('v3.kind_rel') : (s.acts_on || []).includes('embedding') ? t('v3.kind_abs') : t('v3.kind_mixed');
+        sel.append(el('option', { value: s.name }, s.name + ' · ' + what));
+      }
     }
     abs.value = state.info.shift_defaults.absolute;
     rel.value = state.info.shift_defaults.relative;
@@ -51,7 +56,13 @@ export function create() {
     const keep = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.key : null;
     host.replaceChildren();
     // one colour scale for both difference maps, so "unchanged" looks white next to "changed"
-    const dsc = scaleFor([].concat(...data.absolute.diff, ...data.relative.diff), 'diverging');
+    // one colour scale for both difference maps, floored at the rounding tolerance: a difference
+    // within float32 rounding draws white, so noise never shows as full red or blue
+    const tolOf = (r) => r.tolerance || 0;
+    const quiet = (r) => r.diff.map((row) => row.map((v) => (v !== null && Math.abs(v) <= tolOf(r) ? 0 : v)));
+    const shown = { absolute: quiet(data.absolute), relative: quiet(data.relative) };
+    const dsc = scaleFor([].concat(...shown.absolute, ...shown.relative), 'diverging');
+    dsc.m = Math.max(dsc.m, 10 * Math.max(tolOf(data.absolute), tolOf(data.relative)));
     for (const slot of ['absolute', 'relative']) {
       const r = data[slot];
       const row = el('div', { class: 'shift-row', 'data-slot': slot });
@@ -60,6 +71,10 @@ export function create() {
       const verdict = el('p', { class: 'verdict ' + (isSame ? 'same' : 'changed'), id: 'v3-verdict-' + slot },
         (isSame ? '= ' : '≠ ') + t(isSame ? 'v3.same' : 'v3.changed', { v: fmtNum(r.max_abs_diff, 3), tol: fmtNum(r.tolerance, 2) }));
       row.append(verdict);
+      if (!r.relative) {  // say why a scheme that is not purely relative may still come out unchanged
+        const note = has('v3.note.' + r.scheme) ? t('v3.note.' + r.scheme) : (isSame ? t('v3.note_same') : '');
+        if (note) row.append(el('p', { class: 'hint', id: 'v3-note-' + slot }, note));
+      }
       const grid = el('div', { class: 'triple' });
       const flat = [].concat(...r.base, ...r.shifted);
       const sc = scaleFor(flat, 'diverging');
@@ -68,7 +83,7 @@ export function create() {
       const panels = [
         ['base', t('v3.base', { e: e }), r.base, sc],
         ['shifted', t('v3.shifted', { c: data.c, e: data.c + e }), r.shifted, sc],
-        ['diff', t('v3.diff'), r.diff, dsc]
+        ['diff', t('v3.diff'), shown[slot], dsc]
       ];
       const hms = [];
       for (const [key, cap, mat, scale] of panels) {
@@ -76,7 +91,7 @@ export function create() {
         const box = el('div', { class: 'hm-host' });
         fig.append(box); grid.append(fig);
         const h = Heatmap(box, {
-          maxSize: 170, onCell: (i, j) => {
+          maxSize: 300, onCell: (i, j) => {
             readout.textContent = t('v3.cell', { i, j, a: fmtNum(r.base[i][j], 5), b: fmtNum(r.shifted[i][j], 5), d: fmtNum(r.diff[i][j], 3) });
           }
         });
@@ -85,7 +100,7 @@ export function create() {
       }
       row.append(grid, readout);
       host.append(row);
-      for (const [h, mat, scale, cap] of hms) h.draw({ matrix: mat, scale: scale, unit: 'logit', aria: r.scheme + ': ' + cap });
+      hms.forEach(([h, mat, scale, cap], k) => h.draw({ matrix: mat, scale: scale, unit: 'logit', aria: r.scheme + ': ' + cap, tickOffset: k === 1 ? data.c : 0 }));
       maps[slot] = hms.map((x) => x[0]);
     }
     if (keep) { const f = host.querySelector(`[data-key="${keep}"]`); if (f) f.focus(); }
