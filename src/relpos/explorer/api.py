@@ -41,6 +41,7 @@ from relpos.explorer.content import (CONTENT_DIM, byte_label, content_projection
 from relpos.explorer.errors import ApiError, Limits
 from relpos.explorer.results import aggregate_results, check_results, load_results, parse_results
 from relpos.explorer.views import VIEW_MODULES
+from relpos.explorer.views import compose
 from relpos.explorer.views.shift import default_pair
 
 __all__ = ["ApiError", "Explorer", "Limits", "tokenize", "BIAS_VIEW_SCHEMES", "CONTENT_DIM", "token_vector",
@@ -193,6 +194,7 @@ class Explorer:
             "schemes": schemes,
             "bias_schemes": bias_view,
             "shift_defaults": {"absolute": absolute, "relative": relative},
+            "compose_schemes": compose.schemes(),
             "limits": dataclasses.asdict(self.limits),
             "results": [{"index": i, "label": lab} for i, (lab, _) in enumerate(self.results)],
             "checkpoints": [

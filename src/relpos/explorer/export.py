@@ -23,15 +23,20 @@ from relpos.explorer.api import ApiError, Explorer
 from relpos.explorer.bundle import bundle
 from relpos.explorer.server import static_text
 
-__all__ = ["export_html", "snapshot", "snapshot_key", "DEFAULT_SENTENCE", "DEFAULT_CODE"]
+__all__ = ["export_html", "snapshot", "snapshot_key", "print_progress", "DEFAULT_SENTENCE", "DEFAULT_SENTENCE_ZH",
+           "DEFAULT_CODE", "DEFAULT_COMPOSE"]
 
 #: Defaults the page starts with (they are also written in static/index.html).
 DEFAULT_SENTENCE = "The cat sat on the warm mat"
 #: The example sentence of the Chinese page (static/i18n/zh.js: default_sentence).
 DEFAULT_SENTENCE_ZH = "猫坐在温暖的垫子上"
+#: The compose view's starting sentence (static/index.html, #v0-text).
+DEFAULT_COMPOSE = "The cat sat on the mat"
 DEFAULT_CODE = "def add(a, b):\n    return a + b\n"
 DEFAULT_CLIP = 2
 BIAS_N = 32
+#: Lengths of the bias view in the snapshot (the page starts at BIAS_N).
+BIAS_NS = (16, 32, 64)
 BIAS_HEADS = 4
 SHIFT_N = 12
 SHIFT_CS = list(range(0, 25)) + [32, 48, 64]
@@ -51,6 +56,12 @@ def snapshot_key(route: str, params: dict[str, str]) -> str:
 def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
     """Every request the page makes for its default settings (mirrors app.js)."""
     reqs: list[tuple[str, dict[str, str]]] = [("info", {})]
+    # view 0: every scheme, both heads, the directions the page can ask for
+    for sc in info["compose_schemes"]:
+        for head in ("0", "1"):
+            for causal in ("true",) if sc["causal_only"] else ("false", "true"):
+                reqs.append(("compose", {"text": DEFAULT_COMPOSE, "scheme": sc["name"], "head": head,
+                                         "causal": causal, "seed": "0"}))
     # view 1
     for sentence in (DEFAULT_SENTENCE, DEFAULT_SENTENCE_ZH):
         n_tokens = len(ex.offsets({"text": sentence})["tokens"])
@@ -66,7 +77,7 @@ def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
                 bases = [{"scheme": e["key"], "text": s, "causal": causal}
                          for s in (DEFAULT_SENTENCE, DEFAULT_SENTENCE_ZH)]
             else:
-                bases = [{"scheme": e["key"], "n": str(BIAS_N), "causal": causal}]
+                bases = [{"scheme": e["key"], "n": str(n), "causal": causal} for n in BIAS_NS]
             for base in bases:
                 if not e["per_head"]:
                     reqs.append(("bias", base))
@@ -105,11 +116,29 @@ def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
     return reqs
 
 
-def snapshot(ex: Explorer) -> dict:
-    """The data an exported page embeds: ``{"created", "responses": {key: {"data"|"error": ...}}}``."""
+def print_progress(done: int, total: int, *, stream=None) -> None:
+    """A progress callback for :func:`export_html`: one line every 10% (to stderr)."""
+    import sys
+
+    stream = stream or sys.stderr
+    step = max(1, total // 10)
+    if done == total or done % step == 0:
+        print(f"relpos explore: exporting {done}/{total} answers ({100 * done // max(1, total)}%)", file=stream,
+              flush=True)
+
+
+def snapshot(ex: Explorer, progress=None) -> dict:
+    """The data an exported page embeds: ``{"created", "responses": {key: {"data"|"error": ...}}}``.
+
+    Args:
+        progress: called as ``progress(done, total)`` after each answer (e.g. :func:`print_progress`).
+    """
     info = ex.info({})
     responses: dict[str, dict] = {}
-    for route, params in _requests(ex, info):
+    reqs = _requests(ex, info)
+    for n, (route, params) in enumerate(reqs, 1):
+        if progress is not None:
+            progress(n, len(reqs))
         key = snapshot_key(route, params)
         if key in responses:
             continue
@@ -146,14 +175,17 @@ def render_html(snap: dict) -> str:
     return html
 
 
-def export_html(explorer: Explorer, path: str | os.PathLike) -> Path:
-    """Write the self-contained page to ``path`` (atomically) and return the path."""
+def export_html(explorer: Explorer, path: str | os.PathLike, *, progress=None) -> Path:
+    """Write the self-contained page to ``path`` (atomically) and return the path.
+
+    ``progress(done, total)`` is called while the answers are computed (see :func:`print_progress`).
+    """
     out = Path(path)
     if out.suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"the export file must end in .html, got {str(out)!r}")
     if not out.parent.exists():
         raise FileNotFoundError(f"folder {str(out.parent)!r} does not exist")
-    html = render_html(snapshot(explorer))
+    html = render_html(snapshot(explorer, progress))
     fd, tmp = tempfile.mkstemp(prefix=".relpos-export-", suffix=".html", dir=out.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

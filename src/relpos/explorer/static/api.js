@@ -62,6 +62,9 @@ export function errorText(err) {
 export function showError(view, err) {
   const box = $('#' + view + '-error');
   if (!box) return;
+  // while a view shows an error its plots are from an earlier answer: fade them so none is read as current
+  const vis = box.closest('.visual');
+  if (vis) vis.classList.toggle('stale', !!err);
   if (!err) { box.hidden = true; box.textContent = ''; return; }
   box.textContent = errorText(err);
   box.hidden = false;

@@ -5,6 +5,7 @@ import { $, el, debounce } from './dom.js';
 import { t, I18N } from './i18n.js';
 import { state, SNAP } from './state.js';
 import { api, errorText } from './api.js';
+import * as compose from './views/compose.js';
 import * as offsets from './views/offsets.js';
 import * as bias from './views/bias.js';
 import * as shift from './views/shift.js';
@@ -36,7 +37,7 @@ function applyLang() {
 
 // ---------------------------------------------------------------- tabs
 
-const VIEW_IDS = ['offsets', 'bias', 'shift', 'extrap', 'attn'];
+const VIEW_IDS = ['compose', 'offsets', 'bias', 'shift', 'extrap', 'attn'];
 function showView(name, focus) {
   if (!VIEW_IDS.includes(name)) name = 'offsets';
   state.view = name;
@@ -67,7 +68,7 @@ function initTabs() {
 
 // one module per view; the keys are the tab ids (index.html: #view-<id>)
 const VIEWS = {
-  offsets: offsets.create(), bias: bias.create(), shift: shift.create(),
+  compose: compose.create(), offsets: offsets.create(), bias: bias.create(), shift: shift.create(),
   extrap: extrapolation.create(), attn: attention.create()
 };
 

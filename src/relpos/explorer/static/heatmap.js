@@ -61,6 +61,17 @@ export function Heatmap(host, opts) {
         }
       }
     }
+    // every cell's value printed inside it, when the cells are large enough (compose view)
+    if (data.showValues && cs2 >= 30) {
+      ctx.font = Math.min(12, Math.floor(cs2 / 3.4)) + 'px ' + FONT; ctx.textAlign = 'center'; ctx.textBaseline = 'middle';
+      for (let i = 0; i < n; i++) for (let j = 0; j < m; j++) {
+        const v = data.matrix[i][j];
+        if (v === null || (data.masked && data.masked(i, j))) continue;
+        const c = colourOf(v, sc);
+        ctx.fillStyle = 0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2] > 140 ? '#111' : '#fff';
+        ctx.fillText(fmtNum(v, data.valueDigits || 2), ml + (j + 0.5) * cs2, mt + (i + 0.5) * cs2);
+      }
+    }
     // ticks / labels
     ctx.fillStyle = '#222'; ctx.font = '12px ' + FONT;
     if (showLabels) {

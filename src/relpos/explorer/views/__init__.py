@@ -7,9 +7,9 @@ To add a view: write ``views/<name>.py`` with ``ROUTE`` (the API route) and
 
 from __future__ import annotations
 
-from relpos.explorer.views import attention, bias, extrapolation, offsets, shift
+from relpos.explorer.views import attention, bias, compose, extrapolation, offsets, shift
 
 #: The view modules, in the order of the page's tabs.
-VIEW_MODULES = (offsets, bias, shift, extrapolation, attention)
+VIEW_MODULES = (compose, offsets, bias, shift, extrapolation, attention)
 
 __all__ = ["VIEW_MODULES"]
