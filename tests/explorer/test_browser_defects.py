@@ -215,3 +215,19 @@ def test_chinese_renders_as_glyphs_not_boxes(view):
         return p1 === p2 || Math.abs(w1 - w2) < 0.01;
     }""")
     assert not same
+
+
+# ------------------------------------------------------------------- view 4
+
+
+def test_extrapolation_series_have_their_own_colours_and_the_region_past_training_is_shaded(view):
+    page, _ = view("extrap")
+    page.wait_for_selector("#v4-chart svg .series")
+    styles = page.evaluate("""() => [...document.querySelectorAll('#v4-chart svg g.series')].map((g) => {
+        const p = g.querySelector('path[fill=none]');
+        const m = g.querySelector('circle, rect, path[fill]:not([fill=none]), path[stroke-width="2.2"]:not([fill=none])');
+        return p.getAttribute('stroke') + '|' + (m ? m.tagName + (m.getAttribute('d') || '').slice(0, 1) : '');
+    })""")
+    assert len(styles) >= 4 and len(set(s.split("|")[0] for s in styles)) == len(styles), styles
+    assert page.locator("#v4-chart svg rect.beyond").count() == 1
+    assert "beyond the training length" in page.text_content("#v4-chart svg")

@@ -16,6 +16,8 @@ export function marker(kind, x, y, colour) {
   if (kind === 'square') return svg('rect', { x: x - s, y: y - s, width: 2 * s, height: 2 * s, fill: colour });
   if (kind === 'triangle') return svg('path', { d: `M${x},${y - s - 1}L${x + s + 1},${y + s}L${x - s - 1},${y + s}Z`, fill: colour });
   if (kind === 'diamond') return svg('path', { d: `M${x},${y - s - 1}L${x + s + 1},${y}L${x},${y + s + 1}L${x - s - 1},${y}Z`, fill: colour });
+  if (kind === 'down') return svg('path', { d: `M${x},${y + s + 1}L${x + s + 1},${y - s}L${x - s - 1},${y - s}Z`, fill: colour });
+  if (kind === 'cross') return svg('path', { d: `M${x - s},${y - s}L${x + s},${y + s}M${x - s},${y + s}L${x + s},${y - s}`, stroke: colour, 'stroke-width': 2.2, fill: 'none' });
   return svg('circle', { cx: x, cy: y, r: s, fill: colour });
 }
 
@@ -59,6 +61,12 @@ export function lineChart(host, cfg) {
   if (yt.lo < 0 && yt.hi > 0) root.append(svg('line', { x1: m.l, x2: W - m.r, y1: Y(0), y2: Y(0), stroke: '#999' }));
   const xl = svg('text', { x: (m.l + W - m.r) / 2, y: H - 8, 'text-anchor': 'middle', class: 'axis' }); xl.textContent = cfg.xLabel || ''; root.append(xl);
   const yl = svg('text', { x: 14, y: (m.t + H - m.b) / 2, 'text-anchor': 'middle', class: 'axis', transform: `rotate(-90 14 ${(m.t + H - m.b) / 2})` }); yl.textContent = cfg.yLabel || ''; root.append(yl);
+  // shade the region past a mark (e.g. beyond the training length), labelled
+  if (cfg.shadeFrom !== undefined && cfg.shadeFrom !== null) {
+    const x0 = Math.max(m.l, Math.min(W - m.r, X(cfg.shadeFrom)));
+    root.append(svg('rect', { x: x0, y: m.t, width: Math.max(0, W - m.r - x0), height: H - m.t - m.b, fill: '#000', 'fill-opacity': 0.06, class: 'beyond' }));
+    if (cfg.shadeLabel) { const tt = svg('text', { x: W - m.r - 4, y: H - m.b - 6, 'text-anchor': 'end', class: 'vlabel' }); tt.textContent = cfg.shadeLabel; root.append(tt); }
+  }
   // vertical lines
   for (const v of cfg.vlines || []) {
     const x = X(v.x);

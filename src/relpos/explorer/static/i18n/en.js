@@ -177,6 +177,7 @@ export default {
   'v3.same': 'Unchanged: max |difference| = {v} (float32 rounding only, below {tol}).',
   'v3.cell': 'query i = {i}, key j = {j}: original {a}, shifted {b}, difference {d}',
 
+  'v4.beyond': 'beyond the training length',
   'v4.title': 'Extrapolation',
   'v4.lead': 'Models trained at one length (dashed line) and evaluated at longer ones, from a relpos compare results folder. Each line is one scheme, the mean over seeds; the shaded band spans the lowest to the highest seed. A scheme that extrapolates keeps its curve flat to the right of the training length.',
   'v4.formula': 'bits per byte = loss / ln 2 (loss in nats per byte); accuracy = fraction of answers exactly right.',

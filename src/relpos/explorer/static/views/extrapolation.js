@@ -6,7 +6,7 @@ import { state, SNAP } from '../state.js';
 import { api, ApiFailure, latest, showError } from '../api.js';
 import { Heatmap } from '../heatmap.js';
 import { lineChart, marker } from '../linechart.js';
-import { OKABE, DASHES, MARKERS, scaleFor, colourOf, rgbCss } from '../colours.js';
+import { OKABE, DASHES, MARKERS, scaleFor, colourOf, rgbCss, seriesStyle } from '../colours.js';
 
 export function create() {
   const run = latest();
@@ -72,12 +72,13 @@ export function create() {
     const series = data.series.map((s, k) => ({
       label: s.label, xs: s.points.map((p) => p.eval_len), ys: s.points.map((p) => p.mean),
       band: s.seeds > 1 ? [s.points.map((p) => p.min), s.points.map((p) => p.max)] : null,
-      colour: OKABE[k % 8], dash: DASHES[Math.floor(k / 8) % 4 + (k % 2 ? 0 : 0)], marker: MARKERS[k % 4], width: 2.2
+      ...seriesStyle(k), width: 2.2  // every series its own colour and marker
     }));
     const lens = Array.from(new Set([].concat(...data.series.map((s) => s.points.map((p) => p.eval_len))))).sort((a, b) => a - b);
     const vlines = data.train_lens.map((n) => ({ x: n, label: t('v4.train', { n }), dash: '6 4', colour: '#333', width: 1.5 }));
     lineChart($('#v4-chart'), {
-      series: series.filter((s) => !hidden.has(s.label)), vlines, xLog: true, xTicks: lens.length <= 12 ? lens : null, xLabel: t('v4.x'),
+      series: series.filter((s) => !hidden.has(s.label)), vlines, xLog: true,
+      shadeFrom: data.train_lens.length ? Math.max(...data.train_lens) : null, shadeLabel: t('v4.beyond'), xTicks: lens.length <= 12 ? lens : null, xLabel: t('v4.x'),
       yLabel: t('metric.' + data.metric), maxWidth: 760, height: 360, aria: $('#v4-cap').textContent
     });
     const leg = $('#v4-legend');
