@@ -85,3 +85,29 @@ def test_no_scheme_names_in_explorer_code():
     hits = [f"{p.name}:{n}" for p in root.rglob("*") if p.suffix in (".py", ".js")
             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pat.search(line)]
     assert not hits, hits
+
+
+def test_trained_values_are_the_default_when_shipped_and_initial_stays_available(monkeypatch):
+    """A trained-values file (explorer/trained.py format) makes the bias view show them by default."""
+    from relpos.explorer import trained as trained_mod
+
+    table = [[0.5 * (b - 16) / 16 for _ in range(2)] for b in range(32)]  # (num_buckets, n_heads)
+    torch.manual_seed(0)
+    ref = T5Bias(n_heads=2)
+    key = next(iter(ref.state_dict()))
+    shipped = {"made_by": "a test", "path": "x",
+               "schemes": {"t5": {"n_heads": 2, "head_dim": 64, "options": {}, "state": {key: table}}}}
+    monkeypatch.setattr(trained_mod, "trained_values", lambda: shipped)
+    ex = Explorer()
+    entry = next(b for b in ex.get("info", {})["bias_schemes"] if b["key"] == "t5")
+    assert entry["trained"] is True
+    out = ex.get("bias", {"scheme": "t5", "n": "8", "head": "1"})
+    assert out["values"] == "trained" and out["made_by"] == "a test" and out["n_heads"] == 2
+    # offsets d = j - i land in buckets; the trained table gives B = table[bucket][head]
+    ids = distance.t5_bucket(torch.arange(8)[None, :] - torch.arange(8)[:, None], bidirectional=True)
+    want = [[table[b][1] for b in row] for row in ids.tolist()]
+    torch.testing.assert_close(torch.tensor(out["matrix"], dtype=torch.float64), torch.tensor(want, dtype=torch.float64))
+    initial = ex.get("bias", {"scheme": "t5", "n": "8", "head": "1", "values": "initial"})
+    assert initial["values"] == "initial" and initial["matrix"] != out["matrix"]
+    with pytest.raises(Exception, match="no trained values"):
+        ex.get("bias", {"scheme": "alibi", "values": "trained"})

@@ -40,6 +40,7 @@ from relpos.explorer.content import (CONTENT_DIM, byte_label, content_projection
                                      shift_logits, shift_qk, token_vector, tokenize)
 from relpos.explorer.errors import ApiError, Limits
 from relpos.explorer.results import aggregate_results, check_results, load_results, parse_results
+from relpos.explorer import trained as trained_mod
 from relpos.explorer.views import VIEW_MODULES
 from relpos.explorer.views import compose
 from relpos.explorer.views.shift import default_pair
@@ -187,6 +188,7 @@ class Explorer:
                 item["summary"] = adapters.label_of(e.registry)
                 built = next((x for x in schemes if x["name"] == e.registry), {})
                 item["learned"] = bool(built.get("params", 1))  # False: nothing random to seed
+                item["trained"] = trained_mod.trained_entry(e.registry) is not None
             bias_view.append(item)
         absolute, relative = default_pair()
         return {

@@ -88,10 +88,13 @@ def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
                         p["head_dim"] = "64"
                     shows = ("bias", "bucket") if e["kind"] == "bucketed" else (None,)
                     for show in shows:
-                        q = dict(p)
-                        if show:
-                            q["show"] = show
-                        reqs.append(("bias", q))
+                        for values in ("trained", "initial") if e.get("trained") else (None,):
+                            q = dict(p)
+                            if show:
+                                q["show"] = show
+                            if values:
+                                q["values"] = values
+                            reqs.append(("bias", q))
     # view 3 (the page's default pair)
     a, r = info["shift_defaults"]["absolute"], info["shift_defaults"]["relative"]
     if a and r:

@@ -13,6 +13,7 @@ from relpos import distance
 from relpos.explorer.adapters import bias_entries, option_specs, set_head_scalar
 from relpos.explorer.errors import ApiError
 from relpos.explorer.params import get_bool, get_choice, get_float, get_int, tolist
+from relpos.explorer import trained as trained_mod
 
 ROUTE = "bias"
 
@@ -80,6 +81,18 @@ def answer(ex, params: dict) -> dict:
         return _log2(ex, params, out, delta, offs, causal)
 
     n_heads, head, head_dim, seed, opts, changed = scheme_args(ex, entry, params)
+    trained = trained_mod.trained_entry(entry.registry)
+    values = get_choice(params, "values", "trained" if trained else "initial", ("trained", "initial"))
+    if values == "trained":
+        if trained is None:
+            raise ApiError(f"no trained values of {entry.key} ship with this build; choose values=initial",
+                           field="values", code="unavailable")
+        # the trained scheme's own sizes and options
+        n_heads, head_dim = int(trained["n_heads"]), int(trained["head_dim"])
+        head = min(head, n_heads - 1)
+        base = dict(opts)
+        base.update(trained.get("options") or {})
+        opts = list(base.items())
     overrides = {}
     for s in entry.scalars:
         v = get_float(params, "set." + s.name, None)
@@ -91,6 +104,9 @@ def answer(ex, params: dict) -> dict:
                             fields=changed + ["n_heads", "head_dim"], length_field="n",
                             shown_options={k[4:]: dict(opts)[k[4:]] for k in changed})
     enc = ex.encodings.get(entry.registry, tuple(opts), n_heads, head_dim, causal, seed, n)
+    if values == "trained":
+        enc = copy.deepcopy(enc)
+        trained_mod.load_into(enc, trained, entry.key)
     if overrides:
         enc = copy.deepcopy(enc)  # the cached module stays as built
         for s in entry.scalars:
@@ -131,7 +147,8 @@ def answer(ex, params: dict) -> dict:
     desc = enc.describe()
     out.update(n_heads=n_heads, head=head, head_dim=head_dim, seed=seed, curves=curves,
                options=dict(opts), overrides=overrides, relative=desc["relative"],
-               learned_params=desc["params"], paper=desc["paper"])
+               learned_params=desc["params"], paper=desc["paper"], values=values,
+               made_by=trained_mod.trained_values()["made_by"] if values == "trained" else None)
     # per-head numbers the page may set are also shown (ALiBi's slopes, KERPLE's r1 and r2)
     scalars = {}
     for s in entry.scalars:

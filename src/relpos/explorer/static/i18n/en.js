@@ -83,6 +83,8 @@ export default {
   'v2.title': 'Bias matrices',
   'v2.lead': 'Many relative schemes add a number b(i, j) to the attention logit: logit = q·k / √D + b(i, j). When b depends on d = j − i only, the matrix is constant along each diagonal. The heatmap: b for every query i and key j of one head. The curve: the same term against the offset d for all heads (the chosen head drawn bold). The schemes marked “typed text” add a term that depends on the tokens as well; for them the view reads a text you type.',
   'v2.scheme': 'Scheme', 'v2.n': 'Length N (tokens)', 'v2.causal': 'Causal (keys after the query are masked)',
+  'v2.values': 'Values', 'v2.values_trained': 'trained (relpos compare)', 'v2.values_initial': 'initial (random, seeded)',
+  'v2.made_by': 'Trained values: {how}',
   'v2.heads': 'Heads H', 'v2.head': 'Head shown', 'v2.head_dim': 'Head dimension D', 'v2.seed': 'Seed of the initial values',
   'v2.show': 'Show', 'v2.show_bias': 'bias value', 'v2.show_bucket': 'bucket id', 'v2.options': 'Scheme parameters',
   'v2.head_n': 'head {h}',

@@ -92,6 +92,8 @@ export default {
   'v2.title': '偏置矩阵',
   'v2.lead': '许多相对位置方案在注意力打分上加一个数 b(i, j)：logit = q·k / √D + b(i, j)。若 b 只依赖 d = j − i，矩阵沿每条对角线取值相同。热力图：某一个头对每个查询 i 和键 j 的 b；曲线：同一项随偏移 d 的变化，画出所有头（选中的头用粗线）。标有“输入文本”的方案所加的项还依赖词元本身；选择它们时，本视图读取你输入的文本。',
   'v2.scheme': '方案', 'v2.n': '序列长度 N（词元）', 'v2.causal': '因果（屏蔽查询之后的键）',
+  'v2.values': '数值', 'v2.values_trained': '训练后的值（relpos compare）', 'v2.values_initial': '初始值（带种子的随机值）',
+  'v2.made_by': '训练后的值：{how}',
   'v2.heads': '头数 H', 'v2.head': '显示的头', 'v2.head_dim': '每头维度 D', 'v2.seed': '初始值的随机种子',
   'v2.show': '显示', 'v2.show_bias': '偏置值', 'v2.show_bucket': '桶编号', 'v2.options': '方案参数',
   'v2.head_n': '第 {h} 个头',

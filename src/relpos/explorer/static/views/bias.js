@@ -48,6 +48,7 @@ export function create() {
     $('#v2-head-controls').hidden = !entry.per_head;
     $('#v2-headdim-wrap').hidden = !entry.head_dim;
     $('#v2-seed-wrap').hidden = !entry.learned && entry.kind !== 'content';  // nothing random to seed
+    $('#v2-values-wrap').hidden = !entry.trained;  // trained values ship only for some schemes
     $('#v2-show-wrap').hidden = entry.kind !== 'bucketed';
     // content-dependent schemes read a typed text instead of a length
     $('#v2-n-wrap').hidden = isContent();
@@ -95,6 +96,7 @@ export function create() {
       if (entry.head_dim) p.head_dim = headDim.value;
     }
     if (entry.kind === 'bucketed') p.show = show.value;
+    if (entry.trained) p.values = $('#v2-values').value;
     optList.querySelectorAll('[data-opt]').forEach((inp) => {
       const typ = inp.dataset.type;
       if (typ === 'bool') { if (String(inp.checked) !== inp.dataset.default) p['opt.' + inp.dataset.opt] = String(inp.checked); }
@@ -262,6 +264,7 @@ export function create() {
       const key = 'v2.values.' + sc.attribute;
       ps.append(el('p', { 'data-scalar': sc.attribute }, has(key) ? t(key, { v }) : t('v2.values.other', { name: sc.attribute, v })));
     }
+    if (data.values === 'trained') ps.append(el('p', { class: 'hint', id: 'v2-made-by' }, t('v2.made_by', { how: data.made_by || '' })));
     if (data.learned_params !== undefined) ps.append(el('p', { class: 'hint' }, data.learned_params > 0 ? t('v2.learned', { seed: data.seed, p: data.learned_params }) : t('v2.fixed')));
     if (data.paper) ps.append(el('p', { class: 'hint' }, t('v2.paper') + ': ', el('a', { href: data.paper, rel: 'noopener noreferrer', target: '_blank' }, data.paper)));
     // bucket table
@@ -312,7 +315,7 @@ export function create() {
     scheme.addEventListener('change', () => { buildOptions(); relabel(); load(); });
     heads.addEventListener('input', () => { fillHeads(); loadSoon(); });
     [nIn, headDim, seed, textIn].forEach((x) => x.addEventListener('input', loadSoon));
-    [causal, head, show].forEach((x) => x.addEventListener('change', load));
+    [causal, head, show, $('#v2-values')].forEach((x) => x.addEventListener('change', load));
     causal.addEventListener('change', () => { if (!causal.disabled) userCausal = causal.checked; });
     textIn.maxLength = state.info.limits.max_text_chars;
     if (SNAP) { textIn.readOnly = true; textIn.title = t('snapshot_readonly'); }
