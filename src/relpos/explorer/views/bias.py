@@ -147,7 +147,7 @@ def answer(ex, params: dict) -> dict:
     desc = enc.describe()
     out.update(n_heads=n_heads, head=head, head_dim=head_dim, seed=seed, curves=curves,
                options=dict(opts), overrides=overrides, relative=desc["relative"],
-               learned_params=desc["params"], paper=desc["paper"], values=values,
+               learned_params=desc["params"], paper=desc["paper"], values_from=values,
                made_by=trained_mod.trained_values()["made_by"] if values == "trained" else None)
     # per-head numbers the page may set are also shown (ALiBi's slopes, KERPLE's r1 and r2)
     scalars = {}

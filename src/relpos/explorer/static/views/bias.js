@@ -264,7 +264,7 @@ export function create() {
       const key = 'v2.values.' + sc.attribute;
       ps.append(el('p', { 'data-scalar': sc.attribute }, has(key) ? t(key, { v }) : t('v2.values.other', { name: sc.attribute, v })));
     }
-    if (data.values === 'trained') ps.append(el('p', { class: 'hint', id: 'v2-made-by' }, t('v2.made_by', { how: data.made_by || '' })));
+    if (data.values_from === 'trained') ps.append(el('p', { class: 'hint', id: 'v2-made-by' }, t('v2.made_by', { how: data.made_by || '' })));
     if (data.learned_params !== undefined) ps.append(el('p', { class: 'hint' }, data.learned_params > 0 ? t('v2.learned', { seed: data.seed, p: data.learned_params }) : t('v2.fixed')));
     if (data.paper) ps.append(el('p', { class: 'hint' }, t('v2.paper') + ': ', el('a', { href: data.paper, rel: 'noopener noreferrer', target: '_blank' }, data.paper)));
     // bucket table
