@@ -69,7 +69,11 @@ export function Heatmap(host, opts) {
         if (v === null || (data.masked && data.masked(i, j))) continue;
         const c = colourOf(v, sc);
         ctx.fillStyle = 0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2] > 140 ? '#111' : '#fff';
-        ctx.fillText(fmtNum(v, data.valueDigits || 2), ml + (j + 0.5) * cs2, mt + (i + 0.5) * cs2);
+        const txt = fmtNum(v, data.valueDigits || 2);
+        let size = Math.min(12, Math.floor(cs2 / 3.4));  // shrink until the number fits its cell
+        ctx.font = size + 'px ' + FONT;
+        while (size > 7 && ctx.measureText(txt).width > cs2 - 3) { size -= 1; ctx.font = size + 'px ' + FONT; }
+        ctx.fillText(txt, ml + (j + 0.5) * cs2, mt + (i + 0.5) * cs2);
       }
     }
     // ticks / labels
