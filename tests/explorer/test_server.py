@@ -321,3 +321,15 @@ def test_port_type_and_range():
         make_server(port="80")
     with pytest.raises(ValueError, match="port"):
         make_server(port=70000)
+
+
+def test_cli_host_and_port_errors_are_one_line(serve, capsys):
+    from relpos.cli import main
+
+    assert main(["explore", "--host", "no-such-host.invalid"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot resolve host" in err and "Traceback" not in err
+    srv = serve()
+    assert main(["explore", "--port", str(srv.server_address[1])]) == 2
+    err = capsys.readouterr().err
+    assert "already in use" in err and "Traceback" not in err
