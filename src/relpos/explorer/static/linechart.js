@@ -38,7 +38,7 @@ export function lineChart(host, cfg) {
   let xlo = Math.min(...xs.map(tx)), xhi = Math.max(...xs.map(tx));
   if (xhi === xlo) { xlo -= 1; xhi += 1; }
   const pad = (xhi - xlo) * 0.03; xlo -= pad; xhi += pad;
-  const yt = niceTicks(Math.min(...ys), Math.max(...ys), 5);
+  const yt = niceTicks(Math.min(...ys), Math.max(...ys), Math.max(5, Math.round((H - m.t - m.b) / 42)));  // a tick every ~40 px
   const X = (v) => m.l + (tx(v) - xlo) / (xhi - xlo) * (W - m.l - m.r);
   const Y = (v) => m.t + (1 - (v - yt.lo) / (yt.hi - yt.lo)) * (H - m.t - m.b);
   const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-label': cfg.aria || '' });
