@@ -97,6 +97,13 @@ def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
                             reqs.append(("bias", q))
     # view 3 (the page's default pair)
     a, r = info["shift_defaults"]["absolute"], info["shift_defaults"]["relative"]
+    # every other scheme against the default partner, at the page's starting shift
+    for sc in info["schemes"]:
+        if not sc.get("available") or sc["name"] in (a, r) or "relative" not in sc:
+            continue
+        pair = {"absolute": a, "relative": sc["name"]} if sc["relative"] else {"absolute": sc["name"], "relative": r}
+        for h in ("0", "1"):
+            reqs.append(("shift", dict(pair, n=str(SHIFT_N), c="5", seed="0", head=h)))
     if a and r:
         for c in SHIFT_CS:
             for h in ("0", "1"):
