@@ -111,3 +111,19 @@ def test_trained_values_are_the_default_when_shipped_and_initial_stays_available
     assert initial["values_from"] == "initial" and initial["matrix"] != out["matrix"]
     with pytest.raises(Exception, match="no trained values"):
         ex.get("bias", {"scheme": "alibi", "values": "trained"})
+
+
+def test_bundled_results_are_offered_after_the_users_own(monkeypatch, tmp_path):
+    import json as _json
+
+    from relpos.explorer import api as api_mod
+    from tests.explorer.conftest import make_results
+
+    data = make_results()
+    monkeypatch.setattr(api_mod, "bundled_results", lambda: ("documented (bundled)", data))
+    ex = Explorer()
+    assert ex.get("info", {})["results"] == [{"index": 0, "label": "documented (bundled)"}]
+    assert ex.get("results", {})["series"]
+    (tmp_path / "results.json").write_text(_json.dumps(data))
+    mine = Explorer(results=[tmp_path])
+    assert [r["label"] for r in mine.get("info", {})["results"]] == [tmp_path.name, "documented (bundled)"]

@@ -53,6 +53,27 @@ __all__ = ["ApiError", "Explorer", "Limits", "tokenize", "BIAS_VIEW_SCHEMES", "C
 BIAS_VIEW_SCHEMES: tuple[BiasEntry, ...] = bias_entries()
 
 
+#: Results that ship with the package (package data), offered in view 4 after the user's own.
+BUNDLED_RESULTS = ("explorer/static/results-full.json", "data/results-full.json")
+
+
+def bundled_results() -> tuple[str, dict] | None:
+    """``(label, results)`` of the documented full-preset results if the package ships them, else None."""
+    from importlib import resources
+
+    root = resources.files("relpos")
+    for rel in BUNDLED_RESULTS:
+        node = root
+        for part in rel.split("/"):
+            node = node.joinpath(part)
+        try:
+            if node.is_file():
+                return "relpos compare --preset full (documented, bundled)", parse_results(node.read_bytes(), rel)
+        except (OSError, FileNotFoundError):
+            continue
+    return None
+
+
 def _version() -> str:
     from relpos import __version__
 
@@ -93,6 +114,10 @@ class Explorer:
         self.results: list[tuple[str, dict]] = []
         for r in results:
             self.results.append((_label(r), load_results(r, max_depth=self.limits.max_json_depth)))
+        # documented results that ship with relpos are offered too, labelled as such (view 4 is never empty)
+        bundled = bundled_results()
+        if bundled is not None:
+            self.results.append(bundled)
         self.checkpoints: list[_Checkpoint] = []
         for c in checkpoints:
             from relpos import checkpoint as ckpt
