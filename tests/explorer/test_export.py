@@ -60,7 +60,11 @@ def test_i18n_tables_have_the_same_keys():
     # Chinese builds error sentences from codes (err.*); English shows the server's own message
     assert len(en) > 100 and all(k.startswith("err.") for k in zh - en), sorted(zh - en)
     assert not (en - zh), sorted(en - zh)
-    from relpos.explorer.export import DEFAULT_SENTENCE, DEFAULT_SENTENCE_ZH
+    from relpos.explorer.export import DEFAULT_COMPOSE, DEFAULT_COMPOSE_ZH, DEFAULT_SENTENCE, DEFAULT_SENTENCE_ZH
+
+    assert f"compose_sentence: '{DEFAULT_COMPOSE_ZH}'" in static_text("i18n/zh.js")
+    assert f"compose_sentence: '{DEFAULT_COMPOSE}'" in static_text("i18n/en.js")
+    assert f'value="{DEFAULT_COMPOSE}"' in static_text("index.html")
 
     assert f"default_sentence: '{DEFAULT_SENTENCE_ZH}'" in static_text("i18n/zh.js")
     assert f"default_sentence: '{DEFAULT_SENTENCE}'" in static_text("i18n/en.js")

@@ -32,6 +32,7 @@ DEFAULT_SENTENCE = "The cat sat on the warm mat"
 DEFAULT_SENTENCE_ZH = "猫坐在温暖的垫子上"
 #: The compose view's starting sentence (static/index.html, #v0-text).
 DEFAULT_COMPOSE = "The cat sat on the mat"
+DEFAULT_COMPOSE_ZH = "猫坐在垫子上"
 DEFAULT_CODE = "def add(a, b):\n    return a + b\n"
 DEFAULT_CLIP = 2
 BIAS_N = 32
@@ -60,8 +61,9 @@ def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
     for sc in info["compose_schemes"]:
         for head in ("0", "1"):
             for causal in ("true",) if sc["causal_only"] else ("false", "true"):
-                reqs.append(("compose", {"text": DEFAULT_COMPOSE, "scheme": sc["name"], "head": head,
-                                         "causal": causal, "seed": "0"}))
+                for text in (DEFAULT_COMPOSE, DEFAULT_COMPOSE_ZH):
+                    reqs.append(("compose", {"text": text, "scheme": sc["name"], "head": head,
+                                             "causal": causal, "seed": "0"}))
     # view 1
     for sentence in (DEFAULT_SENTENCE, DEFAULT_SENTENCE_ZH):
         n_tokens = len(ex.offsets({"text": sentence})["tokens"])

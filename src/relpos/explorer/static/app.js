@@ -24,12 +24,14 @@ function applyLang() {
     b.hidden = false;
   }
   // the example sentence follows the language, unless the user typed their own
-  const defaults = Object.values(I18N).map((d) => d.default_sentence);
-  for (const id of ['v1-text', 'v2-text']) {
-    const inp = $('#' + id);
-    if (inp && defaults.includes(inp.value) && inp.value !== t('default_sentence')) {
-      inp.value = t('default_sentence');
-      inp.dispatchEvent(new Event('input'));
+  for (const [key, ids] of [['default_sentence', ['v1-text', 'v2-text']], ['compose_sentence', ['v0-text']]]) {
+    const defaults = Object.values(I18N).map((d) => d[key]);
+    for (const id of ids) {
+      const inp = $('#' + id);
+      if (inp && defaults.includes(inp.value) && inp.value !== t(key)) {
+        inp.value = t(key);
+        inp.dispatchEvent(new Event('input'));
+      }
     }
   }
   for (const v of Object.values(VIEWS)) if (v.relabel) v.relabel();

@@ -1,6 +1,7 @@
 /* relpos explorer: English text (data only). Keys are looked up by i18n.js; a key missing
  * here is missing everywhere, so add every new key to this table first. */
 export default {
+  compose_sentence: 'The cat sat on the mat',
   default_sentence: 'The cat sat on the warm mat',
   skip: 'Skip to the content',
   title: 'relpos explorer',

@@ -1,5 +1,6 @@
 /* relpos explorer: Chinese text (data only); a missing key falls back to English. */
 export default {
+  compose_sentence: '猫坐在垫子上',
   default_sentence: '猫坐在温暖的垫子上',
   skip: '跳到正文',
   title: 'relpos 可视化探索',
