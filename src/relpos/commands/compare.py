@@ -10,6 +10,7 @@ command skips the runs that are already stored.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import sys
@@ -20,13 +21,16 @@ HELP = "train each position scheme at a short length, evaluate far past it, and 
 def _csv(kind):
     def parse(s: str):
         items = [x.strip() for x in s.split(",") if x.strip()]
-        if kind is int:
+        if kind in (int, float):
+            if [x.lower() for x in items] in (["none"], ["-"]):
+                return []
             out = []
             for x in items:
                 try:
-                    out.append(int(x))
+                    out.append(kind(x))
                 except ValueError:
-                    raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {x!r}") from None
+                    what = "integers" if kind is int else "numbers"
+                    raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {x!r}") from None
             return out
         return items
 
@@ -38,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--preset", default="default", help="default | ci | full (default: default)")
     g.add_argument("--schemes", type=_csv(str), help="comma-separated scheme names (see `relpos schemes`)")
     g.add_argument("--add-schemes", type=_csv(str), default=[], help="schemes added to the preset's list")
-    g.add_argument("--tasks", type=_csv(str), help="comma-separated: lm, copy, reverse, recall, parity")
+    g.add_argument("--tasks", type=_csv(str), help="comma-separated: lm, copy, copy-hints, copy-distinct, reverse, mqar, parity")
     g.add_argument("--seeds", type=_csv(int), help="comma-separated training seeds, e.g. 0,1,2")
     g.add_argument("--randomized", type=_csv(str),
                    help="schemes also trained with randomized positions (Ruoss et al. 2023); 'none' for none")
@@ -51,6 +55,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, help="training steps (every task)")
     g.add_argument("--batch-size", type=int, help="batch size (every task)")
     g.add_argument("--lr", type=float, help="peak learning rate (every task)")
+    g = p.add_argument_group("fit and fairness")
+    g.add_argument("--lr-grid", type=_csv(float),
+                   help="learning rates tried in order for algorithmic tasks; the first that fits is kept "
+                        "(the full preset: 3e-3,2e-3,1e-3); 'none' for only --lr")
+    g.add_argument("--fit-target", type=float, help="held-out exact match at L that counts as fitted (default 0.95)")
+    g.add_argument("--val-every", type=int, help="steps between in-distribution validations (default 100)")
+    g.add_argument("--no-early-stop", action="store_true",
+                   help="train every run for its full step budget (validation and the fit gate still apply)")
+    g.add_argument("--scheme-ranges", choices=("train_len", "paper"),
+                   help="train_len (default): T5 max_distance, Shaw k, FIRE init_L set from the training length; "
+                        "paper: the papers' defaults")
+    g.add_argument("--embed-scale", choices=("sqrt_d", "none"),
+                   help="token-embedding scale (default sqrt_d, fair to absolute position tables)")
     g = p.add_argument_group("lengths")
     g.add_argument("--train-len", type=int, help="language-modelling training length in bytes")
     g.add_argument("--eval-lengths", type=_csv(int),
@@ -123,6 +140,23 @@ def build_config(args: argparse.Namespace):
     if args.task_eval_lengths is not None:
         cfg.algorithmic["eval_lengths"] = list(args.task_eval_lengths)
         cfg.algorithmic.pop("eval_factors", None)
+    fit = {}
+    if args.lr_grid is not None:
+        fit["lr_grid"] = list(args.lr_grid)
+    if args.fit_target is not None:
+        fit["target"] = args.fit_target
+    if args.val_every is not None:
+        fit["val_every"] = args.val_every
+    if args.no_early_stop:
+        fit["early_stop"] = False
+    if fit:
+        from relpos.experiments.fitting import FitConfig
+
+        cfg.fit = FitConfig(**{**dataclasses.asdict(cfg.fit), **fit})
+    if args.scheme_ranges is not None:
+        cfg.scheme_ranges = args.scheme_ranges
+    if args.embed_scale is not None:
+        cfg.embed_scale = args.embed_scale
     cfg.workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if args.threads is not None:
         cfg.threads = args.threads

@@ -110,6 +110,17 @@ def _folder_meta(out: Path) -> tuple[str | None, dict | None]:
     return None, None
 
 
+def _owns(folder: Path) -> bool:
+    """Whether ``folder`` holds ``relpos compare`` output (its database or its config.json)."""
+    if (folder / "results.sqlite").is_file():
+        return True
+    try:
+        cj = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(cj, dict) and "fingerprint" in cj and "protocol" in cj
+
+
 def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = False,
                    log: Callable[[str], None] = lambda s: None) -> Store:
     """Create or reopen the output folder for ``cfg`` and return its bound store.
@@ -117,11 +128,14 @@ def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = 
     Raises:
         ConfigMismatchError: the folder holds results of another configuration
             (and ``force`` is False); nothing in it is changed.
-        ValueError: ``out_dir`` exists and is not a folder.
+        relpos.outdir.OutputDirError: ``out_dir`` is a file, a folder with other
+            content, or the current folder (nothing is written).
     """
+    from relpos.outdir import check_output_dir
+
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"output folder {out} exists and is not a folder")
+    # a new folder, an empty one, or one with compare's own earlier output -- never a foreign folder
+    check_output_dir(out, owns=_owns, what="compare results")
     fp = cfg.fingerprint()
     old, old_proto = _folder_meta(out) if out.exists() else (None, None)
     if old is not None and old != fp:
@@ -256,6 +270,10 @@ def compare(
     fp = cfg.fingerprint()
     out = Path(out_dir)
     store = prepare_output(cfg, out, force=force, log=log)
+    if cfg.preset == "ci":
+        from relpos.experiments.verdict import SMOKE_NOTE
+
+        log(SMOKE_NOTE)
     try:
         jobs = plan(cfg)
         done = store.done_jobs(fp)
@@ -267,8 +285,10 @@ def compare(
             runner = LocalRunner(cfg.workers, cfg.threads) if cfg.workers > 1 else SerialRunner(cfg.threads)
         workers = getattr(runner, "workers", 1)
         bar = _Progress(len(jobs), summary.skipped, workers, progress, log)
+        lease = store.keep_alive(fp).__enter__()  # job leases: concurrent compares on one folder share the work
         try:
-            for job, res, err in runner.run(pending, cfg.to_dict(), on_start=bar.start, on_progress=bar.step):
+            for job, res, err in runner.run(pending, cfg.to_dict(), on_start=bar.start, on_progress=bar.step,
+                                            claim=lambda j: store.claim(fp, j.key)):
                 if res is not None:
                     store.write_job(fp, res)
                     summary.finished += 1
@@ -284,6 +304,7 @@ def compare(
             log("interrupted: finished runs are saved; rerun the same command to resume")
         finally:
             bar.close()
+            lease.__exit__(None, None, None)
         results = build_results(store, cfg)
         write_json_atomic(out / "results.json", results)
         summary.results = results
@@ -294,6 +315,20 @@ def compare(
         return summary
     finally:
         store.close()
+
+
+def _refuse_to_shrink(path: Path, results: dict) -> None:
+    """Raise ValueError if ``path`` already holds more runs than ``results`` would write."""
+    try:
+        old = json.loads(path.read_text())
+        n_old = len(old.get("runs") or []) if isinstance(old, dict) else 0
+    except (OSError, ValueError):
+        return
+    if n_old > len(results["runs"]):
+        raise ValueError(
+            f"{path} holds {n_old} runs but the database holds only {len(results['runs'])}; refusing to "
+            f"overwrite it (is results.sqlite from another run?). Nothing was changed."
+        )
 
 
 def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = "") -> CompareSummary:
@@ -313,9 +348,10 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
     fp = saved.pop("fingerprint")
     saved.pop("protocol", None)
     cfg = ExperimentConfig.from_dict(saved)
-    with Store(db) as st:
+    with Store(db, create=False) as st:  # refuses an empty or foreign database, changes nothing in it
         results = results_dict(cfg.to_dict(), fp, st.runs(fp), st.jobs(fp), st.failures(fp))
         n = len(st.done_jobs(fp))
+    _refuse_to_shrink(out / "results.json", results)
     write_json_atomic(out / "results.json", results)
     summary = CompareSummary(out, fp, total=n, skipped=n, results=results, report_only=True)
     if plots and results["runs"]:
@@ -326,9 +362,13 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
 
 def summary_text(summary: CompareSummary) -> str:
     """Tables plus where the results are."""
+    from relpos.experiments.verdict import verdict_text
+
     lines = []
     if summary.results and summary.results["runs"]:
         lines.append(text_tables(summary.results))
+        lines.append(verdict_text(summary.results))
+        lines.append("")
     if summary.report_only:
         lines.append(f"{summary.total} training runs in {summary.out_dir}; rewrote results.json"
                      + (", the plots and report.md" if summary.plots else ""))
