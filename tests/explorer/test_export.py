@@ -60,6 +60,9 @@ def test_i18n_tables_have_the_same_keys():
     # Chinese builds error sentences from codes (err.*); English shows the server's own message
     assert len(en) > 100 and all(k.startswith("err.") for k in zh - en), sorted(zh - en)
     assert not (en - zh), sorted(en - zh)
+    # panels stack on a phone: no text may place them "left" and "right" (issue 14)
+    assert not re.search(r"\b(Left|Right):", static_text("i18n/en.js"))
+    assert not re.search(r"[左右]图", static_text("i18n/zh.js"))
     from relpos.explorer.export import DEFAULT_COMPOSE, DEFAULT_COMPOSE_ZH, DEFAULT_SENTENCE, DEFAULT_SENTENCE_ZH
 
     assert f"compose_sentence: '{DEFAULT_COMPOSE_ZH}'" in static_text("i18n/zh.js")
