@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
 
 from relpos.explorer import Explorer, export_html
 from relpos.explorer.bundle import bundle
-from relpos.explorer.export import render_html, snapshot
+from relpos.explorer.export import DEFAULT_CODE, DEFAULT_SENTENCE, render_html, snapshot, snapshot_key
 from relpos.explorer.server import STATIC_FILES, static_text
 
 
@@ -97,3 +98,86 @@ def test_export_writes_atomically_and_refuses_bad_paths(tmp_path):
         export_html(ex, tmp_path / "page.txt")
     with pytest.raises(FileNotFoundError):
         export_html(ex, tmp_path / "missing" / "page.html")
+
+
+# ------------------------------------------------ the export (moved from test_api.py)
+
+
+@pytest.fixture(scope="module")
+def ex(results_dir, checkpoint_dir):
+    return Explorer(results=[results_dir], checkpoints=[checkpoint_dir])
+
+
+
+def test_export_is_self_contained(ex, tmp_path):
+    out = export_html(ex, tmp_path / "explorer.html")
+    html = out.read_text(encoding="utf-8")
+    # no external resources: no src= or stylesheet links at all, only inline script/style
+    assert not re.search(r"<(script|img|iframe|link|source|video|audio)[^>]*\s(src|href)=[\"'](?!data:)", html, re.I)
+    assert "@import" not in html and "url(http" not in html
+    assert "connect-src 'none'" in html
+    snap = json.loads(re.search(r"window\.RELPOS_SNAPSHOT = (.*?);</script>", html, re.S).group(1))
+    assert snapshot_key("info", {}) in snap["responses"]
+    key = snapshot_key("offsets", {"text": DEFAULT_SENTENCE, "convention": "j-i", "clip": "2"})
+    assert snap["responses"][key]["data"]["clipped"][3] == [-2, -2, -1, 0, 1, 2, 2]
+    fox = snapshot_key("bias", {"scheme": "fox", "text": DEFAULT_SENTENCE, "causal": "true", "n_heads": "4",
+                                "head": "1", "seed": "0", "head_dim": "64"})
+    assert snap["responses"][fox]["data"]["tokens"] == DEFAULT_SENTENCE.split()
+    att = snapshot_key("attention", {"checkpoint": "0", "text": DEFAULT_CODE, "layer": "0"})
+    assert len(snap["responses"][att]["data"]["maps"]) == 2
+    assert out.stat().st_size < 8_000_000  # a grid of settings (issue 14): N = 16, 32, 64, compose, both languages
+    with pytest.raises(ValueError, match=".html"):
+        export_html(ex, tmp_path / "x.txt")
+
+
+def test_page_defaults_match_export():
+    html = static_text("index.html")
+    assert f'value="{DEFAULT_SENTENCE}"' in html
+    assert DEFAULT_CODE in html
+
+
+def test_snapshot_key_matches_javascript():
+    """app.js builds keys as route + JSON.stringify(sorted [name, String(value)] pairs)."""
+    js = static_text("api.js")
+    assert "route + '?' + JSON.stringify(entries)" in js
+    assert snapshot_key("bias", {"n": "3", "head": "0", "text": "猫 \"x\""}) == \
+        'bias?[["head","0"],["n","3"],["text","猫 \\"x\\""]]'
+
+
+def test_cli_export_and_errors(tmp_path, results_dir, capsys):
+    from relpos.cli import main
+
+    out = tmp_path / "page.html"
+    assert main(["explore", "--export", str(out), "--results", str(results_dir)]) == 0
+    assert out.exists() and "wrote" in capsys.readouterr().out
+    assert main(["explore", "--export", str(out), "--results", str(tmp_path / "missing")]) == 2
+    assert "no results.json" in capsys.readouterr().err
+    assert main(["explore", "--port", "70000"]) == 2
+
+
+def test_cli_serves_on_loopback_and_stops_on_ctrl_c():
+    """`relpos explore` prints its address, serves the page and the API, opens nothing, stops on Ctrl+C."""
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    env = dict(os.environ, BROWSER="false")  # a stray webbrowser.open would run `false`, not a browser
+    proc = subprocess.Popen([sys.executable, "-m", "relpos.cli", "explore"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert m, line + proc.stderr.read() if proc.poll() is not None else line
+        url = m.group(0)
+        with urllib.request.urlopen(url, timeout=10) as r:
+            assert b"relpos explorer" in r.read()
+        with urllib.request.urlopen(url + "api/offsets?text=a%20b", timeout=10) as r:
+            assert json.loads(r.read())["offsets"] == [[0, 1], [-1, 0]]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0 and "stopped" in out, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

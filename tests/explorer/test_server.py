@@ -17,7 +17,7 @@ import pytest
 
 from relpos.explorer import ApiError, Explorer, Limits
 from relpos.explorer import cache as cache_mod
-from relpos.explorer.server import BindError, make_server, serve_in_thread
+from relpos.explorer.server import BindError, make_server, serve_in_thread, static_text
 from tests.explorer.conftest import make_results
 
 
@@ -333,3 +333,104 @@ def test_cli_host_and_port_errors_are_one_line(serve, capsys):
     assert main(["explore", "--port", str(srv.server_address[1])]) == 2
     err = capsys.readouterr().err
     assert "already in use" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------- HTTP basics (moved from test_api.py)
+
+
+@pytest.fixture(scope="module")
+def ex(results_dir, checkpoint_dir):
+    return Explorer(results=[results_dir], checkpoints=[checkpoint_dir])
+
+
+@pytest.fixture(scope="module")
+def server(ex):
+    srv = make_server(ex)
+    serve_in_thread(srv)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _raw(server, method: str, path: str, *, body: bytes | None = None, headers: dict | None = None):
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        hdrs = {"Host": f"127.0.0.1:{port}"}
+        hdrs.update(headers or {})
+        if body is not None:
+            hdrs.setdefault("Content-Length", str(len(body)))
+        for k, v in hdrs.items():
+            conn.putheader(k, v)
+        conn.endheaders()
+        if body is not None:
+            conn.send(body)
+        r = conn.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
+    finally:
+        conn.close()
+
+
+
+def test_server_binds_loopback_on_a_free_port(server):
+    host, port = server.server_address[:2]
+    assert host == "127.0.0.1" and port > 0
+    assert server.url == f"http://127.0.0.1:{port}/"
+
+
+def test_static_files_and_headers(server):
+    for path, ctype in (("/", "text/html"), ("/app.js", "text/javascript"), ("/style.css", "text/css")):
+        status, headers, body = _raw(server, "GET", path)
+        assert status == 200 and headers["Content-Type"].startswith(ctype)
+        assert "default-src 'none'" in headers["Content-Security-Policy"]
+        assert headers["X-Content-Type-Options"] == "nosniff"
+    status, _, body = _raw(server, "GET", "/")
+    assert body.decode() == static_text("index.html")
+
+
+@pytest.mark.parametrize("path", [
+    "/../pyproject.toml", "/%2e%2e/%2e%2e/pyproject.toml", "/static/app.js", "/app.js/../../api.py",
+    "//etc/passwd", "/api.py", "/server.py", "/..%2fapi.py", "/index.html%00.js", "/static/../api.py",
+    "/api/../server.py", "/api/info/../../x",
+])
+def test_no_path_traversal(server, path):
+    status, headers, body = _raw(server, "GET", path)
+    assert status == 404, (path, status)
+    assert b"import" not in body and b"root:" not in body
+
+
+def test_api_over_http(server):
+    status, _, body = _raw(server, "GET", "/api/offsets?text=a%20b%20c&clip=1")
+    assert status == 200 and json.loads(body)["clipped"] == [[0, 1, 1], [-1, 0, 1], [-1, -1, 0]]
+    status, _, body = _raw(server, "GET", "/api/bias?n=100000")
+    err = json.loads(body)
+    assert status == 400 and err["code"] == "too_large" and err["limit"] == 256
+    status, _, body = _raw(server, "GET", "/api/offsets?text=a&text=b")
+    assert status == 400 and "twice" in json.loads(body)["error"]
+    status, _, _ = _raw(server, "GET", "/api/" + "x" * 30)
+    assert status == 404
+    status, _, body = _raw(server, "GET", "/api/offsets?text=" + "a" * 9000)
+    assert status == 414 and json.loads(body)["code"] == "too_large"
+
+
+def test_host_header_checked(server):
+    status, _, body = _raw(server, "GET", "/api/info", headers={"Host": "evil.example:80"})
+    assert status == 421 and json.loads(body)["code"] == "bad_host"
+    port = server.server_address[1]
+    status, _, _ = _raw(server, "GET", "/api/info", headers={"Host": f"localhost:{port}"})
+    assert status == 200
+
+
+def test_methods_and_upload_limits(server):
+    status, headers, _ = _raw(server, "PUT", "/api/info", body=b"")
+    assert status == 405
+    status, _, body = _raw(server, "POST", "/api/results?task=lm", body=json.dumps(make_results()).encode())
+    assert status == 200 and json.loads(body)["source"] == "upload"
+    big = server.explorer.limits.max_body_bytes + 1
+    status, _, body = _raw(server, "POST", "/api/results", body=b"", headers={"Content-Length": str(big)})
+    assert status == 413 and json.loads(body)["code"] == "too_large"
+    status, _, _ = _raw(server, "POST", "/api/info", body=b"{}")
+    assert status == 405
+    status, _, _ = _raw(server, "POST", "/", body=b"{}")
+    assert status == 405
