@@ -75,38 +75,3 @@ def test_parameter_panel_counts_like_the_article(view):
     assert "1,088" in page.text_content("#v0-params [data-role=table]")
     page.fill("#v0-p-k", "16")
     page.wait_for_function("() => document.querySelector('#v0-params [data-role=table]').textContent.includes('2,112')")
-
-
-def test_exported_page_offline_at_another_length_and_scheme_and_compose(browser, server, tmp_path):  # noqa: F811
-    """Issue 14: the export holds a grid (several N, every scheme), fades plots it has no data for,
-    and the compose view works from file:// with zero network requests."""
-    from relpos import distance
-    from relpos.explorer import export_html
-    from tests.explorer.test_browser import _open_context
-
-    lines = []
-    path = export_html(server.explorer, tmp_path / "explorer.html", progress=lambda d, t: lines.append((d, t)))
-    assert lines and lines[-1][0] == lines[-1][1]
-    ctx, page, watch = _open_context(browser)
-    try:
-        page.goto(path.as_uri() + "#bias")
-        page.wait_for_selector("body[data-ready=true]")
-        page.select_option("#v2-scheme", "alibi")
-        page.fill("#v2-n", "64")
-        page.wait_for_function("() => document.querySelector('#v2-hm-cap').textContent.includes('64')")
-        assert page.is_hidden("#v2-error")
-        assert not page.evaluate("() => document.querySelector('#view-bias .visual').classList.contains('stale')")
-        page.fill("#v2-n", "48")  # not in the snapshot: an error, and the old plot is faded, not left as current
-        page.wait_for_selector("#v2-error:not([hidden])")
-        assert page.evaluate("() => document.querySelector('#view-bias .visual').classList.contains('stale')")
-        page.click("#tab-compose")
-        page.wait_for_selector("#v0-walk [data-step=logit]")
-        page.select_option("#v0-scheme", "alibi")
-        page.wait_for_selector("#v0-walk [data-step=position_bias]")
-        slope = distance.alibi_slopes(2)[0].item()
-        text = page.text_content("#v0-walk [data-step=position_bias] .v")
-        assert num(text) == pytest.approx(-1 * slope, rel=1e-5)  # default cell (2, 1): d = -1
-        assert all(u.startswith("file:") or u.startswith("data:") for u in watch.requests), watch.requests
-    finally:
-        ctx.close()
-    watch.check()
