@@ -17,7 +17,7 @@ import torch
 
 import relpos
 from relpos import distance
-from relpos.explorer import Explorer, export_html
+from relpos.explorer import Explorer
 from relpos.explorer.server import make_server, serve_in_thread
 from tests.explorer.conftest import content_reference
 
