@@ -26,10 +26,11 @@ LIMITS = Limits(cache_bytes=32 * 1024 * 1024, attention_cache_bytes=16 * 1024 * 
 #: Allowed growth of the resident set: both cache budgets plus 200 MiB for allocator slack.
 GROWTH_BOUND = LIMITS.cache_bytes + LIMITS.attention_cache_bytes + 200 * 1024 * 1024
 
-ROUTES = ["info", "offsets", "bias", "shift", "results", "attention", "nope", "", "../x", "bias/1"]
+#: every route the API has (a new view is fuzzed without an edit here), and some it has not
+ROUTES = list(Explorer().routes) + ["nope", "", "../x", "bias/1"]
 COMMON = ["text", "n", "n_heads", "head", "head_dim", "seed", "causal", "scheme", "show", "convention", "clip",
           "c", "absolute", "relative", "source", "task", "metric", "checkpoint", "layer", "set.slope", "set.r1",
-          "set.r2"]
+          "set.r2", "values", "p.max_len", "p.d_model", "p.k", "p.head_dim", "p.n_heads", "p.buckets"]
 HOSTILE_VALUES = ["", "0", "-1", "1", "2", "7", "64", "256", "257", "4096", "-4096", "1e400", "nan", "inf", "-inf",
                   "9" * 50, "-" + "9" * 30, "0x10", " 3 ", "\uff13", "\x00", "a" * 1200, "\U0001f4a5" * 3, "true",
                   "false", "[1]", "{}", "1.5", "1e-300", "-0", "None", "null", "%", "猫 追 老 鼠", "'\"<>&"]
@@ -107,7 +108,7 @@ def test_fuzz_every_route_no_5xx_and_bounded_memory(results_dir, checkpoint_dir)
         info = json.loads(conn.getresponse().read())
         conn.close()
         # warm up what every run needs once (torch kernels, the cached info schemes), then measure
-        for route in ("offsets?text=a", "bias", "shift", "results", "attention?text=ab"):
+        for route in ("offsets?text=a", "compose?text=a%20b", "bias", "shift", "results", "attention?text=ab"):
             c = http.client.HTTPConnection(host, port, timeout=60)
             c.request("GET", "/api/" + route, headers={"Host": f"127.0.0.1:{port}"})
             c.getresponse().read()
