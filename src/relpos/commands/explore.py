@@ -48,7 +48,9 @@ def main(args: argparse.Namespace) -> int:
         _check_export_target(args.export)
     explorer = Explorer(results=args.results, checkpoints=args.checkpoint)
     if args.export:
-        path = export_html(explorer, args.export)
+        from relpos.explorer.export import print_progress
+
+        path = export_html(explorer, args.export, progress=print_progress)
         print(f"relpos explore: wrote {path} ({path.stat().st_size:,} bytes)")
         return 0
     try:
