@@ -55,9 +55,12 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
     train_info = {j["job"]: j["info"].get("train", {}) for j in (jobs or [])}
     out_runs = []
     for r in runs:
-        metrics, pos, fixed = [], [], []
+        metrics, pos, fixed, depth = [], [], [], []
         for m in r["measurements"]:
-            if m["protocol"] in ("window", "accuracy"):
+            if m["protocol"] == "accuracy" and m.get("bucket_start", -1) >= 0:  # passkey: one row per depth (%)
+                depth.append({"eval_len": m["eval_len"], "depth": m["bucket_start"], "accuracy": _clean(m["accuracy"]),
+                              "count": m["count"]})
+            elif m["protocol"] in ("window", "accuracy"):
                 metrics.append({
                     "eval_len": m["eval_len"],
                     "loss": _clean(m["loss"]),
@@ -88,6 +91,7 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
             "metrics": sorted(metrics, key=lambda m: m["eval_len"]),
             "position_loss": sorted(pos, key=lambda m: (m["eval_len"], m["bucket_start"])),
             "fixed_target": sorted(fixed, key=lambda m: m["context_len"]),
+            **({"depth_accuracy": sorted(depth, key=lambda m: (m["eval_len"], m["depth"]))} if depth else {}),
             "train": t,
             "span": (r.get("info") or {}).get("span"),
         })
