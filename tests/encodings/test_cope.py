@@ -31,7 +31,7 @@ def test_structure_and_flags():
     enc = relpos.make_encoding("cope", n_heads=4, head_dim=8)
     assert enc.pos_emb.shape == (1, 64, 8) and enc.num_params() == 64 * 8
     assert enc.pos_emb.abs().max() == 0  # zero-initialised, as in the paper
-    assert enc.causal_only and not enc.integer_positions and enc.score_needs_all_keys
+    assert enc.causal_only and not enc.integer_positions
     assert enc.acts_on == frozenset({"score"})
     per = relpos.make_encoding("cope", n_heads=4, head_dim=8, npos_max=10, per_head=True)
     assert per.pos_emb.shape == (4, 10, 8)

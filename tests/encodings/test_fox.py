@@ -32,7 +32,7 @@ def test_structure_and_flags():
     enc = relpos.make_encoding("fox", n_heads=4, head_dim=8)
     assert enc.gate_weight.shape == (4, 8) and enc.gate_bias.shape == (4,)
     assert enc.num_params() == 4 * 8 + 4
-    assert enc.causal_only and not enc.integer_positions and enc.score_needs_all_keys
+    assert enc.causal_only and not enc.integer_positions
     assert enc.acts_on == frozenset({"score"})
     assert (ForgettingGate(n_heads=2, head_dim=2, bias_init=3.0).gate_bias == 3.0).all()
 

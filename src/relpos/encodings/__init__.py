@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 
 from relpos.encodings.base import SITES, Dims, Encoding
 
@@ -70,13 +69,8 @@ def normalise_name(name: str, param: str = "scheme name") -> str:
 
 
 def scheme_names(*, available_only: bool = True) -> list[str]:
-    """Registered scheme names, in registry order (those whose module exists)."""
-    out = []
-    for n, spec in SCHEMES.items():
-        if available_only and importlib.util.find_spec(spec.module) is None:
-            continue
-        out.append(n)
-    return out
+    """Registered scheme names, in registry order (``available_only`` is kept for compatibility)."""
+    return list(SCHEMES)
 
 
 def get_scheme(name: str) -> tuple[type[Encoding], dict]:
@@ -89,11 +83,7 @@ def get_scheme(name: str) -> tuple[type[Encoding], dict]:
     if key not in SCHEMES:
         raise ValueError(f"unknown scheme {name!r}; known schemes: {', '.join(scheme_names())}")
     spec = SCHEMES[key]
-    try:
-        cls = spec.load()
-    except ModuleNotFoundError as e:  # pragma: no cover - only while a scheme is being written
-        raise ValueError(f"scheme {name!r} is not available in this build ({e})") from e
-    return cls, dict(spec.options)
+    return spec.load(), dict(spec.options)
 
 
 def make_encoding(
@@ -120,6 +110,4 @@ def make_encoding(
     """
     cls, preset = get_scheme(name)
     preset.update(options)
-    enc = cls.build(Dims(n_heads=n_heads, head_dim=head_dim, d_model=d_model, max_len=max_len, causal=causal), **preset)
-    enc.registry_name = normalise_name(name)
-    return enc
+    return cls.build(Dims(n_heads=n_heads, head_dim=head_dim, d_model=d_model, max_len=max_len, causal=causal), **preset)

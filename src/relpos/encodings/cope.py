@@ -32,7 +32,8 @@ and a real key, so they change nothing; only padding in the middle of a row
 (packed sequences) would.
 
 Cost: besides the content logits it needs a reverse cumulative sum over keys,
-so a pair's term depends on every key between them (``score_needs_all_keys``).
+so a pair's term depends on every key between them: an implementation may split
+queries into blocks but must give :meth:`CoPE.score` every key of a row.
 Gates, counts and interpolation are computed in float32 (float64 for float64
 inputs). Cached decoding is exact: pass the whole cache as keys.
 """
@@ -90,7 +91,6 @@ class CoPE(Encoding):
     acts_on = frozenset({"score"})
     causal_only = True
     integer_positions = False
-    score_needs_all_keys = True
     paper = "https://arxiv.org/abs/2405.18719"
 
     def __init__(

@@ -116,12 +116,38 @@ class FIRE(Encoding):
         return num / den
 
     def bias(self, qpos: Tensor, kpos: Tensor) -> Tensor:
-        """FIRE bias, float32 ``(B or 1, H, Nq, Nk)``."""
-        x = self.normalized_distance(qpos, kpos)[..., None]  # (B|1, Nq, Nk, 1)
+        """FIRE bias, float32 ``(B or 1, H, Nq, Nk)``, without forming the MLP's hidden layer per pair.
+
+        ``f(x) = W2 relu(W1 x + b1) + b2`` acts on a *scalar* ``x``, so it is an
+        exactly piecewise-linear function of ``x`` with at most ``W`` breakpoints
+        ``-b1/W1``: per head, ``f(x) = alpha[m] x + beta[m]`` on segment ``m``. The
+        per-segment slopes and intercepts are formed from the parameters (with
+        autograd), each pair looks up its segment (``bucketize``), and no ``W``-wide
+        hidden layer is formed per pair. Values and gradients equal the MLP's up to
+        float rounding (at an exact breakpoint the subgradient may differ).
+        """
         lin1, lin2 = self.mlp[0], self.mlp[2]
-        hdn = torch.relu(F.linear(x, lin1.weight.float(), lin1.bias.float()))  # (B|1, Nq, Nk, W)
-        out = F.linear(hdn, lin2.weight.float(), lin2.bias.float())  # (B|1, Nq, Nk, H)
-        return out.permute(0, 3, 1, 2)
+        a, c = lin1.weight[:, 0].float(), lin1.bias.float()  # (W,), (W,)
+        w2, b2 = lin2.weight.float(), lin2.bias.float()  # (H, W), (H,)
+        x = self.normalized_distance(qpos, kpos)  # (B|1, Nq, Nk) float32
+        with torch.no_grad():
+            nz = a != 0
+            z = torch.sort(-c[nz] / a[nz]).values  # breakpoints
+            if z.numel():
+                reps = torch.cat([z[:1] - 1, (z[:-1] + z[1:]) / 2, z[-1:] + 1])  # one point inside each segment
+            else:
+                reps = torch.zeros(1, device=a.device)
+            active = (a[None, :] * reps[:, None] + c[None, :] > 0).to(a.dtype)  # (K+1, W)
+        wa = w2[:, None, :] * active[None]  # (H, K+1, W)
+        alpha = wa @ a  # (H, K+1)
+        beta = b2[:, None] + wa @ c  # (H, K+1)
+        seg = torch.bucketize(x.detach(), z)  # (B|1, Nq, Nk) in [0, K]
+        B1, Nq, Nk = seg.shape
+        H, K1 = alpha.shape
+        idx = seg[:, None].expand(B1, H, Nq, Nk)
+        al = torch.gather(alpha.view(1, H, 1, K1).expand(B1, H, Nq, K1), -1, idx)  # (B|1, H, Nq, Nk)
+        be = torch.gather(beta.view(1, H, 1, K1).expand(B1, H, Nq, K1), -1, idx)
+        return al * x[:, None] + be
 
     def reference_bias(self, qpos: Tensor, kpos: Tensor) -> Tensor:
         """Row by row in float64, straight from the formula."""

@@ -32,7 +32,7 @@ False``): query ``i`` sits at key index ``#{t : kpos_t <= qpos_i} - 1`` (see
 Numerics: the gate logits, ``logsigmoid`` and the cumulative sum are computed in
 float32 (float64 for float64 inputs); the bias is the difference of two
 cumulative sums, exact up to float32 rounding of ``c``. A pair's term depends on
-every key between the two (``score_needs_all_keys``). Cached decoding is exact:
+every key between the two (implementations pass every key of a row). Cached decoding is exact:
 pass the whole cache as keys, the cumulative sum runs over it.
 """
 
@@ -71,7 +71,6 @@ class ForgettingGate(Encoding):
     acts_on = frozenset({"score"})
     causal_only = True
     integer_positions = False
-    score_needs_all_keys = True
     paper = "https://arxiv.org/abs/2503.02130"
 
     def __init__(self, n_heads: int = 8, head_dim: int = 64, *, init_std: float = 0.02,

@@ -163,6 +163,7 @@ class RoPE(Encoding):
     name = "rope"
     acts_on = frozenset({"qk"})
     relative = True
+    scalings = SCALINGS
     paper = "https://arxiv.org/abs/2104.09864"
 
     def __init__(

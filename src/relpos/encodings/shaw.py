@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from relpos.encodings.base import Encoding
+from relpos.encodings.base import ClippedTables, Encoding
 
 __all__ = ["Shaw"]
 
@@ -108,6 +108,19 @@ class Shaw(Encoding):
             self.register_parameter("value_table", None)
         # A per-instance site set: the value site only exists with a value table.
         self.acts_on = frozenset({"score", "value"}) if value else frozenset({"score"})
+
+    # ------------------------------------------------------------ capabilities
+
+    def clipped_tables(self) -> ClippedTables:
+        return ClippedTables(self.k, self.key_table, self.value_table)
+
+    def check_dims(self, head_dim: int, value_dim: int) -> None:
+        if head_dim != self.head_dim:
+            raise ValueError(f"q and k must have D = {self.head_dim} (the key table's width), got D = {head_dim}")
+        if self.value_table is not None and value_dim != self.head_dim:
+            raise ValueError(
+                f"v must have Dv = {self.head_dim} (the width of Shaw's value table), got Dv = {value_dim}"
+            )
 
     # ------------------------------------------------------------ helpers
 

@@ -45,6 +45,7 @@ class T5Bias(Encoding):
     name = "t5"
     acts_on = frozenset({"bias"})
     toeplitz = True
+    share_across_layers = True
     paper = "https://arxiv.org/abs/1910.10683"
 
     def __init__(
@@ -70,6 +71,10 @@ class T5Bias(Encoding):
         """Bucket ids of offsets ``delta = j - i``."""
         return t5_bucket(delta, bidirectional=self.bidirectional,
                          num_buckets=self.num_buckets, max_distance=self.max_distance)
+
+    def saturation_distance(self) -> int:
+        """Buckets saturate at ``max_distance``: every ``|d| >= max_distance`` (per side) shares one row."""
+        return self.max_distance
 
     def relative_bias(self, delta: Tensor) -> Tensor:
         b = self.buckets(delta)  # (*S)

@@ -56,7 +56,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from relpos.encodings.base import Encoding
+from relpos.encodings.base import Encoding, RelativeKeys
 
 __all__ = ["TransformerXL", "txl_sinusoid"]
 
@@ -147,6 +147,14 @@ class TransformerXL(Encoding):
                 f"Transformer-XL was built for (H, D) = ({self.n_heads}, {self.head_dim}), "
                 f"got q with H={q.shape[1]}, D={q.shape[-1]}"
             )
+
+    def relative_keys(self) -> RelativeKeys:
+        """``score = scale (u . k_j + (q_i + v) . W_R R_{i-j})``: relative keys ``W_R R_{-d}``."""
+        return RelativeKeys(self.u, self.v, lambda d: self.projected(-d))
+
+    def check_dims(self, head_dim: int, value_dim: int) -> None:
+        if head_dim != self.head_dim:
+            raise ValueError(f"q and k must have D = {self.head_dim} (Transformer-XL's head_dim), got D = {head_dim}")
 
     def projected(self, r: Tensor) -> Tensor:
         """``W_R R_r`` per head for distances ``r`` (shape ``(L,)``): float32 ``(H, L, D)``."""

@@ -62,6 +62,7 @@ class XPos(RoPE):
     name = "xpos"
     acts_on = frozenset({"qk"})
     relative = True
+    scalings = ()
     causal_only = True
     paper = "https://arxiv.org/abs/2212.10554"
 
