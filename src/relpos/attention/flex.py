@@ -186,10 +186,13 @@ def run(req: Request) -> Tensor:
     valid = row_has_key(req)  # (B, 1, Nq, 1) or None
     rowbad = None if valid is None else ~valid[:, 0, :, 0]  # rows without keys see all keys, then are zeroed
     bm = _block_mask(req, rowbad)
+    v = req.v
+    if not torch.is_grad_enabled():  # flex refuses CPU inputs that merely carry requires_grad
+        q, k, v = q.detach(), k.detach(), v.detach()
     fn = _flex_fn(q.device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
-        out = fn(q, k, req.v, score_mod=mod, block_mask=bm, scale=req.scale)
+        out = fn(q, k, v, score_mod=mod, block_mask=bm, scale=req.scale)
     if valid is not None:
         out = out * valid.to(out.dtype)
     return out
