@@ -116,35 +116,11 @@ def test_long_sequences_stay_finite_and_float32():
     assert torch.isfinite(out).all()
 
 
-def test_cached_decoding_rows_equal_full_pass():
+def test_low_precision_inputs_keep_float32_gates():
+    """(Decoding, padding and bfloat16 outputs: tests/encodings/test_content_dependent.py.)"""
     enc = _enc()
-    q, k, v = _qkv(B=2, Nq=15, Nk=15, seed=5)
-    full = relpos.attention(q, k, v, enc, causal=True)
-    for start in (1, 8, 14):
-        part = relpos.attention(q[:, :, start:], k, v, enc, causal=True, q_offset=start)
-        torch.testing.assert_close(part, full[:, :, start:], atol=1e-6, rtol=1e-5)
-
-
-def test_left_padding_changes_nothing_for_real_tokens():
-    enc = _enc()
-    q, k, v = _qkv(B=1, Nq=6, Nk=6, seed=8)
-    g = torch.Generator().manual_seed(9)
-    pad = [torch.randn(1, H, 3, D, generator=g) for _ in range(3)]
-    qp, kp, vp = (torch.cat([p_, t], dim=2) for p_, t in zip(pad, (q, k, v)))
-    kpm = torch.tensor([[False] * 3 + [True] * 6])
-    padded = relpos.attention(qp, kp, vp, enc, causal=True, key_padding_mask=kpm)
-    plain = relpos.attention(q, k, v, enc, causal=True)
-    torch.testing.assert_close(padded[:, :, 3:], plain, atol=1e-6, rtol=1e-5)
-
-
-def test_low_precision_inputs():
-    enc = _enc()
-    q, k, v = (t.detach().to(torch.bfloat16) for t in _qkv(seed=3))
+    _, k, _ = (t.detach().to(torch.bfloat16) for t in _qkv(seed=3))
     assert enc.log_forget_gates(k).dtype == torch.float32
-    out = relpos.attention(q, k, v, enc, causal=True)
-    ref = relpos.attention(q, k, v, enc, causal=True, impl="reference")
-    assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), ref.float(), atol=3e-2, rtol=3e-2)
 
 
 # ------------------------------------------------------------------ bad input
