@@ -15,7 +15,10 @@ import importlib
 
 from relpos.encodings.base import SITES, Dims, Encoding
 
-__all__ = ["SCHEMES", "SchemeSpec", "Dims", "Encoding", "make_encoding", "scheme_names", "get_scheme", "normalise_name", "SITES"]
+__all__ = [
+    "SCHEMES", "SchemeSpec", "Dims", "Encoding", "make_encoding", "scheme_names", "get_scheme", "normalise_name",
+    "register_scheme", "unregister_scheme", "scheme_family", "SITES",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +69,62 @@ def normalise_name(name: str, param: str = "scheme name") -> str:
     if not isinstance(name, str):
         raise TypeError(f"{param} must be a str (a name from relpos.SCHEMES), got {type(name).__name__}")
     return name.strip().lower().replace("_", "-")
+
+
+def register_scheme(name: str, cls: type[Encoding], *, options: dict | None = None, summary: str = "",
+                    replace: bool = False) -> SchemeSpec:
+    """Add a scheme defined outside relpos to the registry.
+
+    After this, ``make_encoding(name)``, the models, every attention implementation
+    and ``relpos schemes`` (in this process) know the scheme. The class must be
+    importable as ``cls.__module__.cls.__qualname__`` (a module-level class).
+
+    Args:
+        name: registry name (normalised: lower case, hyphens).
+        cls: an :class:`Encoding` subclass.
+        options: preset options the name implies (as ``"rope-yarn"`` implies ``scaling="yarn"``).
+        summary: one line for ``relpos schemes``.
+        replace: allow replacing an existing entry.
+
+    Raises:
+        TypeError: ``cls`` is not an Encoding subclass.
+        ValueError: the name is taken (and ``replace`` is False) or empty.
+    """
+    key = normalise_name(name, "name")
+    if not key:
+        raise ValueError("name must be a non-empty scheme name")
+    if not (isinstance(cls, type) and issubclass(cls, Encoding)):
+        raise TypeError(f"cls must be a subclass of relpos.Encoding, got {cls!r}")
+    if key in SCHEMES and not replace:
+        raise ValueError(f"scheme {key!r} is already registered; pass replace=True to replace it")
+    spec = SchemeSpec(cls.__module__, cls.__qualname__, dict(options or {}), summary)
+    SCHEMES[key] = spec
+    return spec
+
+
+def unregister_scheme(name: str) -> None:
+    """Remove a scheme added with :func:`register_scheme` (unknown names raise ValueError)."""
+    key = normalise_name(name, "name")
+    if key not in SCHEMES:
+        raise ValueError(f"unknown scheme {name!r}")
+    del SCHEMES[key]
+
+
+def scheme_family(name: str) -> str:
+    """The registry name of the option-free entry a preset name belongs to.
+
+    ``"rope-yarn"`` (RoPE with ``scaling="yarn"``) -> ``"rope"``; names without an
+    option-free sibling of the same class (``"kerple-log"``) map to themselves.
+    """
+    key = normalise_name(name)
+    if key not in SCHEMES:
+        raise ValueError(f"unknown scheme {name!r}; known schemes: {', '.join(scheme_names())}")
+    spec = SCHEMES[key]
+    if spec.options:
+        for other, o in SCHEMES.items():
+            if not o.options and (o.module, o.cls) == (spec.module, spec.cls):
+                return other
+    return key
 
 
 def scheme_names(*, available_only: bool = True) -> list[str]:
