@@ -139,11 +139,12 @@ def test_causal_only():
         ({"init_std": -1.0}, "init_std"),
         ({"init_std": float("nan")}, "init_std"),
         ({"bias_init": float("inf")}, "bias_init"),
-        ({"bias_init": True}, "bias_init"),
         ({"head_dim": 0}, "head_dim"),
     ],
 )
 def test_bad_options(opts, match):
+    with pytest.raises(TypeError, match="bias_init"):  # a wrong type is a TypeError (relpos.validation)
+        ForgettingGate(n_heads=2, head_dim=4, bias_init=True)
     with pytest.raises(ValueError, match=match):
         ForgettingGate(**{"n_heads": 2, "head_dim": 4, **opts})
     with pytest.raises(TypeError, match="accepted options"):

@@ -124,7 +124,8 @@ def test_rotary_qk_depends_only_on_offset(name, i, j, c, seed):
         kb = enc.rotate(k, torch.tensor([[b]]), is_query=False, seq_len=L)
         return float((qa * kb).sum())
 
-    assert score(i + c, j + c) == pytest.approx(score(i, j), rel=1e-6, abs=1e-6)
+    # rel 1e-5: the angles are float32; xPos scales can amplify their rounding (|i - j| ~ 1000)
+    assert score(i + c, j + c) == pytest.approx(score(i, j), rel=1e-5, abs=1e-6)
 
 
 def _alibi_paper_slopes(n: int) -> list[float]:

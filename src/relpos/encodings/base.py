@@ -44,10 +44,22 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
+from relpos.validation import MAX_POSITIONS, MAX_TABLE, check_bool, check_int
+
+#: The most entries one learned position table may hold (2**28: 1 GiB of float32).
+MAX_TABLE_ENTRIES = 1 << 28
+
 Site = Literal["embedding", "qk", "bias", "score", "value"]
 SITES: tuple[str, ...] = ("embedding", "qk", "bias", "score", "value")
 
-__all__ = ["Encoding", "Dims", "Site", "SITES", "ClippedTables", "RelativeKeys"]
+__all__ = ["Encoding", "Dims", "Site", "SITES", "ClippedTables", "RelativeKeys", "check_table_size", "MAX_TABLE_ENTRIES"]
+
+
+def check_table_size(what: str, *shape: int) -> None:
+    """Raise ``ValueError`` if a learned table of ``shape`` would exceed :data:`MAX_TABLE_ENTRIES`."""
+    n = math.prod(shape)
+    if n > MAX_TABLE_ENTRIES:
+        raise ValueError(f"{what} would hold {n} entries {tuple(shape)}; at most {MAX_TABLE_ENTRIES} are allowed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,14 +122,13 @@ class Dims:
     causal: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("n_heads", "head_dim", "max_len"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        check_int("n_heads", self.n_heads, 1, MAX_TABLE)
+        check_int("head_dim", self.head_dim, 1, MAX_TABLE)
+        check_int("max_len", self.max_len, 1, MAX_POSITIONS)
+        check_bool("causal", self.causal)
         if self.d_model is None:
             object.__setattr__(self, "d_model", self.n_heads * self.head_dim)
-        elif isinstance(self.d_model, bool) or not isinstance(self.d_model, int) or self.d_model < 1:
-            raise ValueError(f"d_model must be an int >= 1, got {self.d_model!r}")
+        check_int("d_model", self.d_model, 1, MAX_TABLE)
 
 
 class Encoding(nn.Module):
@@ -153,8 +164,7 @@ class Encoding(nn.Module):
 
     def __init__(self, n_heads: int = 1) -> None:
         super().__init__()
-        if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
-            raise ValueError(f"n_heads must be an int >= 1, got {n_heads!r}")
+        check_int("n_heads", n_heads, 1, MAX_TABLE)
         self.n_heads = n_heads
 
     # ----------------------------------------------------------------- building

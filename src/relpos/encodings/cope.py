@@ -45,7 +45,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from relpos.encodings.base import Encoding
+from relpos.encodings.base import Encoding, check_table_size
+from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
 __all__ = ["CoPE", "query_key_index"]
 
@@ -103,17 +104,11 @@ class CoPE(Encoding):
         init_std: float = 0.0,
     ) -> None:
         super().__init__(n_heads)
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-            raise ValueError(f"head_dim must be an int >= 1, got {head_dim!r}")
-        if isinstance(npos_max, bool) or not isinstance(npos_max, int):
-            raise TypeError(f"npos_max must be an int, got {type(npos_max).__name__}")
-        if npos_max < 2:
-            raise ValueError(f"npos_max must be >= 2, got {npos_max}")
-        if not isinstance(per_head, bool):
-            raise TypeError(f"per_head must be a bool, got {type(per_head).__name__}")
-        if not (isinstance(init_std, (int, float)) and not isinstance(init_std, bool)
-                and math.isfinite(init_std) and init_std >= 0):
-            raise ValueError(f"init_std must be a float >= 0, got {init_std!r}")
+        check_int("head_dim", head_dim, 1, MAX_TABLE)
+        check_int("npos_max", npos_max, 2, MAX_TABLE)
+        check_bool("per_head", per_head)
+        check_float("init_std", init_std, 0)
+        check_table_size("CoPE's table (heads, npos_max, head_dim)", n_heads if per_head else 1, npos_max, head_dim)
         self.head_dim = head_dim
         self.npos_max = npos_max
         self.per_head = per_head

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from relpos.encodings.base import Encoding
+from relpos.encodings.base import Encoding, check_table_size
+from relpos.validation import MAX_TABLE, check_bool, check_int
 
 __all__ = ["DynamicPositionBias"]
 
@@ -60,14 +61,11 @@ class DynamicPositionBias(Encoding):
     def __init__(self, n_heads: int = 8, *, hidden: int = 32, depth: int = 2, log_distance: bool = False,
                  norm: bool = False) -> None:
         super().__init__(n_heads)
-        for name, v in (("hidden", hidden), ("depth", depth)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-            if v < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
-        for name, v in (("log_distance", log_distance), ("norm", norm)):
-            if not isinstance(v, bool):
-                raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
+        check_int("hidden", hidden, 1, MAX_TABLE)
+        check_int("depth", depth, 1, MAX_TABLE)
+        check_bool("log_distance", log_distance)
+        check_bool("norm", norm)
+        check_table_size("DPB's hidden layers (depth, hidden, hidden)", depth, hidden, hidden)
         self.hidden = hidden
         self.depth = depth
         self.log_distance = log_distance

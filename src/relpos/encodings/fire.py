@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from relpos.encodings.base import Encoding
+from relpos.validation import MAX_TABLE, check_float, check_int
 
 __all__ = ["FIRE"]
 
@@ -79,13 +80,10 @@ class FIRE(Encoding):
         eps: float = 1e-6,
     ) -> None:
         super().__init__(n_heads)
-        if isinstance(mlp_width, bool) or not isinstance(mlp_width, int) or mlp_width < 1:
-            raise ValueError(f"mlp_width must be an int >= 1, got {mlp_width!r}")
-        for nm, v in (("init_c", init_c), ("init_L", init_L)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
-                raise ValueError(f"{nm} must be a finite number > 0, got {v!r}")
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 <= eps < 1):
-            raise ValueError(f"eps must be a number in [0, 1), got {eps!r}")
+        check_int("mlp_width", mlp_width, 1, MAX_TABLE)
+        check_float("init_c", init_c, 0, lo_open=True)
+        check_float("init_L", init_L, 0, lo_open=True)
+        check_float("eps", eps, 0, 1, hi_open=True)
         self.mlp_width = mlp_width
         self.init_L = float(init_L)
         self.eps = float(eps)

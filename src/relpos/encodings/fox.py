@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from relpos.encodings.base import Encoding
+from relpos.validation import MAX_TABLE, check_float, check_int
 from relpos.encodings.cope import query_key_index
 
 __all__ = ["ForgettingGate"]
@@ -76,12 +77,9 @@ class ForgettingGate(Encoding):
     def __init__(self, n_heads: int = 8, head_dim: int = 64, *, init_std: float = 0.02,
                  bias_init: float = 0.0) -> None:
         super().__init__(n_heads)
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-            raise ValueError(f"head_dim must be an int >= 1, got {head_dim!r}")
-        for name, v, lo in (("init_std", init_std, 0.0), ("bias_init", bias_init, None)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (lo is not None and v < lo):
-                rng = "a finite float >= 0" if lo is not None else "a finite float"
-                raise ValueError(f"{name} must be {rng}, got {v!r}")
+        check_int("head_dim", head_dim, 1, MAX_TABLE)
+        check_float("init_std", init_std, 0)
+        check_float("bias_init", bias_init)
         self.head_dim = head_dim
         self.gate_weight = nn.Parameter(torch.randn(n_heads, head_dim) * init_std)  # (H, D)
         self.gate_bias = nn.Parameter(torch.full((n_heads,), float(bias_init)))  # (H,)

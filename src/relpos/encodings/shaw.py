@@ -31,15 +31,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from relpos.encodings.base import ClippedTables, Encoding
+from relpos.encodings.base import ClippedTables, Encoding, check_table_size
+from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
 __all__ = ["Shaw"]
-
-
-def _check_bool(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
 
 
 class Shaw(Encoding):
@@ -86,16 +81,12 @@ class Shaw(Encoding):
         init_std: float = 0.02,
     ) -> None:
         super().__init__(n_heads)
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-            raise ValueError(f"head_dim must be an int >= 1, got {head_dim!r}")
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise TypeError(f"k (the Shaw clipping distance) must be an int >= 0, got {type(k).__name__}")
-        if k < 0:
-            raise ValueError(f"k (the Shaw clipping distance) must be an int >= 0, got {k}")
-        _check_bool("value", value)
-        _check_bool("per_head", per_head)
-        if isinstance(init_std, bool) or not isinstance(init_std, (int, float)) or not init_std >= 0:
-            raise ValueError(f"init_std must be a number >= 0, got {init_std!r}")
+        check_int("head_dim", head_dim, 1, MAX_TABLE)
+        check_int("k (the Shaw clipping distance)", k, 0, MAX_TABLE)
+        check_bool("value", value)
+        check_bool("per_head", per_head)
+        check_float("init_std", init_std, 0)
+        check_table_size("Shaw's table (heads, 2k + 1, head_dim)", n_heads if per_head else 1, 2 * k + 1, head_dim)
         self.head_dim = head_dim
         self.k = k
         self.use_value = value

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from relpos.distance import t5_bucket
 from relpos.encodings.base import Encoding
+from relpos.validation import check_bool, check_float
 
 
 class T5Bias(Encoding):
@@ -59,6 +60,10 @@ class T5Bias(Encoding):
         init_std: float = 0.02,
     ) -> None:
         super().__init__(n_heads)
+        check_bool("causal", causal)
+        if bidirectional is not None:
+            check_bool("bidirectional", bidirectional)
+        check_float("init_std", init_std, 0)
         self.bidirectional = (not causal) if bidirectional is None else bidirectional
         self.num_buckets = num_buckets
         self.max_distance = max_distance
