@@ -140,9 +140,9 @@ class CoPE(Encoding):
         cdt = torch.promote_types(q.dtype, torch.float32)
         p = self.positions(q, k, qpos, kpos, scale)  # (B, H, Nq, Nk)
         lo = p.detach().floor()
-        w = p - lo  # fraction, differentiable through p
-        lo_i = lo.long()
-        hi_i = p.detach().ceil().long()
+        w = p - lo  # fraction, differentiable through p (NaN if q or k holds NaN: it propagates)
+        lo_i = lo.nan_to_num(0.0).long()  # NaN positions index row 0; w keeps the result NaN
+        hi_i = p.detach().ceil().nan_to_num(0.0).long()
         logits_int = q.to(cdt) @ self.pos_emb.to(cdt).transpose(-1, -2)  # (B, H, Nq, npos_max)
         out = logits_int.gather(-1, hi_i) * w + logits_int.gather(-1, lo_i) * (1 - w)
         vis = self._visible(qpos, kpos, k.shape[2])
@@ -169,6 +169,9 @@ class CoPE(Encoding):
                     p = gates[:, j : last + 1].sum(-1).clamp(max=cap)  # (H,) = sum_{t=j..i} g_it
                     for h in range(H):
                         ph = p[h]
+                        if math.isnan(ph.item()):  # NaN in q or k: the term is NaN, as in every impl
+                            out[b, h, i, j] = math.nan
+                            continue
                         lo, hi = math.floor(ph.item()), math.ceil(ph.item())
                         frac = ph - lo
                         e = frac * emb[h, hi] + (1 - frac) * emb[h, lo]

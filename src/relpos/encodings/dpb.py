@@ -111,6 +111,6 @@ class DynamicPositionBias(Encoding):
                 mu = x.mean(-1, keepdim=True)
                 var = ((x - mu) ** 2).mean(-1, keepdim=True)
                 x = (x - mu) / torch.sqrt(var + ln.eps) * ln.weight.double() + ln.bias.double()
-            x = x * (1 / (1 + torch.exp(-x)))  # SiLU
+            x = x * torch.sigmoid(x)  # SiLU; sigmoid is finite for every x (1/(1+exp(-x)) overflows)
         y = x @ self.out.weight.double().t() + self.out.bias.double()  # (B|1, Nq, Nk, H)
         return y.permute(0, 3, 1, 2)  # (B|1, H, Nq, Nk)
