@@ -160,7 +160,7 @@ def test_subnormal_safe_exp():
 @pytest.mark.parametrize("name,engine", [
     ("nope", "sdpa"), ("rope", "sdpa"), ("alibi", "regions"), ("t5", "regions"), ("kerple-log", "regions"),
     ("sandwich", "regions"), ("dpb", "regions"), ("shaw", "clipped"), ("shaw-kv", "clipped"),
-    ("transformer-xl", "relkey"), ("fire", "blocks"), ("deberta", "blocks"), ("cope", "blocks"),
+    ("transformer-xl", "relkey"), ("fox", "keybias"), ("fire", "blocks"), ("deberta", "blocks"), ("cope", "blocks"),
 ])
 def test_engine_choice(name, engine):
     enc = build(name, n_heads=2, causal=True)
@@ -227,3 +227,12 @@ def test_saved_memory_is_linear_in_n(name):
     linear, quadratic = B * H * N * D, B * H * N * N  # quadratic = 64 x linear here
     assert _saved_elements(step("dense")) >= quadratic / 2  # the check can fail
     assert _saved_elements(step("chunked")) < 12 * linear
+
+
+@pytest.mark.parametrize("bias_init", [0.0, -3.0])
+def test_keybias_engine_with_strong_forgetting(bias_init):
+    """FoX's c_i - c_j as a per-key channel: exact against the reference, also when c grows large."""
+    enc = build("fox", n_heads=2, causal=True, bias_init=bias_init)
+    q, k, v = _inputs(1, 2, 64, 64, 8, seed=8)
+    assert chunked.engine_for(_req(enc, q, k, v)) == "keybias"
+    _check(enc, q, k, v, causal=True)

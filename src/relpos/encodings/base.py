@@ -239,6 +239,21 @@ class Encoding(nn.Module):
         """The scheme's relative keys if its score has that form (:class:`RelativeKeys`)."""
         return None
 
+    def key_bias(self, k: Tensor, kpos: Tensor) -> Tensor | None:
+        """A per-key term ``b (B, H, Nk)`` if the score is ``r_i + b_j`` on every causally visible pair.
+
+        ``r_i`` is any per-query term: softmax ignores it, so attention equals plain
+        attention with the logit bias ``b_j`` (FoX: ``c_i - c_j``). Valid for causal
+        attention over contiguous positions (query ``i`` is key ``i``). None (the
+        default) if the score has no such form.
+        """
+        return None
+
+    @classmethod
+    def implements(cls, capability: str) -> bool:
+        """Whether the class overrides the capability method ``capability`` (e.g. ``"key_bias"``)."""
+        return getattr(cls, capability) is not getattr(Encoding, capability)
+
     def check_causal(self, causal: bool) -> None:
         """Raise if the scheme cannot serve this attention direction."""
         if self.causal_only and not causal:

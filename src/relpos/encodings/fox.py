@@ -98,6 +98,13 @@ class ForgettingGate(Encoding):
         logit = torch.einsum("bhjd,hd->bhj", k.to(cdt), self.gate_weight.to(cdt)) + self.gate_bias.to(cdt)[:, None]
         return F.logsigmoid(logit)
 
+    def key_bias(self, k: Tensor, kpos: Tensor) -> Tensor:
+        """``-c_j``: the score ``c_i - c_j`` minus its per-query part ``c_i`` (softmax ignores it).
+
+        Returns ``(B, H, Nk)`` float32 (float64 for float64 keys).
+        """
+        return -self.log_forget_gates(k).cumsum(-1)
+
     def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
         B, H, Nq, _ = q.shape
         Nk = k.shape[2]

@@ -21,6 +21,8 @@ its name:
   (:meth:`~relpos.encodings.base.Encoding.clipped_tables`, Shaw);
 * :mod:`~relpos.attention.chunked.relkey` -- relative keys
   (:meth:`~relpos.encodings.base.Encoding.relative_keys`, Transformer-XL);
+* :mod:`~relpos.attention.chunked.keybias` -- a per-key score
+  (:meth:`~relpos.encodings.base.Encoding.key_bias`, FoX);
 * :mod:`~relpos.attention.chunked.blocks` -- everything else (always eligible).
 
 An engine module defines ``NAME``, ``DENSE_BELOW_PAIRS`` (the size below which
@@ -46,7 +48,7 @@ from types import ModuleType
 from torch import Tensor
 
 from relpos.attention import Request
-from relpos.attention.chunked import blocks, clipped, regions, relkey, sdpa
+from relpos.attention.chunked import blocks, clipped, keybias, regions, relkey, sdpa
 from relpos.attention.chunked.kernels import toeplitz_terms
 from relpos.attention.chunked.regions import saturation_distance
 from relpos.distance import offsets_range
@@ -70,7 +72,7 @@ HANKEL_BLOCK_BYTES = 2 * 2**20
 FORCE_ROWS: int | None = None
 
 #: The engines, in the order they are tried (the last one serves everything).
-ENGINES: tuple[ModuleType, ...] = (sdpa, regions, clipped, relkey, blocks)
+ENGINES: tuple[ModuleType, ...] = (sdpa, regions, clipped, relkey, keybias, blocks)
 
 #: Name of the engine the last call used (for tests, benchmarks and debugging).
 last_engine: str | None = None
