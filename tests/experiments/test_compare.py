@@ -171,7 +171,7 @@ def test_dry_run_lists_the_plan(capsys):
     assert main(["compare", "--preset", "full", "--dry-run"]) == 0
     out = capsys.readouterr().out
     cfg = preset("full").validate()
-    assert f"{len(plan(cfg))} training runs" in out and "recall/rope+rand/seed2" in out
+    assert f"{len(plan(cfg))} training runs" in out and "mqar/rope+rand/seed2" in out
 
 
 def test_learned_table_covers_the_longest_evaluation():

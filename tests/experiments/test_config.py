@@ -20,8 +20,10 @@ def test_presets_validate_and_cover_the_issue():
     algo = d.make_task(d.tasks[1])
     assert max(algo.eval_lengths) >= 3 * algo.train_len
     full = preset("full").validate()
-    assert set(full.tasks) == {"lm", "copy", "reverse", "recall", "parity"} and len(full.seeds) == 3
-    assert full.d_model * full.n_layers > d.d_model * d.n_layers and set(DEFAULT_SCHEMES) <= set(full.schemes)
+    assert set(full.tasks) == {"lm", "copy", "copy-hints", "copy-distinct", "reverse", "mqar", "parity"}
+    assert len(full.seeds) == 3 and full.fit.lr_grid
+    # the full preset is the default model with more tasks, seeds and a learning-rate grid
+    assert len(full.tasks) > len(d.tasks) and set(DEFAULT_SCHEMES) <= set(full.schemes)
     assert full.randomized
 
 

@@ -9,9 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from relpos.tasks import IGNORE, Copy, Parity, Recall, Reverse, greedy_decode, make_task
+from relpos.tasks import IGNORE, MQAR, Copy, CopyHints, Parity, Reverse, greedy_decode, make_task, validation_score
 
-ALGO = ["copy", "reverse", "recall", "parity"]
+#: tasks whose answer follows from the prompt alone (mqar's answer interleaves input queries: tested below)
+ALGO = ["copy", "copy-distinct", "copy-hints", "reverse", "parity"]
+
+
+def _n(task, sep: int) -> int:
+    """Problem length from the SEP index (prompts are BOS + per-item tokens + SEP)."""
+    return (sep - 1) // (task.prompt_len(1) - 2)
 
 
 def test_formats_by_hand():
@@ -22,11 +28,8 @@ def test_formats_by_hand():
     p = Parity(train_len=4)
     assert p.solve([p.BOS, 1, 0, 1, 1, p.SEP], 4) == [1]
     assert p.solve([p.BOS, 1, 0, 1, 0, p.SEP], 4) == [0]
-    r = Recall(train_len=2, eval_lengths=[2, 4], n_values=3)
-    assert r.n_keys == 4  # default: as many keys as the longest length
-    k0, k1, v0, v1 = 0, 3, r.n_keys + 2, r.n_keys + 0
-    assert r.solve([r.BOS, k0, v0, k1, v1, r.SEP, k1], 2) == [v1]
-    assert r.solve([r.BOS, k0, v0, k1, v1, r.SEP, k0], 2) == [v0]
+    h = CopyHints(train_len=2, eval_lengths=[2], alphabet=3, n_hints=4)
+    assert h.solve([h.BOS, 3, 1, 5, 0, h.SEP], 2) == [3, 1, 5, 0]
 
 
 @pytest.mark.parametrize("name", ALGO)
@@ -58,7 +61,7 @@ def test_training_batches(name):
         row, tgt = x[b].tolist(), y[b].tolist()
         assert row[0] == t.BOS
         sep = row.index(t.SEP)
-        n = sep - 1 if name != "recall" else (sep - 1) // 2
+        n = _n(t, sep)
         assert 1 <= n <= 6
         counted = [i for i, v in enumerate(tgt) if v != IGNORE]
         # loss only on the answer, and the answer is the correct one
@@ -71,29 +74,129 @@ def test_training_batches(name):
         assert all(v == t.PAD for v in row[len(seq) - 1 :])
 
 
-def test_recall_queries_are_farther_back_than_training():
-    L = 6
-    t = Recall(train_len=L, eval_lengths=[L, 2 * L, 3 * L], n_eval=50)
-    longest_train_distance = (2 * L + 2) - 1  # query token at 2n+2, first key at 1, n = L
-    for n in (2 * L, 3 * L):
-        P, _ = t.examples(n)
-        for p in P.tolist():
-            q = p[-1]
-            key_pos = p.index(q)  # keys are distinct, values are not keys
-            assert len(p) - 1 - key_pos > longest_train_distance
-    # at the training length the queries cover every pair
-    P, _ = t.examples(L)
-    assert len({p.index(p[-1]) for p in P.tolist()}) > L // 2
+def test_mqar_format_and_fixed_key_alphabet():
+    t = MQAR(train_len=4, eval_lengths=[4, 8], n_keys=16, n_values=5, n_eval=30)
+    assert t.n_keys == 16 and t.vocab_size == 16 + 5 + 3
+    # the key alphabet does not follow the evaluation lengths (the training task stays the same)
+    assert MQAR(train_len=4, eval_lengths=[4, 12], n_keys=16).options()["n_keys"] == 16
+    for n in (4, 8):
+        P, A = t.examples(n)
+        assert P.shape == (30, 2 * n + 2) and A.shape == (30, 2 * n)
+        for p, a in zip(P.tolist(), A.tolist()):
+            keys, vals = p[1 : 2 * n + 1 : 2], p[2 : 2 * n + 2 : 2]
+            assert len(set(keys)) == n and max(keys) < 16 and min(vals) >= 16
+            queries, answers = a[0::2], a[1::2]
+            assert sorted(queries) == sorted(keys)  # every key queried once
+            assert answers == [vals[keys.index(q)] for q in queries]
+            assert t.check(p, n, a)
+            bad = list(a)
+            bad[1] = 16 + (bad[1] - 16 + 1) % 5
+            assert not t.check(p, n, bad)
+    assert t.answer_mask(3) == [False, True] * 3
 
 
-def test_recall_keys_distinct_and_values_separate():
-    t = Recall(train_len=4, eval_lengths=[8])
+def test_mqar_trains_only_on_values():
+    t = MQAR(train_len=4, eval_lengths=[4], n_keys=16)
+    x, y = t.train_source(8, seed=0).batch(0)
+    for b in range(8):
+        row, tgt = x[b].tolist(), y[b].tolist()
+        sep = row.index(t.SEP)
+        counted = [i for i, v in enumerate(tgt) if v != IGNORE]
+        n = (sep - 1) // 2
+        # targets at the query tokens (predicting the value that follows each query)
+        assert counted == [sep + 1 + 2 * i for i in range(n)]
+        for i in counted:
+            assert row[i] < t.n_keys and tgt[i] >= t.n_keys
+
+
+def test_mqar_rejects_too_few_keys():
+    with pytest.raises(ValueError, match="n_keys"):
+        MQAR(train_len=4, eval_lengths=[16], n_keys=8)
+
+
+class _MQAROracle(nn.Module):
+    def __init__(self, task, wrong: bool = False):
+        super().__init__()
+        self.task, self.wrong = task, wrong
+        self.dummy = nn.Parameter(torch.zeros(()))
+
+    def forward(self, idx):
+        B, N = idx.shape
+        out = torch.zeros(B, N, self.task.vocab_size)
+        for b in range(B):
+            row = idx[b].tolist()
+            sep = row.index(self.task.SEP)
+            table = {row[i]: row[i + 1] for i in range(1, sep, 2)}
+            for t in range(sep + 1, N, 2):
+                if row[t] not in table:  # padding
+                    continue
+                v = table[row[t]]
+                out[b, t, (v + 1) if self.wrong and v + 1 < self.task.n_symbols else v] = 10.0
+        return out
+
+
+def test_mqar_is_scored_by_teacher_forcing():
+    t = MQAR(train_len=3, eval_lengths=[3, 6], n_keys=8, n_values=4, n_eval=10)
+    ms = t.evaluate(lambda n: _MQAROracle(t))
+    assert all(m.accuracy == 1.0 and m.token_accuracy == 1.0 for m in ms)
+    bad = t.evaluate(lambda n: _MQAROracle(t, wrong=True))
+    assert all(m.accuracy < 1.0 for m in bad)
+    x, y = t.validation_batch()
+    assert validation_score(_MQAROracle(t), x, y) == (1.0, 1.0)
+
+
+def test_copy_hints_tokens_and_sorted_hints():
+    t = CopyHints(train_len=4, eval_lengths=[4, 8], alphabet=5, n_hints=10, n_eval=20)
     P, A = t.examples(8)
     for p, a in zip(P.tolist(), A.tolist()):
-        keys = p[1:17:2]
-        vals = p[2:17:2]
-        assert len(set(keys)) == 8 and max(keys) < t.n_keys
-        assert min(vals) >= t.n_keys and a[0] in vals
+        hints, syms = p[1:17:2], p[2:17:2]
+        assert hints == sorted(hints) and len(set(hints)) == 8 and min(hints) >= 5 and max(hints) < 15
+        assert max(syms) < 5 and a == p[1:17]
+    with pytest.raises(ValueError, match="n_hints"):
+        CopyHints(train_len=4, eval_lengths=[12], n_hints=8)
+
+
+def test_copy_distinct_has_no_repeats():
+    t = make_task("copy-distinct", train_len=8, eval_lengths=[8, 32])
+    assert t.alphabet == 64 and t.distinct
+    for p in t.examples(32)[0].tolist():
+        assert len(set(p[1:33])) == 32
+
+
+def test_recall_is_an_alias_of_mqar():
+    assert isinstance(make_task("recall", train_len=4), MQAR)
+
+
+@pytest.mark.parametrize("name", ALGO + ["mqar"])
+def test_held_out_examples_never_train_and_drive_in_distribution_evaluation(name):
+    t = make_task(name, train_len=6, eval_lengths=[6, 12], holdout=0.2)
+    src = t.train_source(64, seed=0)
+    for step in range(3):
+        x, _ = src.batch(step)
+        for row in x.tolist():
+            n = _n(t, row.index(t.SEP))
+            assert not t.is_held_out(row[: t.prompt_len(n)])
+    P, _ = t.examples(6)  # in distribution: held-out examples only
+    assert all(t.is_held_out(p) for p in P.tolist())
+    x, y = t.validation_batch()
+    assert x.shape[0] == t.n_val
+    for i, row in enumerate(x.tolist()):
+        n = _n(t, row.index(t.SEP))
+        if i < t.n_val_at_l:
+            assert n == t.train_len  # the first half sits at L, where the fit gate applies
+        if t.n_symbols ** n >= 100:  # shorter lengths may have no held-out example at all
+            assert t.is_held_out(row[: t.prompt_len(n)])
+
+
+def test_parity_held_out_strings_exist_at_the_training_length():
+    t = Parity(train_len=12, eval_lengths=[12], holdout=0.1)
+    P, _ = t.examples(12)
+    assert len({tuple(p) for p in P.tolist()}) > 50  # many distinct unseen strings
+    seen = set()
+    src = t.train_source(256, seed=0)
+    for step in range(4):
+        seen |= {tuple(r[:14]) for r in src.batch(step)[0].tolist() if len(r) >= 14 and r[13] == t.SEP}
+    assert not seen & {tuple(p) for p in P.tolist()}
 
 
 @given(st.sampled_from(ALGO), st.integers(1, 12), st.integers(0, 2**31))
@@ -104,8 +207,6 @@ def test_checker_accepts_truth_rejects_corruption(name, n, seed):
     assert t.check(p, n, a)
     bad = list(a)
     bad[0] = (bad[0] + 1) % t.n_symbols
-    if name == "recall":
-        bad[0] = t.n_keys + (a[0] - t.n_keys + 1) % t.n_values
     assert not t.check(p, n, bad)
 
 
@@ -118,8 +219,6 @@ def test_bad_options():
         Copy(train_len=4, eval_lengths=[])
     with pytest.raises(ValueError, match="train_len"):
         Copy(train_len=0)
-    with pytest.raises(ValueError, match="n_keys"):
-        Recall(train_len=4, eval_lengths=[16], n_keys=8)
     with pytest.raises(TypeError):
         make_task("copy", bogus=1)
 
@@ -141,7 +240,7 @@ class Oracle(nn.Module):
         for b in range(B):
             row = idx[b].tolist()
             sep = row.index(self.task.SEP)
-            n = sep - 1 if self.task.name != "recall" else (sep - 1) // 2
+            n = _n(self.task, sep)
             P = self.task.prompt_len(n)
             ans = self.task.solve(row[:P], n)
             for t in range(P - 1, min(N, P - 1 + len(ans))):

@@ -40,7 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
     p.add_argument("--warmup", type=int, default=20, help="warm-up steps (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of init, data and dropout (default 0)")
-    p.add_argument("--out", default="runs/train", help="checkpoint directory (default runs/train)")
+    p.add_argument("--out", default="runs/train",
+                   help="checkpoint folder: new, empty, or holding an earlier relpos checkpoint (default runs/train)")
     p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every N steps too (default: end only)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--max-bytes", type=int, default=None, help="use only the first N bytes of the corpus")
@@ -52,6 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from relpos import distributed as D
+    from relpos.checkpoint import check_checkpoint_target
+    from relpos.commands._common import check_device
     from relpos.data import ByteLMSource, stdlib_corpus
     from relpos.model import ModelConfig
     from relpos.train import TrainConfig, evaluate_loss, train
@@ -63,6 +66,8 @@ def main(args: argparse.Namespace) -> int:
                        ("dropout", args.dropout)):
         if val is not None:
             overrides[field] = val
+    check_device(args.device)
+    check_checkpoint_target(args.out)  # a bad --out fails before anything is built or read
     mcfg = ModelConfig.preset(args.preset, **overrides)
     tcfg = TrainConfig(
         steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, accum_steps=args.accum_steps,

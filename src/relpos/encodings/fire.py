@@ -91,6 +91,12 @@ class FIRE(Encoding):
         self.l_raw = nn.Parameter(torch.tensor(0.0))
         self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, n_heads))
 
+    @classmethod
+    def options_for_length(cls, train_len: int) -> dict:
+        """Length-relative range (``relpos compare``'s rule): the learned threshold ``L`` starts at the
+        training length instead of the paper's 512."""
+        return {"init_L": float(max(int(train_len), 1))}
+
     @property
     def c(self) -> Tensor:
         """The log-transform scale ``c`` (> 0)."""

@@ -70,6 +70,12 @@ class Shaw(Encoding):
     integer_positions = True
     paper = "https://arxiv.org/abs/1803.02155"
 
+    @classmethod
+    def options_for_length(cls, train_len: int) -> dict:
+        """Length-relative range (``relpos compare``'s rule): ``k = train_len - 1``, so every training
+        offset has its own row and offsets past the training length share the edge row."""
+        return {"k": max(int(train_len) - 1, 1)}
+
     def __init__(
         self,
         n_heads: int = 8,

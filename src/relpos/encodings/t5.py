@@ -45,6 +45,7 @@ class T5Bias(Encoding):
 
     name = "t5"
     acts_on = frozenset({"bias"})
+    share_across_layers = True  # models build one table for all layers (as T5 does)
     toeplitz = True
     share_across_layers = True
     paper = "https://arxiv.org/abs/1910.10683"
@@ -71,6 +72,13 @@ class T5Bias(Encoding):
         t5_bucket(torch.zeros(1, dtype=torch.long), bidirectional=self.bidirectional,
                   num_buckets=num_buckets, max_distance=max_distance)
         self.table = nn.Parameter(torch.randn(num_buckets, n_heads) * init_std)  # (NB, H)
+
+    @classmethod
+    def options_for_length(cls, train_len: int) -> dict:
+        """Length-relative range (``relpos compare``'s rule): the far bucket starts at the training length,
+        so every bucket, the far one included, is trained. It never falls inside the exact range of the
+        default 32 buckets (distances below 16 get a bucket each anyway)."""
+        return {"max_distance": max(int(train_len), 17)}
 
     def buckets(self, delta: Tensor) -> Tensor:
         """Bucket ids of offsets ``delta = j - i``."""

@@ -256,6 +256,10 @@ def compare(
     fp = cfg.fingerprint()
     out = Path(out_dir)
     store = prepare_output(cfg, out, force=force, log=log)
+    if cfg.preset == "ci":
+        from relpos.experiments.verdict import SMOKE_NOTE
+
+        log(SMOKE_NOTE)
     try:
         jobs = plan(cfg)
         done = store.done_jobs(fp)
@@ -267,8 +271,10 @@ def compare(
             runner = LocalRunner(cfg.workers, cfg.threads) if cfg.workers > 1 else SerialRunner(cfg.threads)
         workers = getattr(runner, "workers", 1)
         bar = _Progress(len(jobs), summary.skipped, workers, progress, log)
+        lease = store.keep_alive(fp).__enter__()  # job leases: concurrent compares on one folder share the work
         try:
-            for job, res, err in runner.run(pending, cfg.to_dict(), on_start=bar.start, on_progress=bar.step):
+            for job, res, err in runner.run(pending, cfg.to_dict(), on_start=bar.start, on_progress=bar.step,
+                                            claim=lambda j: store.claim(fp, j.key)):
                 if res is not None:
                     store.write_job(fp, res)
                     summary.finished += 1
@@ -284,6 +290,7 @@ def compare(
             log("interrupted: finished runs are saved; rerun the same command to resume")
         finally:
             bar.close()
+            lease.__exit__(None, None, None)
         results = build_results(store, cfg)
         write_json_atomic(out / "results.json", results)
         summary.results = results
@@ -294,6 +301,20 @@ def compare(
         return summary
     finally:
         store.close()
+
+
+def _refuse_to_shrink(path: Path, results: dict) -> None:
+    """Raise ValueError if ``path`` already holds more runs than ``results`` would write."""
+    try:
+        old = json.loads(path.read_text())
+        n_old = len(old.get("runs") or []) if isinstance(old, dict) else 0
+    except (OSError, ValueError):
+        return
+    if n_old > len(results["runs"]):
+        raise ValueError(
+            f"{path} holds {n_old} runs but the database holds only {len(results['runs'])}; refusing to "
+            f"overwrite it (is results.sqlite from another run?). Nothing was changed."
+        )
 
 
 def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = "") -> CompareSummary:
@@ -313,9 +334,10 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
     fp = saved.pop("fingerprint")
     saved.pop("protocol", None)
     cfg = ExperimentConfig.from_dict(saved)
-    with Store(db) as st:
+    with Store(db, create=False) as st:  # refuses an empty or foreign database, changes nothing in it
         results = results_dict(cfg.to_dict(), fp, st.runs(fp), st.jobs(fp), st.failures(fp))
         n = len(st.done_jobs(fp))
+    _refuse_to_shrink(out / "results.json", results)
     write_json_atomic(out / "results.json", results)
     summary = CompareSummary(out, fp, total=n, skipped=n, results=results, report_only=True)
     if plots and results["runs"]:
@@ -326,9 +348,13 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
 
 def summary_text(summary: CompareSummary) -> str:
     """Tables plus where the results are."""
+    from relpos.experiments.verdict import verdict_text
+
     lines = []
     if summary.results and summary.results["runs"]:
         lines.append(text_tables(summary.results))
+        lines.append(verdict_text(summary.results))
+        lines.append("")
     if summary.report_only:
         lines.append(f"{summary.total} training runs in {summary.out_dir}; rewrote results.json"
                      + (", the plots and report.md" if summary.plots else ""))

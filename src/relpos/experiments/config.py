@@ -11,12 +11,22 @@ an error. Execution settings (workers, threads, runner) change neither.
 Presets:
 
 * ``default`` -- what ``relpos compare`` runs with no arguments: eleven schemes
-  on language modelling and string copying, one seed, a tiny model; under ten
-  minutes on a 2-core CPU.
-* ``ci`` -- the same schemes with fewer steps and shorter lengths; under two
-  minutes.
-* ``full`` -- every task, three seeds, a bigger model, more schemes and
-  randomized positions; the numbers in ``docs/results.md``.
+  on language modelling and string copying, one seed, a tiny model trained
+  until it fits (early stopping on held-out data); about ten minutes on a
+  2-core CPU.
+* ``ci`` -- a **smoke test**: the same schemes, few steps, short lengths; under
+  two minutes. Its numbers come from models that have not fitted and carry no
+  conclusion.
+* ``full`` -- every task, three seeds, a learning rate chosen per scheme from a
+  small grid, randomized positions; the numbers in ``docs/results.md``.
+
+Every preset is fair to every scheme in the same way: token embeddings are
+scaled by sqrt(d_model) (``embed_scale``), so absolute position tables of
+amplitude 1 do not swamp them; learned position ranges are set from the
+training length (``scheme_ranges="train_len"``: T5 ``max_distance``, Shaw ``k``,
+FIRE ``init_L`` equal the training sequence length, through each scheme's
+``options_for_length``); ``scheme_ranges="paper"`` keeps the papers' defaults.
+ALiBi keeps the paper's slopes, which depend on the head count only.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import json
 from typing import Any
 
 from relpos.encodings import normalise_name
+from relpos.experiments.fitting import FitConfig
 
 __all__ = [
     "ExperimentConfig",
@@ -40,7 +51,9 @@ __all__ = [
 ]
 
 #: Bumped whenever measurements change meaning (enters the fingerprint).
-PROTOCOL_VERSION = 1
+#: 2: early stopping and the fit gate, held-out examples, MQAR, copy variants,
+#: embedding scale, length-relative scheme ranges, sampled-position evaluation.
+PROTOCOL_VERSION = 2
 
 #: The schemes of the default preset (issue 4).
 DEFAULT_SCHEMES: tuple[str, ...] = (
@@ -68,7 +81,11 @@ ROPE_VARIANTS: dict[str, tuple[str, float | None]] = {
     "yarn": ("yarn", None),
 }
 
-ALGORITHMIC = ("copy", "reverse", "recall", "parity")
+#: Longest sequence (tokens) a sweep evaluates: beyond it the evaluation of even the small
+#: models outgrows a laptop's memory (a learned table row per position, (N, V) logits per row).
+MAX_EVAL_TOKENS = 1 << 15
+
+ALGORITHMIC = ("copy", "copy-hints", "copy-distinct", "reverse", "mqar", "parity")
 ALL_TASKS = ("lm",) + ALGORITHMIC
 
 
@@ -78,7 +95,7 @@ def _positive_int(name: str, v: Any) -> int:
     return v
 
 
-def _int_list(name: str, v: Any, *, lo: int = 1) -> list[int]:
+def _int_list(name: str, v: Any, *, lo: int = 1, what: str = "evaluation lengths must be above zero") -> list[int]:
     if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
         raise TypeError(f"{name} must be a list of ints, got {v!r}")
     out = []
@@ -86,7 +103,7 @@ def _int_list(name: str, v: Any, *, lo: int = 1) -> list[int]:
         if isinstance(x, bool) or not isinstance(x, int):
             raise TypeError(f"{name} must contain ints, got {x!r}")
         if x < lo:
-            raise ValueError(f"{name} must be >= {lo} (evaluation lengths must be above zero), got {x}")
+            raise ValueError(f"{name} must be >= {lo} ({what}), got {x}")
         out.append(x)
     if not out:
         raise ValueError(f"{name} must not be empty")
@@ -119,6 +136,13 @@ class ExperimentConfig:
             from ``[0, factor * longest evaluation sequence)`` (Ruoss et al. draw
             from a range at least as long as the longest test sequence).
         scheme_options: per-scheme encoding options, e.g. ``{"shaw": {"k": 16}}``.
+        fit: validation, early stopping, the fit gate and the learning-rate
+            grid (:class:`~relpos.experiments.fitting.FitConfig`).
+        embed_scale: token-embedding scale of every model (``"sqrt_d"`` or
+            ``"none"``; see :class:`relpos.model.ModelConfig`).
+        scheme_ranges: ``"train_len"`` sets each scheme's learned range from
+            the training length (its ``options_for_length``); ``"paper"``
+            keeps the paper defaults. Explicit ``scheme_options`` win.
         workers, threads: processes and threads per process (execution only).
     """
 
@@ -142,8 +166,17 @@ class ExperimentConfig:
     rope_variants: list[str] = dataclasses.field(default_factory=lambda: list(ROPE_VARIANTS))
     random_positions_factor: int = 1
     scheme_options: dict = dataclasses.field(default_factory=dict)
+    fit: FitConfig = dataclasses.field(default_factory=FitConfig)
+    embed_scale: str = "sqrt_d"
+    scheme_ranges: str = "train_len"
     workers: int = 2
     threads: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.fit, dict):
+            self.fit = FitConfig(**self.fit)
+        elif not isinstance(self.fit, FitConfig):
+            raise TypeError(f"fit must be a FitConfig or a dict of its fields, got {type(self.fit).__name__}")
 
     # ------------------------------------------------------------ validation
     def validate(self) -> "ExperimentConfig":
@@ -155,7 +188,7 @@ class ExperimentConfig:
             TypeError: a setting of the wrong type.
         """
         from relpos.encodings import SCHEMES, scheme_names
-        from relpos.tasks import TASKS
+        from relpos.tasks import ALIASES, TASKS
 
         available = scheme_names()
         if not self.schemes:
@@ -182,20 +215,23 @@ class ExperimentConfig:
             raise ValueError("tasks must not be empty")
         tasks = []
         for t in self.tasks:
-            k = t.strip().lower() if isinstance(t, str) else t
+            k = t.strip().lower().replace("_", "-") if isinstance(t, str) else t
+            k = ALIASES.get(k, k)
             if k not in TASKS:
                 raise ValueError(f"unknown task {t!r}; known tasks: {', '.join(TASKS)}")
             if k not in tasks:
                 tasks.append(k)
         self.tasks = tasks
-        self.seeds = sorted(set(_int_list("seeds", self.seeds, lo=0)))
+        self.seeds = sorted(set(_int_list("seeds", self.seeds, lo=0, what="training seeds are integers from 0 up")))
         for name in ("d_model", "n_layers", "n_heads", "steps", "batch_size", "workers", "threads",
                      "random_positions_factor"):
             _positive_int(name, getattr(self, name))
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        if (self.d_model // self.n_heads) % 2:
-            raise ValueError(f"head dim d_model/n_heads ({self.d_model // self.n_heads}) must be even (rotary schemes)")
+        if self.embed_scale not in ("sqrt_d", "none"):
+            raise ValueError(f"embed_scale must be 'sqrt_d' or 'none', got {self.embed_scale!r}")
+        if self.scheme_ranges not in ("train_len", "paper"):
+            raise ValueError(f"scheme_ranges must be 'train_len' or 'paper', got {self.scheme_ranges!r}")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
             raise ValueError(f"warmup must be an int >= 0, got {self.warmup!r}")
         for name in ("lr", "weight_decay"):
@@ -216,6 +252,15 @@ class ExperimentConfig:
                 raise ValueError(f"unknown RoPE variant {v!r}; known: {', '.join(ROPE_VARIANTS)}")
         from relpos.encodings import make_encoding
 
+        for s in dict.fromkeys(self.schemes + self.randomized):
+            if s in self.scheme_options:
+                continue
+            try:  # each scheme states what it needs (e.g. an even head dimension for rotary schemes)
+                make_encoding(s, n_heads=self.n_heads, head_dim=self.d_model // self.n_heads,
+                              d_model=self.d_model, max_len=8)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"scheme {s!r} cannot run with d_model={self.d_model}, n_heads={self.n_heads}: {e}") \
+                    from None
         for s, opts in self.scheme_options.items():
             if normalise_name(s) not in SCHEMES:
                 raise ValueError(f"unknown scheme {s!r} in scheme_options")
@@ -233,9 +278,16 @@ class ExperimentConfig:
                 _int_list("eval factors", sect["eval_factors"])
             if "eval_lengths" in sect and sect["eval_lengths"] is not None:
                 _int_list("evaluation lengths", sect["eval_lengths"])
-        # Building every task checks its own options (and catches typos in them).
-        for t in ALL_TASKS:
-            self.make_task(t)
+        # Building every selected task checks its own options (and catches typos in them).
+        for t in self.tasks:
+            task = self.make_task(t)
+            longest = task.max_seq_len()
+            if longest > MAX_EVAL_TOKENS:
+                raise ValueError(
+                    f"{t}: the longest evaluated sequence would be {longest} tokens; relpos compare accepts at most "
+                    f"{MAX_EVAL_TOKENS} (memory: learned tables, evaluation batches and attention maps grow with it). "
+                    "Choose smaller evaluation lengths (--eval-lengths / --task-eval-lengths)."
+                )
         return self
 
     # -------------------------------------------------------------- derived
@@ -263,7 +315,7 @@ class ExperimentConfig:
         extra = dict(self.task_options.get(task, {}))
         if task != "lm":
             # options meant for one algorithmic task only
-            for k in ("alphabet", "n_keys", "n_values"):
+            for k in ("alphabet", "n_keys", "n_values", "n_hints"):
                 sect.pop(k, None)
         sect.update(extra)
         return sect
@@ -273,16 +325,27 @@ class ExperimentConfig:
 
         return make_task(task, **self.task_kwargs(task))
 
+    def _task_options(self, task: str) -> dict:
+        """A task's options for the fingerprint; a task these settings cannot build (and that is
+        not selected, or validation would have failed) is recorded by its error."""
+        try:
+            return self.make_task(task).options()
+        except (TypeError, ValueError) as e:
+            return {"unavailable": str(e)}
+
     def protocol(self) -> dict:
         """The fingerprinted part: everything that changes what a run measures."""
         return {
             "protocol_version": PROTOCOL_VERSION,
             "model": {"d_model": self.d_model, "n_layers": self.n_layers, "n_heads": self.n_heads},
             "train": {t: self.train_settings(t) for t in ALL_TASKS},
-            "tasks": {t: self.make_task(t).options() for t in ALL_TASKS},
+            "tasks": {t: self._task_options(t) for t in ALL_TASKS},
             "rope_variants": sorted(self.rope_variants),
             "random_positions_factor": self.random_positions_factor,
             "scheme_options": {normalise_name(k): v for k, v in sorted(self.scheme_options.items())},
+            "fit": dataclasses.asdict(self.fit),
+            "embed_scale": self.embed_scale,
+            "scheme_ranges": self.scheme_ranges,
         }
 
     def fingerprint(self) -> str:
@@ -307,6 +370,12 @@ class ExperimentConfig:
         return ExperimentConfig.from_dict(d)
 
 
+#: Algorithmic problem lengths: L = 8 and 1x, 1.5x, 2x, 3x, 4x L.
+_ALGO = {"train_len": 8, "eval_lengths": [8, 12, 16, 24, 32], "n_eval": 128, "n_val": 256}
+#: The algorithmic recipe: batch 64, peak lr 3e-3, at most 4000 steps (early stopping ends most runs sooner).
+_ALGO_TRAIN = {"steps": 4000, "batch_size": 64, "lr": 3e-3, "warmup": 100}
+
+
 def _ci() -> ExperimentConfig:
     return ExperimentConfig(
         preset="ci",
@@ -318,10 +387,11 @@ def _ci() -> ExperimentConfig:
         batch_size=8,
         lr=3e-3,
         warmup=10,
-        task_train={"copy": {"steps": 200, "batch_size": 16, "lr": 5e-3}},
-        lm={"train_len": 32, "eval_factors": [1, 2, 4], "eval_tokens": 2048, "train_bytes": 1_000_000},
-        algorithmic={"train_len": 6, "eval_factors": [1, 2, 3], "n_eval": 32},
+        task_train={"copy": {"steps": 200, "batch_size": 16, "lr": 3e-3}},
+        lm={"train_len": 32, "eval_factors": [1, 2, 4], "eval_tokens": 2048, "train_bytes": 1_000_000, "n_val": 8},
+        algorithmic={"train_len": 6, "eval_factors": [1, 2, 3], "n_eval": 32, "n_val": 64},
         task_options={"copy": {"alphabet": 8}},
+        fit=FitConfig(val_every=50),
     )
 
 
@@ -332,39 +402,38 @@ def _default() -> ExperimentConfig:
         d_model=64,
         n_layers=2,
         n_heads=4,
-        steps=600,
+        steps=1500,
         batch_size=16,
         lr=3e-3,
-        warmup=30,
-        task_train={"copy": {"steps": 1200, "batch_size": 32, "lr": 5e-3, "warmup": 50}},
-        lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 8192},
-        algorithmic={"train_len": 8, "eval_lengths": [8, 10, 12, 16, 24, 32], "n_eval": 100},
+        warmup=50,
+        task_train={"copy": dict(_ALGO_TRAIN)},
+        lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
+        algorithmic=dict(_ALGO),
         task_options={"copy": {"alphabet": 8}},
+        fit=FitConfig(val_every=100),
     )
 
 
 def _full() -> ExperimentConfig:
+    algo = [t for t in ALGORITHMIC]
     return ExperimentConfig(
         preset="full",
-        tasks=list(ALL_TASKS),
+        tasks=["lm"] + algo,
         seeds=[0, 1, 2],
         randomized=["rope"],
         d_model=64,
-        n_layers=3,
+        n_layers=2,
         n_heads=4,
-        steps=800,
+        steps=2000,
         batch_size=16,
         lr=3e-3,
-        warmup=40,
-        task_train={
-            "copy": {"steps": 1200, "batch_size": 32, "lr": 5e-3, "warmup": 50},
-            "reverse": {"steps": 1200, "batch_size": 32, "lr": 5e-3, "warmup": 50},
-            "recall": {"steps": 1000, "batch_size": 32, "lr": 5e-3, "warmup": 50},
-            "parity": {"steps": 600, "batch_size": 32, "lr": 5e-3, "warmup": 50},
-        },
-        lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 16384, "blocks": 32},
-        algorithmic={"train_len": 8, "eval_lengths": [8, 10, 12, 16, 24, 32], "n_eval": 100},
-        task_options={"copy": {"alphabet": 8}, "reverse": {"alphabet": 8}, "recall": {"n_values": 8}},
+        warmup=50,
+        task_train={t: dict(_ALGO_TRAIN) for t in algo},
+        lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
+        algorithmic=dict(_ALGO),
+        task_options={"copy": {"alphabet": 8}, "reverse": {"alphabet": 8}, "copy-hints": {"alphabet": 8},
+                      "mqar": {"n_keys": 64, "n_values": 16}, "parity": {"train_len": 12}},
+        fit=FitConfig(val_every=100, lr_grid=[2e-3, 1e-3, 3e-3]),
     )
 
 

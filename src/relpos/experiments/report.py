@@ -12,9 +12,10 @@ import json
 import math
 import os
 import statistics
-import tempfile
 from collections import defaultdict
 from pathlib import Path
+
+from relpos.outdir import write_json_atomic  # re-exported: one atomic JSON writer (0644, cleans leftovers)
 
 __all__ = [
     "RESULTS_VERSION",
@@ -37,6 +38,8 @@ def label(scheme: str, variant: str | None) -> str:
         return scheme
     if variant == "randomized":
         return f"{scheme}+rand"
+    if variant == "randomized-sampled":
+        return f"{scheme}+rand-sampled"
     return f"{scheme}-{variant}"
 
 
@@ -72,6 +75,8 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
                               "count": m["count"]})
         t = dict(train_info.get(r["job"], {}))
         t.pop("model", None)
+        if isinstance(t.get("fit"), dict):
+            t["fit"] = {k: v for k, v in t["fit"].items() if k != "history"}
         out_runs.append({
             "scheme": r["scheme"],
             "variant": r["variant"],
@@ -84,6 +89,7 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
             "position_loss": sorted(pos, key=lambda m: (m["eval_len"], m["bucket_start"])),
             "fixed_target": sorted(fixed, key=lambda m: m["context_len"]),
             "train": t,
+            "span": (r.get("info") or {}).get("span"),
         })
     return {
         "version": RESULTS_VERSION,
@@ -92,24 +98,6 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
         "runs": out_runs,
         "failures": failures or [],
     }
-
-
-def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    """Write JSON to a temporary file in the same folder, then rename it into place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, allow_nan=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 # ------------------------------------------------------------- aggregation
@@ -157,7 +145,7 @@ def _order(labels, results: dict) -> list[str]:
 
 
 def _tasks(results: dict) -> list[str]:
-    order = ["lm", "copy", "reverse", "recall", "parity"]
+    order = ["lm", "copy", "copy-hints", "copy-distinct", "reverse", "mqar", "recall", "parity"]
     present = {r["task"] for r in results["runs"]}
     return [t for t in order if t in present] + sorted(present - set(order))
 
@@ -178,8 +166,20 @@ def _fmt(mean: float, std: float, n: int, digits: int) -> str:
     return s
 
 
+def _fit_cell(results: dict, task: str, lab: str) -> str:
+    """In-distribution score beside a row: fitted seeds / seeds and the mean fit score."""
+    fits = [(r.get("train") or {}).get("fit") for r in results["runs"] if r["task"] == task and r["label"] == lab]
+    fits = [f for f in fits if f]
+    if not fits:
+        return "-"
+    ok = sum(1 for f in fits if f.get("fitted"))
+    scores = [f["score"] for f in fits if isinstance(f.get("score"), (int, float))]
+    sc = f" ({statistics.fmean(scores):.{3 if task == 'lm' else 2}f})" if scores else ""
+    return f"{ok}/{len(fits)}{sc}" + ("" if ok else " not fitted")
+
+
 def _table_rows(results: dict, task: str):
-    """(title, header, rows) tables for a task."""
+    """(title, header, rows) tables for a task; each row carries its fit column."""
     tl = _train_len(results, task)
     tables = []
     if task == "lm":
@@ -191,9 +191,9 @@ def _table_rows(results: dict, task: str):
         ):
             agg = aggregate(results, task, field, section, xname)
             xs = sorted({x for d in agg.values() for x in d})
-            rows = [[lab] + [_fmt(*agg[lab].get(x, (math.nan, 0, 0)), 3) for x in xs]
+            rows = [[lab, _fit_cell(results, task, lab)] + [_fmt(*agg[lab].get(x, (math.nan, 0, 0)), 3) for x in xs]
                     for lab in _order(agg, results)]
-            tables.append((title, ["scheme"] + [str(x) for x in xs], rows))
+            tables.append((title, ["scheme", "fitted"] + [f"{x}{'*' if tl and x > tl else ''}" for x in xs], rows))
     else:
         redundant = all(m.get("token_accuracy") == m.get("accuracy") for r in results["runs"] if r["task"] == task
                         for m in r["metrics"])  # single-token answers: per-token = exact match
@@ -202,10 +202,10 @@ def _table_rows(results: dict, task: str):
         for field, what in fields:
             agg = aggregate(results, task, field)
             xs = sorted({x for d in agg.values() for x in d})
-            rows = [[lab] + [_fmt(*agg[lab].get(x, (math.nan, 0, 0)), 2) for x in xs]
+            rows = [[lab, _fit_cell(results, task, lab)] + [_fmt(*agg[lab].get(x, (math.nan, 0, 0)), 2) for x in xs]
                     for lab in _order(agg, results)]
-            tables.append((f"{task}: {what} by length (trained on lengths <= {tl}; greedy decoding)",
-                           ["scheme"] + [f"{x}{'*' if tl and x > tl else ''}" for x in xs], rows))
+            tables.append((f"{task}: {what} by length (trained on lengths <= {tl})",
+                           ["scheme", "fitted"] + [f"{x}{'*' if tl and x > tl else ''}" for x in xs], rows))
     return tables
 
 
@@ -216,9 +216,9 @@ def text_tables(results: dict) -> str:
         for title, header, rows in _table_rows(results, task):
             widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
             out.append(title)
-            out.append("  ".join(h.ljust(widths[0]) if i == 0 else h.rjust(widths[i]) for i, h in enumerate(header)))
+            out.append("  ".join(h.ljust(widths[i]) if i < 2 else h.rjust(widths[i]) for i, h in enumerate(header)))
             for r in rows:
-                out.append("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
+                out.append("  ".join(c.ljust(widths[i]) if i < 2 else c.rjust(widths[i]) for i, c in enumerate(r)))
             out.append("")
     return "\n".join(out)
 
@@ -228,7 +228,7 @@ def markdown_tables(results: dict, task: str) -> str:
     for title, header, rows in _table_rows(results, task):
         out.append(f"**{title}**\n")
         out.append("| " + " | ".join(header) + " |")
-        out.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+        out.append("|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|")
         for r in rows:
             out.append("| " + " | ".join(r) + " |")
         out.append("")
@@ -393,6 +393,15 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
 # ------------------------------------------------------------------ report
 
 
+def _fit_rule(cfg: dict) -> str:
+    from relpos.experiments.fitting import FitConfig
+
+    fit = FitConfig(**(cfg.get("fit") or {}))
+    grid = f"; learning rate chosen from {fit.lr_grid} (first that fits)" if fit.lr_grid else ""
+    return (f"algorithmic runs fitted when held-out exact match at L >= {fit.target} ({fit.criterion('algorithmic')}); "
+            f"LM runs fitted when the {fit.criterion('lm')}{grid}")
+
+
 def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *, command: str = "",
                  wall_seconds: float | None = None) -> Path:
     """``report.md``: configuration, tables, links to the plots, failures."""
@@ -401,7 +410,10 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
     runs = results["runs"]
     train_s = sum((r.get("train") or {}).get("seconds") or 0 for r in runs if not r["variant"]
                   or r["variant"] == "randomized")
+    from relpos.experiments.verdict import verdict_markdown
+
     lines = [f"# relpos compare: preset `{cfg.get('preset', '?')}`", ""]
+    lines += [verdict_markdown(results), "## Setup", ""]
     if command:
         lines += ["Command:", "", f"    {command}", ""]
     lines += [
@@ -417,9 +429,15 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
         f"- total training time {train_s / 60:.1f} min (summed over runs)"
         + (f"; wall time of the last invocation {wall_seconds / 60:.1f} min" if wall_seconds else ""),
         "",
+        f"- fit gate: {_fit_rule(cfg)}; token embeddings scaled by "
+        f"{'sqrt(d_model)' if cfg.get('embed_scale') == 'sqrt_d' else '1'}; scheme ranges: "
+        f"{'set from the training length (T5 max_distance, Shaw k, FIRE init_L)' if cfg.get('scheme_ranges') == 'train_len' else 'paper defaults'}",
+        "",
         "Labels: `rope-pi`, `rope-ntk`, `rope-dynamic`, `rope-yarn` are the trained `rope` model evaluated with "
-        "that scaling (no retraining); `X+rand` was trained with randomized positions. Lengths marked `*` are "
-        "longer than anything seen in training. `±` is the standard deviation over seeds.",
+        "that scaling (no retraining); `X+rand` was trained with randomized positions and is evaluated at positions "
+        "0..N-1, `X+rand-sampled` at sampled positions (mean of several draws). Lengths marked `*` are "
+        "longer than anything seen in training. `±` is the standard deviation over seeds. The `fitted` column gives "
+        "fitted seeds / seeds and the mean in-distribution score (exact match at L, or LM validation loss).",
         "",
     ]
     plot_for = {

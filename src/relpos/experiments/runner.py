@@ -1,7 +1,8 @@
-"""Running the jobs of a sweep: one job = train one model, evaluate it (and its variants).
+"""Running the jobs of a sweep on an executor.
 
-:func:`run_job` is the unit of work. It is a plain top-level function of
-JSON-able arguments returning a JSON-able dict, so any executor can run it:
+:func:`relpos.experiments.job.run_job` is the unit of work (train one model
+until it fits, evaluate it and its variants). It is a plain top-level function
+of JSON-able arguments returning a JSON-able dict, so any executor can run it:
 
 * :class:`SerialRunner` -- in this process (tests, debugging).
 * :class:`LocalRunner` -- the built-in default: a pool of worker processes, one
@@ -23,7 +24,6 @@ the progress bar shows.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -33,8 +33,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Iterator
 
 __all__ = [
     "Job",
@@ -48,196 +47,24 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, order=True)
-class Job:
-    """One training run: a scheme on a task with a seed (optionally randomized positions)."""
-
-    task: str
-    scheme: str
-    seed: int
-    randomized: bool = False
-
-    @property
-    def key(self) -> str:
-        return f"{self.task}/{self.scheme}{'+rand' if self.randomized else ''}/seed{self.seed}"
-
-    def to_dict(self) -> dict:
-        return {"task": self.task, "scheme": self.scheme, "seed": self.seed, "randomized": self.randomized}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Job":
-        return cls(d["task"], d["scheme"], int(d["seed"]), bool(d.get("randomized", False)))
-
-
-# ------------------------------------------------------------------ the work
-
-
-def model_config_for(job: Job, cfg, task):
-    """The :class:`relpos.model.ModelConfig` of a job.
-
-    Learned absolute tables are sized for the longest evaluation sequence (rows
-    past the training length stay untrained: that is the honest result).
-    """
-    from relpos.model import ModelConfig
-
-    longest = task.max_seq_len()
-    R = None
-    if job.randomized:
-        R = max(cfg.random_positions_factor * longest, task.train_seq_len())
-    return ModelConfig(
-        vocab_size=task.vocab_size,
-        d_model=cfg.d_model,
-        n_layers=cfg.n_layers,
-        n_heads=cfg.n_heads,
-        max_len=max(longest + 1, R or 0),  # +1: generate() counts the last sampled token
-        scheme=job.scheme,
-        scheme_options=dict(cfg.scheme_options.get(job.scheme, {})),
-        random_positions=R,
-    )
-
-
-def train_config_for(job: Job, cfg, task, **extra):
-    from relpos.train import TrainConfig
-
-    s = cfg.train_settings(job.task)
-    return TrainConfig(
-        steps=s["steps"],
-        batch_size=s["batch_size"],
-        seq_len=task.train_seq_len(),
-        lr=s["lr"],
-        warmup=s["warmup"],
-        weight_decay=s["weight_decay"],
-        seed=job.seed,
-        progress=False,
-        **extra,
-    )
-
-
-def rope_variant_model_for(model, train_seq_len: int, scaling: str, fixed_factor: float | None):
-    """``model_for(seq_len)`` giving copies of ``model`` with every RoPE module rescaled.
-
-    ``factor = max(1, seq_len / train_seq_len)`` unless ``fixed_factor`` is given;
-    ``original_max_len = train_seq_len``. The trained weights are shared (the
-    copies differ only in the scaling, which has no parameters).
-    """
-    from relpos.encodings.rope import RoPE
-
-    cache: dict[float, object] = {}
-
-    def model_for(seq_len: int):
-        factor = fixed_factor if fixed_factor is not None else max(1.0, seq_len / train_seq_len)
-        if factor not in cache:
-            m = copy.deepcopy(model)
-            n = 0
-            for mod in m.modules():
-                if isinstance(mod, RoPE):
-                    mod.set_scaling(scaling, factor=float(factor), original_max_len=int(train_seq_len))
-                    n += 1
-            if n == 0:
-                raise ValueError("rope variants need a model with RoPE modules")
-            cache.clear()  # keep one copy alive at a time
-            cache[factor] = m.eval()
-        return cache[factor]
-
-    return model_for
-
-
-def _downsample(xs: list[float], n: int = 100) -> list[float]:
-    if len(xs) <= n:
-        return [float(x) for x in xs]
-    idx = [round(i * (len(xs) - 1) / (n - 1)) for i in range(n)]
-    return [float(xs[i]) for i in idx]
-
-
-def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
-    """Evaluate a trained model (and, for RoPE, its scalings): one entry per run."""
-    from relpos.experiments.config import ROPE_VARIANTS
-
-    def run(variant, measurements):
-        return {
-            "scheme": job.scheme,
-            "variant": variant,
-            "task": job.task,
-            "seed": job.seed,
-            "train_len": task.train_len,
-            "measurements": [m.to_dict() for m in measurements],
-        }
-
-    model.eval()
-    out = [run("randomized" if job.randomized else None, task.evaluate(lambda n: model))]
-    if job.scheme == "rope" and not job.randomized:
-        for v in cfg.rope_variants:
-            scaling, fixed = ROPE_VARIANTS[v]
-            mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
-            out.append(run(v, task.evaluate(mf)))
-    return out
-
-
-def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: Callable | None = None,
-            evaluate: bool = True) -> dict:
-    """Train and evaluate one job. Top-level and JSON in/out, for any executor.
-
-    Args:
-        job: :meth:`Job.to_dict`.
-        cfg_dict: :meth:`ExperimentConfig.to_dict`.
-        threads: torch threads (default ``cfg.threads``).
-        progress: optional ``progress(job_key, step, steps)`` called during training.
-        evaluate: False to train only (the other ranks under torchrun).
-
-    Returns:
-        ``{"job", "scheme", "task", "seed", "randomized", "train": {...},
-        "eval_seconds", "runs": [{"scheme", "variant", "task", "seed",
-        "train_len", "measurements": [...]}]}``.
-    """
-    import torch
-
-    from relpos.experiments.config import ExperimentConfig
-    from relpos.train import train
-
-    j = Job.from_dict(job)
-    cfg = ExperimentConfig.from_dict(cfg_dict)
-    torch.set_num_threads(threads or cfg.threads)
-    task = cfg.make_task(j.task)
-    mcfg = model_config_for(j, cfg, task)
-    tcfg = train_config_for(j, cfg, task)
-    source = task.train_source(tcfg.batch_size, j.seed)
-    steps = tcfg.steps
-
-    callback = None
-    if progress is not None:
-        def callback(info) -> None:  # relpos.train.StepInfo; returning None keeps training
-            progress(j.key, int(info.step), steps)
-
-    t0 = time.perf_counter()
-    res = train(mcfg, tcfg, source, callback=callback)
-    train_seconds = time.perf_counter() - t0
-    model = res.model
-    losses = [float(x) for x in res.losses]
-    t1 = time.perf_counter()
-    with torch.no_grad():
-        runs = evaluate_job(j, cfg, task, model) if evaluate else []
-    eval_seconds = time.perf_counter() - t1
-    tail = losses[-max(1, len(losses) // 10):]
-    return {
-        "job": j.key,
-        **j.to_dict(),
-        "train": {
-            "steps": int(res.steps),
-            "seconds": float(getattr(res, "seconds", train_seconds)),
-            "tokens_per_s": float(getattr(res, "tokens_per_s", 0.0)),
-            "final_loss": float(sum(tail) / len(tail)) if tail else None,
-            "loss_curve": _downsample(losses),
-            "params": int(sum(p.numel() for p in model.parameters())),
-            "model": mcfg.to_dict(),
-        },
-        "eval_seconds": eval_seconds,
-        "runs": runs,
-    }
+from relpos.experiments.job import (  # noqa: F401 - the unit of work, re-exported
+    Job,
+    evaluate_job,
+    model_config_for,
+    rope_variant_model_for,
+    run_job,
+    train_config_for,
+)
 
 
 # ------------------------------------------------------------------- runners
 
 Event = tuple[Job, "dict | None", "str | None"]
+
+# Every runner's ``run(jobs, cfg_dict, *, on_start, on_progress, claim)`` yields one
+# Event per job it ran. ``claim(job) -> bool`` (optional) is asked just before a job
+# starts; False skips the job (it is finished, or another process holds its lease
+# in the results store -- see :meth:`relpos.experiments.store.Store.claim`).
 
 
 class SerialRunner:
@@ -248,12 +75,15 @@ class SerialRunner:
     def __init__(self, threads: int = 1) -> None:
         self.threads = threads
 
-    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None) -> Iterator[Event]:
+    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None,
+            claim=None) -> Iterator[Event]:
         import torch
 
         old = torch.get_num_threads()
         try:
             for job in jobs:
+                if claim is not None and not claim(job):
+                    continue  # finished or being run by another process (a lease in the store)
                 if on_start:
                     on_start(job)
                 try:
@@ -323,7 +153,8 @@ class LocalRunner:
         self.workers = workers or os.cpu_count() or 1
         self.threads = threads
 
-    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None) -> Iterator[Event]:
+    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None,
+            claim=None) -> Iterator[Event]:
         import multiprocessing as mp
 
         if not jobs:
@@ -360,7 +191,11 @@ class LocalRunner:
                 # keep exactly one job per worker in flight: a kill loses at most those
                 while pending and len(inflight) < self.workers:
                     job = pending.pop(0)
+                    if claim is not None and not claim(job):
+                        continue  # finished or being run by another process
                     inflight[ex.submit(_worker_run, job.to_dict(), cfg_dict)] = job
+                if not inflight:
+                    break
                 done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
                 for f in done:
                     job = inflight.pop(f)
@@ -409,7 +244,8 @@ class RayRunner:
         self.threads = threads
         self.max_in_flight = max_in_flight
 
-    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None) -> Iterator[Event]:
+    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None,
+            claim=None) -> Iterator[Event]:
         import ray
 
         if not jobs:
@@ -429,9 +265,13 @@ class RayRunner:
             while pending or inflight:
                 while pending and len(inflight) < cap:
                     job = pending.pop(0)
+                    if claim is not None and not claim(job):
+                        continue  # finished or being run by another process
                     inflight[remote.remote(job.to_dict(), cfg_dict, self.threads)] = job
                     if on_start:
                         on_start(job)
+                if not inflight:
+                    break
                 ready, _ = ray.wait(list(inflight), num_returns=1)
                 for ref in ready:
                     job = inflight.pop(ref)
@@ -465,8 +305,11 @@ class TorchrunRunner:
         self.nproc = nproc
         self.threads = threads
 
-    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None) -> Iterator[Event]:
+    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None,
+            claim=None) -> Iterator[Event]:
         for job in jobs:
+            if claim is not None and not claim(job):
+                continue  # finished or being run by another process
             if on_start:
                 on_start(job)
             with tempfile.TemporaryDirectory(prefix="relpos-job-") as d:

@@ -8,12 +8,24 @@
 
 from __future__ import annotations
 
-from relpos.tasks.algorithmic import AlgorithmicSource, AlgorithmicTask, Copy, Parity, Recall, Reverse
+from relpos.tasks.algorithmic import (
+    AlgorithmicSource,
+    AlgorithmicTask,
+    Copy,
+    CopyDistinct,
+    CopyHints,
+    Parity,
+    Reverse,
+    teacher_forced_correct,
+    validation_score,
+)
 from relpos.tasks.base import IGNORE, Measurement, Task, greedy_decode, stable_seed, token_losses
 from relpos.tasks.lm import LanguageModelling
+from relpos.tasks.mqar import MQAR
 
 __all__ = [
     "TASKS",
+    "ALIASES",
     "make_task",
     "task_names",
     "Task",
@@ -23,7 +35,11 @@ __all__ = [
     "AlgorithmicSource",
     "Copy",
     "Reverse",
-    "Recall",
+    "CopyDistinct",
+    "CopyHints",
+    "MQAR",
+    "validation_score",
+    "teacher_forced_correct",
     "Parity",
     "greedy_decode",
     "token_losses",
@@ -36,9 +52,14 @@ TASKS: dict[str, type[Task]] = {
     "lm": LanguageModelling,
     "copy": Copy,
     "reverse": Reverse,
-    "recall": Recall,
+    "copy-distinct": CopyDistinct,
+    "copy-hints": CopyHints,
+    "mqar": MQAR,
     "parity": Parity,
 }
+
+#: Old names still accepted: the single-query recall task was replaced by MQAR.
+ALIASES: dict[str, str] = {"recall": "mqar", "associative-recall": "mqar"}
 
 
 def task_names() -> list[str]:
@@ -54,7 +75,8 @@ def make_task(name: str, **options) -> Task:
     """
     if not isinstance(name, str):
         raise TypeError(f"task name must be a str, got {type(name).__name__}")
-    key = name.strip().lower()
+    key = name.strip().lower().replace("_", "-")
+    key = ALIASES.get(key, key)
     if key not in TASKS:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}")
     return TASKS[key](**options)

@@ -1,30 +1,42 @@
-"""Algorithmic tasks checked by greedy decoding: copy, reverse, associative recall, parity.
+"""Algorithmic tasks checked by exact match: copy (three forms), reverse, multi-query recall, parity.
 
 Every example is a prompt followed by an answer, as one token sequence::
 
-    copy     BOS x1 .. xn SEP | x1 .. xn
-    reverse  BOS x1 .. xn SEP | xn .. x1
-    recall   BOS k1 v1 .. kn vn SEP kq | vq        (keys distinct; vq is the value after kq)
-    parity   BOS b1 .. bn SEP | (b1 + .. + bn) mod 2
+    copy           BOS x1 .. xn SEP | x1 .. xn
+    copy-distinct  BOS x1 .. xn SEP | x1 .. xn          (no symbol repeats; a larger alphabet)
+    copy-hints     BOS h1 x1 .. hn xn SEP | h1 x1 .. hn xn   (index hints, Zhou et al. 2024)
+    reverse        BOS x1 .. xn SEP | xn .. x1
+    mqar           BOS k1 v1 .. kn vn SEP | q1 a1 .. qn an   (multi-query associative recall)
+    parity         BOS b1 .. bn SEP | (b1 + .. + bn) mod 2
 
 The *length* of an example is ``n`` (symbols, pairs or bits). Training draws
 ``n`` uniformly from ``[min_len, train_len]`` and puts the loss on the answer
-tokens only (prompt targets are ``-100``). Evaluation draws a fixed set of
-examples of exactly length ``n`` for each evaluation length, the same set for
-every scheme and seed, and decodes the answer greedily with the full forward
-pass (no teacher forcing): an example counts as solved only when every answer
-token is right.
+tokens only (prompt targets are ``-100``; in ``mqar`` only the values ``a_i``
+count, the queries ``q_i`` are inputs).
 
-For recall, evaluation at a length ``n > train_len`` always queries a key from
-one of the first ``n - train_len`` pairs, which puts the key farther back from
-the query than any key was in training. Parity is a control: Transformers are
-not expected to solve it out of distribution with any position scheme
-(Deletang et al. 2023, https://arxiv.org/abs/2207.02098).
+**Held-out examples.** A fixed fraction ``holdout`` of all examples (chosen by a
+stable hash of the prompt) is never used for training. In-distribution
+evaluation (lengths ``n <= train_len``) and the validation that decides early
+stopping draw only from that held-out set, so a model that memorised its
+training strings does not pass for fitted (parity at ``n = 8`` has only 256
+strings). Evaluation at lengths past ``train_len`` uses any example: all of them
+are unseen in training.
+
+**Scoring.** Copy, reverse and parity are decoded greedily (no teacher forcing):
+an example counts as solved only when every answer token is right. ``mqar`` is
+scored under teacher forcing at its value positions (its queries are inputs, as
+in the Zoology benchmark). For every task, teacher-forced exact match equals
+greedy exact match, which is what the fast in-training validation uses.
+
+Parity is a control: Transformers are not expected to solve it out of
+distribution with any position scheme (Deletang et al. 2023,
+https://arxiv.org/abs/2207.02098).
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from typing import ClassVar
 
 import numpy as np
@@ -33,7 +45,8 @@ from torch import Tensor
 
 from relpos.tasks.base import IGNORE, Measurement, ModelFor, Task, greedy_decode, stable_seed
 
-__all__ = ["AlgorithmicTask", "Copy", "Reverse", "Recall", "Parity", "AlgorithmicSource"]
+__all__ = ["AlgorithmicTask", "Copy", "CopyDistinct", "CopyHints", "Reverse", "Parity", "AlgorithmicSource",
+           "chance_accuracy"]
 
 
 def _check_int(name: str, v, lo: int) -> int:
@@ -43,7 +56,7 @@ def _check_int(name: str, v, lo: int) -> int:
 
 
 class AlgorithmicTask(Task):
-    """Common machinery: sampling, batching, greedy evaluation.
+    """Common machinery: sampling, held-out examples, batching, evaluation.
 
     Args:
         train_len: longest problem length ``L`` seen in training.
@@ -52,11 +65,19 @@ class AlgorithmicTask(Task):
         n_eval: examples per evaluation length.
         eval_seed: seed of the evaluation examples (shared by every scheme).
         max_eval_tokens: decoding batch budget (rows x tokens).
+        holdout: fraction of all examples reserved for in-distribution
+            evaluation and validation, never trained on (0 disables it).
+        n_val: examples of the in-training validation set (lengths
+            ``min_len..train_len``, held-out examples only).
     """
 
     kind = "algorithmic"
     #: number of special tokens after the task's own symbols: BOS, SEP, PAD.
     N_SPECIAL: ClassVar[int] = 3
+    #: score by teacher forcing (the answer holds inputs, e.g. mqar's queries) instead of greedy decoding.
+    teacher_forced: ClassVar[bool] = False
+    #: rejection-sampling tries before a length whose every example is held out trains anyway.
+    _MAX_TRIES: ClassVar[int] = 64
 
     def __init__(
         self,
@@ -67,6 +88,8 @@ class AlgorithmicTask(Task):
         n_eval: int = 128,
         eval_seed: int = 1234,
         max_eval_tokens: int = 32768,
+        holdout: float = 0.1,
+        n_val: int = 256,
     ) -> None:
         self.train_len = _check_int("train_len", train_len, 1)
         self.min_len = _check_int("min_len", min_len, 1)
@@ -83,6 +106,10 @@ class AlgorithmicTask(Task):
         self.n_eval = _check_int("n_eval", n_eval, 1)
         self.eval_seed = int(eval_seed)
         self.max_eval_tokens = _check_int("max_eval_tokens", max_eval_tokens, 1)
+        if isinstance(holdout, bool) or not isinstance(holdout, (int, float)) or not 0 <= holdout < 1:
+            raise ValueError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
+        self.holdout = float(holdout)
+        self.n_val = _check_int("n_val", n_val, 1)
 
     # ----------------------------------------------------------- vocabulary
     @property
@@ -113,6 +140,14 @@ class AlgorithmicTask(Task):
     def answer_len(self, n: int) -> int:
         raise NotImplementedError
 
+    def chance(self, n: int) -> float:
+        """Exact-match accuracy of guessing every scored answer token uniformly."""
+        return math.pow(1.0 / self.n_symbols, sum(self.answer_mask(n)))
+
+    def answer_mask(self, n: int) -> list[bool]:
+        """Which answer tokens are scored and trained on (default: all)."""
+        return [True] * self.answer_len(n)
+
     def seq_len(self, eval_len: int) -> int:
         return self.prompt_len(eval_len) + self.answer_len(eval_len) - 1
 
@@ -132,13 +167,70 @@ class AlgorithmicTask(Task):
         """Whether ``answer`` is the exact answer to ``prompt``."""
         return list(answer) == self.solve(list(prompt), n)
 
+    def is_held_out(self, prompt: list[int]) -> bool:
+        """Whether an example belongs to the held-out set (a stable hash of its prompt)."""
+        if self.holdout <= 0:
+            return False
+        h = zlib.crc32(np.asarray(prompt, dtype=np.int32).tobytes())
+        return (h % 10_000) < self.holdout * 10_000
+
+    def draw(self, rng: np.random.Generator, n: int, *, held_out: bool | None,
+             evaluation: bool = False) -> tuple[list[int], list[int]]:
+        """An example from the held-out set (True), outside it (False), or either (None).
+
+        Rejection sampling; after ``_MAX_TRIES`` tries (a length so short that
+        the wanted side is empty) the last draw is returned as it is.
+        """
+        p, a = self.sample(rng, n, evaluation=evaluation)
+        if held_out is None or self.holdout <= 0:
+            return p, a
+        for _ in range(self._MAX_TRIES):
+            if self.is_held_out(p) == held_out:
+                break
+            p, a = self.sample(rng, n, evaluation=evaluation)
+        return p, a
+
     def examples(self, n: int, count: int | None = None) -> tuple[Tensor, Tensor]:
-        """The fixed evaluation set at length ``n``: ``prompts (E, P)``, ``answers (E, A)``."""
+        """The fixed evaluation set at length ``n``: ``prompts (E, P)``, ``answers (E, A)``.
+
+        Lengths up to ``train_len`` draw held-out examples only.
+        """
         n = _check_int("n", n, 1)
         count = self.n_eval if count is None else _check_int("count", count, 1)
         rng = np.random.default_rng(stable_seed(self.name, "eval", self.eval_seed, n, self._key()))
-        ps, ans = zip(*(self.sample(rng, n, evaluation=True) for _ in range(count)))
+        held = True if n <= self.train_len else None
+        ps, ans = zip(*(self.draw(rng, n, held_out=held, evaluation=True) for _ in range(count)))
         return torch.tensor(ps, dtype=torch.long), torch.tensor(ans, dtype=torch.long)
+
+    def validation_batch(self) -> tuple[Tensor, Tensor]:
+        """The in-training validation set: ``n_val`` held-out examples, the first half of length
+        ``train_len`` (the hardest in-distribution length, where the fit gate is applied), the rest
+        of lengths drawn from ``min_len..train_len``.
+
+        Returns ``x, y`` right-padded as training batches are (targets ``-100``
+        except at scored answer tokens), the same for every scheme and seed.
+        """
+        rng = np.random.default_rng(stable_seed(self.name, "val", self.eval_seed, self._key()))
+        width = self.train_seq_len()
+        x = np.full((self.n_val, width), self.PAD, dtype=np.int64)
+        y = np.full((self.n_val, width), IGNORE, dtype=np.int64)
+        for b in range(self.n_val):
+            n = self.train_len if b < self.n_val_at_l else int(rng.integers(self.min_len, self.train_len + 1))
+            p, a = self.draw(rng, n, held_out=True, evaluation=True)
+            self._fill(x[b], y[b], p, a, n)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+    @property
+    def n_val_at_l(self) -> int:
+        """Rows of :meth:`validation_batch` at exactly ``train_len``."""
+        return (self.n_val + 1) // 2
+
+    def _fill(self, xrow: np.ndarray, yrow: np.ndarray, p: list[int], a: list[int], n: int) -> None:
+        seq = p + a
+        xrow[: len(seq) - 1] = seq[:-1]
+        tgt = np.asarray(a, dtype=np.int64)
+        tgt[~np.asarray(self.answer_mask(n), dtype=bool)] = IGNORE
+        yrow[len(p) - 1 : len(seq) - 1] = tgt
 
     def _key(self) -> str:
         return repr(sorted(self.options().items()))
@@ -152,8 +244,13 @@ class AlgorithmicTask(Task):
         for n in lengths or self.eval_lengths:
             prompts, answers = self.examples(n)
             model = model_for(self.seq_len(n))
-            pred = greedy_decode(model, prompts, answers.shape[1], max_tokens=self.max_eval_tokens)
-            ok = pred == answers  # (E, A)
+            mask = torch.tensor(self.answer_mask(n), dtype=torch.bool)
+            if self.teacher_forced:
+                ok = teacher_forced_correct(model, prompts, answers, max_tokens=self.max_eval_tokens)
+            else:
+                pred = greedy_decode(model, prompts, answers.shape[1], max_tokens=self.max_eval_tokens)
+                ok = pred == answers  # (E, A)
+            ok = ok[:, mask]
             out.append(
                 Measurement(
                     "accuracy",
@@ -172,7 +269,47 @@ class AlgorithmicTask(Task):
             "min_len": self.min_len,
             "n_eval": self.n_eval,
             "eval_seed": self.eval_seed,
+            "holdout": self.holdout,
+            "n_val": self.n_val,
         }
+
+
+@torch.no_grad()
+def teacher_forced_correct(model, prompts: Tensor, answers: Tensor, *, max_tokens: int = 32768) -> Tensor:
+    """``(E, A)`` bool: whether the model's argmax at each answer position is the answer token,
+    given the true prompt and the true earlier answer tokens (one forward pass per chunk)."""
+    x = torch.cat([prompts, answers[:, :-1]], dim=1)  # (E, P + A - 1)
+    P = prompts.shape[1]
+    rows = max(1, max_tokens // max(x.shape[1], 1))
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    outs = []
+    for s in range(0, x.shape[0], rows):
+        logits = model(x[s : s + rows].to(dev))  # (b, N, V)
+        outs.append(logits[:, P - 1 :].argmax(-1).cpu())
+    return torch.cat(outs, 0) == answers
+
+
+@torch.no_grad()
+def validation_score(model, x: Tensor, y: Tensor, *, max_tokens: int = 32768) -> tuple[float, float]:
+    """``(exact match, token accuracy)`` of teacher-forced argmax predictions on a padded batch.
+
+    ``y`` marks scored targets (``-100`` elsewhere). Teacher-forced exact match
+    equals greedy exact match: when every answer token is predicted right from
+    the true prefix, greedy decoding reproduces that prefix token by token.
+    """
+    rows = max(1, max_tokens // max(x.shape[1], 1))
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    was = model.training
+    model.eval()
+    try:
+        preds = torch.cat([model(x[s : s + rows].to(dev)).argmax(-1).cpu() for s in range(0, x.shape[0], rows)])
+    finally:
+        model.train(was)
+    scored = y != IGNORE
+    right = (preds == y) | ~scored
+    exact = float(right.all(dim=1).double().mean())
+    tok = float(((preds == y) & scored).sum()) / max(int(scored.sum()), 1)
+    return exact, tok
 
 
 class AlgorithmicSource:
@@ -180,8 +317,8 @@ class AlgorithmicSource:
 
     ``batch(step, micro)`` returns ``x, y`` of shape ``(B, W)`` with
     ``W = task.train_seq_len()``: right-padded with PAD (inputs) and ``-100``
-    (targets), the loss only on answer tokens. Deterministic in
-    ``(task options, seed, step, micro)``.
+    (targets), the loss only on scored answer tokens, never a held-out example.
+    Deterministic in ``(task options, seed, step, micro)``.
     """
 
     def __init__(self, task: AlgorithmicTask, batch_size: int, seed: int = 0) -> None:
@@ -197,10 +334,8 @@ class AlgorithmicSource:
         y = np.full((self.batch_size, self.width), IGNORE, dtype=np.int64)
         for b in range(self.batch_size):
             n = int(rng.integers(t.min_len, t.train_len + 1))
-            p, a = t.sample(rng, n)
-            seq = p + a
-            x[b, : len(seq) - 1] = seq[:-1]
-            y[b, len(p) - 1 : len(seq) - 1] = a
+            p, a = t.draw(rng, n, held_out=False)
+            t._fill(x[b], y[b], p, a, n)
         return torch.from_numpy(x), torch.from_numpy(y)
 
 
@@ -265,57 +400,71 @@ class Reverse(_StringTask):
         return list(prompt[1 : 1 + n])[::-1]
 
 
-class Recall(AlgorithmicTask):
-    """Associative recall: after ``n`` key-value pairs and a key, answer its value.
+class CopyDistinct(Copy):
+    """Copy a string of distinct symbols from a larger alphabet (default 64).
 
-    Args:
-        n_keys: key alphabet (default: the longest evaluation length, so that
-            every key in a sequence can be distinct).
-        n_values: value alphabet.
+    Each symbol occurs once, so the next answer token is the prompt token that
+    follows the one just written: copying can be solved by content (an
+    "induction" lookup) at any length, with no need to count positions.
     """
 
-    name = "recall"
+    name = "copy-distinct"
 
-    def __init__(self, train_len: int = 16, eval_lengths=None, *, n_keys: int | None = None, n_values: int = 16, **kw):
+    def __init__(self, train_len: int = 16, eval_lengths=None, *, alphabet: int = 64, distinct: bool = True, **kw):
+        if distinct is not True:
+            raise ValueError("copy-distinct always draws distinct symbols (distinct must be True)")
+        super().__init__(train_len, eval_lengths, alphabet=alphabet, distinct=True, **kw)
+
+
+class CopyHints(AlgorithmicTask):
+    """Copy with index hints (Zhou et al. 2024, https://arxiv.org/abs/2402.09371).
+
+    Every symbol is preceded by a hint token; the hints of an example are a
+    sorted random subset of ``n_hints`` hint tokens (so every hint is seen in
+    training, whatever the length). The answer repeats hints and symbols, so
+    each answer token is found by content: the symbol after a hint, or the hint
+    two tokens after the previous one.
+
+    Args:
+        alphabet: symbols to copy.
+        n_hints: hint tokens (>= the longest length).
+    """
+
+    name = "copy-hints"
+
+    def __init__(self, train_len: int = 16, eval_lengths=None, *, alphabet: int = 8, n_hints: int = 64, **kw):
+        self.alphabet = _check_int("alphabet", alphabet, 2)
+        self.n_hints = _check_int("n_hints", n_hints, 1)
         super().__init__(train_len, eval_lengths, **kw)
         longest = max(max(self.eval_lengths), self.train_len)
-        self.n_keys = longest if n_keys is None else _check_int("n_keys", n_keys, 1)
-        if self.n_keys < longest:
-            raise ValueError(f"n_keys ({self.n_keys}) must be >= the longest length ({longest}) so keys can be distinct")
-        self.n_values = _check_int("n_values", n_values, 2)
+        if self.n_hints < longest:
+            raise ValueError(f"n_hints ({self.n_hints}) must be >= the longest length ({longest})")
 
     @property
     def n_symbols(self) -> int:
-        return self.n_keys + self.n_values
+        return self.alphabet + self.n_hints
 
     def prompt_len(self, n):
-        return 2 * n + 3
+        return 2 * n + 2
 
     def answer_len(self, n):
-        return 1
+        return 2 * n
 
     def sample(self, rng, n, *, evaluation=False):
-        keys = rng.choice(self.n_keys, size=n, replace=False)
-        vals = rng.integers(0, self.n_values, size=n) + self.n_keys
-        if evaluation and n > self.train_len:
-            q = int(rng.integers(0, n - self.train_len))
-        else:
-            q = int(rng.integers(0, n))
-        p = [self.BOS]
-        for k, v in zip(keys.tolist(), vals.tolist()):
-            p += [k, v]
-        p += [self.SEP, int(keys[q])]
+        hints = np.sort(rng.choice(self.n_hints, size=n, replace=False)) + self.alphabet
+        syms = rng.integers(0, self.alphabet, size=n)
+        body = np.stack([hints, syms], axis=1).reshape(-1).tolist()
+        p = [self.BOS] + body + [self.SEP]
         return p, self.solve(p, n)
 
     def solve(self, prompt, n):
-        kq = prompt[-1]
-        for i in range(n):
-            if prompt[1 + 2 * i] == kq:
-                return [prompt[2 + 2 * i]]
-        raise ValueError("the query key does not occur in the prompt")
+        return list(prompt[1 : 1 + 2 * n])
 
-    def options(self):
-        return {**super().options(), "n_keys": self.n_keys, "n_values": self.n_values}
+    def chance(self, n: int) -> float:
+        return math.pow(1.0 / self.alphabet, n)
+
+    def options(self) -> dict:
+        return {**super().options(), "alphabet": self.alphabet, "n_hints": self.n_hints}
 
 
 class Parity(AlgorithmicTask):
@@ -341,11 +490,10 @@ class Parity(AlgorithmicTask):
     def solve(self, prompt, n):
         return [int(sum(prompt[1 : 1 + n]) % 2)]
 
+    def chance(self, n: int) -> float:
+        return 0.5
+
 
 def chance_accuracy(task: AlgorithmicTask, n: int) -> float:
-    """Accuracy of uniform guessing over the answer symbols (for plots)."""
-    if isinstance(task, Parity):
-        return 0.5
-    if isinstance(task, Recall):
-        return 1.0 / task.n_values
-    return math.pow(1.0 / task.n_symbols, task.answer_len(n))
+    """Exact-match accuracy of uniform guessing over the answer symbols (for plots)."""
+    return task.chance(n)

@@ -65,6 +65,8 @@ class LanguageModelling(Task):
             ``max(16, eval_tokens // max(eval_lengths))``).
         position_buckets: buckets per window in the position protocol.
         max_eval_tokens: tokens per forward pass at evaluation.
+        n_val: windows of ``train_len`` bytes in the in-training validation set
+            (the loss that decides early stopping).
     """
 
     name = "lm"
@@ -82,6 +84,7 @@ class LanguageModelling(Task):
         blocks: int | None = None,
         position_buckets: int = 16,
         max_eval_tokens: int = 8192,
+        n_val: int = 32,
     ) -> None:
         self.train_len = _check_int("train_len", train_len, 2)
         if eval_lengths is None:
@@ -101,6 +104,7 @@ class LanguageModelling(Task):
         self.blocks = max(16, self.eval_tokens // longest) if blocks is None else _check_int("blocks", blocks, 1)
         self.position_buckets = _check_int("position_buckets", position_buckets, 1)
         self.max_eval_tokens = _check_int("max_eval_tokens", max_eval_tokens, 1)
+        self.n_val = _check_int("n_val", n_val, 1)
 
     def options(self) -> dict:
         return {
@@ -111,7 +115,13 @@ class LanguageModelling(Task):
             "target_len": self.target_len,
             "blocks": self.blocks,
             "position_buckets": self.position_buckets,
+            "n_val": self.n_val,
         }
+
+    def validation_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n_val`` windows of ``train_len`` bytes from the validation split: ``x, y`` of shape ``(n_val, L)``."""
+        c = self._chunks(self.n_val, self.train_len)  # (n_val, L + 1)
+        return c[:, :-1].contiguous(), c[:, 1:].contiguous()
 
     def train_seq_len(self) -> int:
         return self.train_len

@@ -1,0 +1,176 @@
+"""Fit first: in-training validation, early stopping, the fit gate, learning-rate selection.
+
+A length-extrapolation number means something only for a model that has learned
+its training distribution. Every run of ``relpos compare`` is therefore trained
+with a :class:`FitMonitor`, which validates on held-out in-distribution data
+every ``val_every`` steps and stops training once the model is fitted:
+
+* **Algorithmic tasks** -- exact match on ``n_val`` held-out examples, half of
+  length ``L`` and half of lengths ``min_len..L`` (teacher-forced, which equals
+  greedy exact match); the score is the weaker of the two halves. The run stops
+  once the score has been ``>= target`` (0.95) at ``confirm`` consecutive
+  checks (3: the first hit plus two more checks, i.e. a little extra training
+  for stability). ``steps`` is an upper bound, not a fixed count.
+* **Language modelling** -- the loss on fixed validation windows of the
+  training length. The run stops when the best loss of the last ``patience``
+  checks is less than ``lm_tol`` (1 %) lower than the best loss before them:
+  the validation loss has flattened.
+
+The **fit gate** then decides whether a run may enter rankings and verdicts: an
+algorithmic run is *fitted* when its held-out exact match at ``L`` is
+``>= target``; a language-modelling run is fitted when its validation loss
+flattened within the step budget.
+
+With ``lr_grid`` set (the full preset), a job tries the learning rates of the
+grid in order and keeps the first that fits; if none fits, the one with the best
+validation score. Every try is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss"]
+
+
+@dataclasses.dataclass
+class FitConfig:
+    """How runs are validated, stopped and gated (part of the configuration fingerprint).
+
+    Attributes:
+        target: in-distribution exact match that counts as fitted (algorithmic tasks).
+        val_every: steps between validations.
+        confirm: consecutive checks at ``>= target`` before an algorithmic run stops.
+        lm_patience: checks over which the LM validation loss must improve.
+        lm_tol: relative improvement below which the LM loss counts as flat.
+        lr_grid: learning rates tried in order (empty: only the task's ``lr``).
+        early_stop: False trains every run for its full step budget.
+    """
+
+    target: float = 0.95
+    val_every: int = 100
+    confirm: int = 3
+    lm_patience: int = 3
+    lm_tol: float = 0.01
+    lr_grid: list[float] = dataclasses.field(default_factory=list)
+    early_stop: bool = True
+
+    def __post_init__(self) -> None:
+        from relpos.validation import check_bool, check_float, check_int
+
+        check_float("fit.target", self.target, 0.0, 1.0)
+        check_int("fit.val_every", self.val_every, 1)
+        check_int("fit.confirm", self.confirm, 1)
+        check_int("fit.lm_patience", self.lm_patience, 1)
+        check_float("fit.lm_tol", self.lm_tol, 0.0, 1.0)
+        check_bool("fit.early_stop", self.early_stop)
+        if isinstance(self.lr_grid, (str, bytes)) or not hasattr(self.lr_grid, "__iter__"):
+            raise TypeError(f"fit.lr_grid must be a list of numbers, got {self.lr_grid!r}")
+        self.lr_grid = [check_float("fit.lr_grid entries", v, 0.0, lo_open=True) for v in self.lr_grid]
+
+    def criterion(self, kind: str) -> str:
+        """The stopping rule in words (for the report)."""
+        if kind == "lm":
+            return (f"validation loss at the training length checked every {self.val_every} steps; "
+                    f"stop when the last {self.lm_patience} checks improve it by less than {self.lm_tol:.0%}")
+        return (f"held-out exact match at lengths <= L checked every {self.val_every} steps; "
+                f"stop after {self.confirm} consecutive checks >= {self.target}")
+
+
+def lm_validation_loss(model, x, y) -> float:
+    """Mean next-token loss (nats) of ``model`` on ``x, y`` (``(W, N)`` int64)."""
+    import torch
+    import torch.nn.functional as F
+
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            dev = next(model.parameters()).device
+            logits = model(x.to(dev)).float()
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.to(dev).reshape(-1))
+    finally:
+        model.train(was)
+    return float(loss)
+
+
+class FitMonitor:
+    """A training callback that validates, keeps the history, and says when to stop.
+
+    Args:
+        task: the task being trained (``task.kind`` is ``"lm"`` or ``"algorithmic"``).
+        fit: the :class:`FitConfig`.
+        steps: the step budget (a validation also runs at the last step).
+        progress: optional ``progress(step)`` called after every step.
+    """
+
+    def __init__(self, task, fit: FitConfig, steps: int, progress=None) -> None:
+        self.task, self.fit, self.steps, self.progress = task, fit, steps, progress
+        self.kind = task.kind
+        self.x, self.y = task.validation_batch()
+        self.history: list[dict[str, Any]] = []
+        self.stopped_early = False
+        self.flat = False
+        self._streak = 0
+
+    def score(self, model) -> dict[str, float]:
+        if self.kind == "lm":
+            return {"val_loss": lm_validation_loss(model, self.x, self.y)}
+        from relpos.tasks.algorithmic import validation_score
+
+        k = self.task.n_val_at_l
+        at_l, tok = validation_score(model, self.x[:k], self.y[:k])
+        rest = validation_score(model, self.x[k:], self.y[k:])[0] if k < self.x.shape[0] else at_l
+        # the weaker of "at L" and "at lengths <= L": both must pass
+        return {"val_exact": min(at_l, rest), "val_exact_at_L": at_l, "val_token_accuracy_at_L": tok}
+
+    def __call__(self, info) -> bool:
+        if self.progress is not None:
+            self.progress(int(info.step))
+        if info.step % self.fit.val_every and info.step != self.steps:
+            return False
+        rec = {"step": int(info.step), "train_loss": float(info.loss), **self.score(info.model)}
+        self.history.append(rec)
+        stop = self._fitted_now()
+        if stop and self.fit.early_stop and info.step < self.steps:
+            self.stopped_early = True
+            return True
+        return False
+
+    def _fitted_now(self) -> bool:
+        if self.kind == "lm":
+            p = self.fit.lm_patience
+            losses = [h["val_loss"] for h in self.history]
+            if len(losses) <= p or not all(math.isfinite(v) for v in losses[-p:]):
+                return False
+            before, recent = min(losses[:-p]), min(losses[-p:])
+            self.flat = recent > before * (1.0 - self.fit.lm_tol)
+            return self.flat
+        last = self.history[-1]["val_exact"]
+        self._streak = self._streak + 1 if last >= self.fit.target else 0
+        return self._streak >= self.fit.confirm
+
+    def best_score(self) -> float:
+        """Higher is better: the last validation exact match, or minus the last LM validation loss."""
+        if not self.history:
+            return -math.inf
+        last = self.history[-1]
+        v = -last["val_loss"] if self.kind == "lm" else last["val_exact"]
+        return v if math.isfinite(v) else -math.inf
+
+    def fitted_by_validation(self) -> bool:
+        """Whether the monitor's own criterion was met (the LM fit gate)."""
+        if self.kind == "lm":
+            return self.flat
+        return bool(self.history) and self.history[-1]["val_exact"] >= self.fit.target
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "criterion": self.fit.criterion(self.kind),
+            "stopped_early": self.stopped_early,
+            "steps_run": self.history[-1]["step"] if self.history else 0,
+            "budget": self.steps,
+            "history": self.history,
+        }

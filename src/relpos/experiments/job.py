@@ -1,0 +1,351 @@
+"""One job of a sweep: train one model until it fits, evaluate it (and its variants).
+
+:func:`run_job` is the unit of work. It is a plain top-level function of
+JSON-able arguments returning a JSON-able dict, so any executor can run it (see
+:mod:`relpos.experiments.runner`).
+
+A job
+
+1. builds the model of its (scheme, task, seed), with the scheme's learned
+   range set from the training length when the configuration says so
+   (``scheme_ranges="train_len"``, through the scheme's own
+   ``options_for_length`` capability);
+2. trains it with a :class:`~relpos.experiments.fitting.FitMonitor` that stops
+   once it fits (trying the learning rates of ``fit.lr_grid`` in order);
+3. evaluates it at every evaluation length, and its variants: RoPE scalings
+   for schemes that offer them, and for randomized-position runs both the plain
+   positions ``0..N-1`` and the mean over sampled position draws;
+4. measures the effective attention span of language models.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = [
+    "Job",
+    "run_job",
+    "evaluate_job",
+    "model_config_for",
+    "train_config_for",
+    "rope_variant_model_for",
+    "sampled_positions_model_for",
+    "length_options",
+]
+
+#: Sampled position draws averaged by the randomized-positions evaluation.
+SAMPLED_DRAWS = 4
+
+
+@dataclass(frozen=True, order=True)
+class Job:
+    """One training run: a scheme on a task with a seed (optionally randomized positions)."""
+
+    task: str
+    scheme: str
+    seed: int
+    randomized: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.task}/{self.scheme}{'+rand' if self.randomized else ''}/seed{self.seed}"
+
+    def to_dict(self) -> dict:
+        return {"task": self.task, "scheme": self.scheme, "seed": self.seed, "randomized": self.randomized}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Job":
+        return cls(d["task"], d["scheme"], int(d["seed"]), bool(d.get("randomized", False)))
+
+
+def length_options(scheme: str, train_seq_len: int) -> dict:
+    """The options that scale a scheme's learned range to a training length (``{}`` if it has none).
+
+    Asks the scheme class through its ``options_for_length(train_seq_len)``
+    capability: T5 sets ``max_distance``, Shaw ``k``, FIRE ``init_L``.
+    """
+    from relpos.encodings import get_scheme
+
+    cls, _ = get_scheme(scheme)
+    hook = getattr(cls, "options_for_length", None)
+    return dict(hook(int(train_seq_len))) if callable(hook) else {}
+
+
+def model_config_for(job: Job, cfg, task):
+    """The :class:`relpos.model.ModelConfig` of a job.
+
+    Learned absolute tables are sized for the longest evaluation sequence (rows
+    past the training length stay untrained: that is the honest result).
+    Explicit ``scheme_options`` win over the length rule.
+    """
+    from relpos.model import ModelConfig
+
+    longest = task.max_seq_len()
+    R = None
+    if job.randomized:
+        R = max(cfg.random_positions_factor * longest, task.train_seq_len())
+    opts = length_options(job.scheme, task.train_seq_len()) if cfg.scheme_ranges == "train_len" else {}
+    opts.update(cfg.scheme_options.get(job.scheme, {}))
+    return ModelConfig(
+        vocab_size=task.vocab_size,
+        d_model=cfg.d_model,
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        max_len=max(longest + 1, R or 0),  # +1: generate() counts the last sampled token
+        scheme=job.scheme,
+        scheme_options=opts,
+        random_positions=R,
+        embed_scale=cfg.embed_scale,
+    )
+
+
+def train_config_for(job: Job, cfg, task, **overrides):
+    """The :class:`relpos.train.TrainConfig` of a job; ``overrides`` replace settings (e.g. ``lr``)."""
+    from relpos.train import TrainConfig
+
+    s = cfg.train_settings(job.task)
+    s.update(overrides)
+    return TrainConfig(
+        steps=s["steps"],
+        batch_size=s["batch_size"],
+        seq_len=task.train_seq_len(),
+        lr=s["lr"],
+        warmup=s["warmup"],
+        weight_decay=s["weight_decay"],
+        seed=job.seed,
+        progress=False,
+    )
+
+
+def rope_variant_model_for(model, train_seq_len: int, scaling: str, fixed_factor: float | None):
+    """``model_for(seq_len)`` giving copies of ``model`` with every rotary module rescaled.
+
+    ``factor = max(1, seq_len / train_seq_len)`` unless ``fixed_factor`` is given;
+    ``original_max_len = train_seq_len``. The trained weights are shared (the
+    copies differ only in the scaling, which has no parameters). Rotary modules
+    are found by their ``set_scaling`` capability.
+    """
+    cache: dict[float, object] = {}
+
+    def model_for(seq_len: int):
+        factor = fixed_factor if fixed_factor is not None else max(1.0, seq_len / train_seq_len)
+        if factor not in cache:
+            m = copy.deepcopy(model)
+            n = 0
+            for mod in m.modules():
+                if callable(getattr(mod, "set_scaling", None)):
+                    mod.set_scaling(scaling, factor=float(factor), original_max_len=int(train_seq_len))
+                    n += 1
+            if n == 0:
+                raise ValueError("rope variants need a model with rotary modules")
+            cache.clear()  # keep one copy alive at a time
+            cache[factor] = m.eval()
+        return cache[factor]
+
+    return model_for
+
+
+class _WithPositions:
+    """A model whose forward passes use fixed sampled positions (a prefix of ``pos`` for shorter inputs)."""
+
+    def __init__(self, model, pos) -> None:
+        self.model, self.pos = model, pos
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def __call__(self, idx):
+        N = idx.shape[1]
+        return self.model(idx, positions=self.pos[:N].to(idx.device))
+
+
+def sampled_positions_model_for(model, R: int, draw: int, seed: int):
+    """``model_for(seq_len)``: the model run on a sorted random subset of ``[0, R)`` (draw ``draw``).
+
+    The positions are drawn as in training (Ruoss et al. 2023 sample them at
+    evaluation too), deterministically from ``(seed, draw, seq_len)``.
+    """
+    import torch
+
+    def model_for(seq_len: int):
+        g = torch.Generator().manual_seed(hash((int(seed), int(draw), int(seq_len))) & 0x7FFFFFFF)
+        n = min(seq_len + 1, R)
+        pos = torch.randperm(R, generator=g)[:n].sort().values
+        return _WithPositions(model, pos)
+
+    return model_for
+
+
+def _mean_measurements(draws: list[list]) -> list:
+    """Average the numbers of several evaluations with the same measurement layout."""
+    import dataclasses
+
+    out = []
+    for ms in zip(*draws):
+        first = ms[0]
+        vals = {}
+        for f in ("loss", "bpb", "ppl", "accuracy", "token_accuracy"):
+            xs = [getattr(m, f) for m in ms if getattr(m, f) is not None]
+            vals[f] = sum(xs) / len(xs) if xs else None
+        out.append(dataclasses.replace(first, count=sum(m.count for m in ms), **vals))
+    return out
+
+
+def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
+    """Evaluate a trained model (and its variants): one entry per run."""
+    from relpos.experiments.config import ROPE_VARIANTS
+
+    def run(variant, measurements, **extra):
+        return {
+            "scheme": job.scheme,
+            "variant": variant,
+            "task": job.task,
+            "seed": job.seed,
+            "train_len": task.train_len,
+            "measurements": [m.to_dict() for m in measurements],
+            **extra,
+        }
+
+    model.eval()
+    extra = {}
+    if task.kind == "lm":
+        extra["span"] = _spans(task, model)
+    out = [run("randomized" if job.randomized else None, task.evaluate(lambda n: model), **extra)]
+    if job.randomized:
+        R = model.cfg.random_positions
+        draws = [task.evaluate(sampled_positions_model_for(model, R, d, job.seed)) for d in range(SAMPLED_DRAWS)]
+        out.append(run("randomized-sampled", _mean_measurements(draws)))
+    elif _has_scalings(model):
+        for v in cfg.rope_variants:
+            scaling, fixed = ROPE_VARIANTS[v]
+            mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
+            out.append(run(v, task.evaluate(mf)))
+    return out
+
+
+def _has_scalings(model) -> bool:
+    return any(callable(getattr(m, "set_scaling", None)) for m in model.modules())
+
+
+def _spans(task, model) -> dict:
+    """Effective attention span at the training length and at the longest evaluation length (<= 1024)."""
+    from relpos.tasks.span import effective_span
+
+    out = {}
+    lengths = sorted({task.train_len, min(max(task.eval_lengths), 1024)})
+    for n in lengths:
+        x = task._chunks(4, n)[:, :-1]  # (4, n) validation windows
+        out[str(n)] = effective_span(model, x)
+    return out
+
+
+def _downsample(xs: list[float], n: int = 100) -> list[float]:
+    if len(xs) <= n:
+        return [float(x) for x in xs]
+    idx = [round(i * (len(xs) - 1) / (n - 1)) for i in range(n)]
+    return [float(xs[i]) for i in idx]
+
+
+def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
+    """Train with early stopping, trying the learning-rate grid in order; the kept (result, monitor, lr, tries)."""
+    from relpos.experiments.fitting import FitMonitor
+    from relpos.train import train
+
+    base_lr = cfg.train_settings(j.task)["lr"]
+    grid = list(cfg.fit.lr_grid) if (cfg.fit.lr_grid and task.kind != "lm") else [base_lr]
+    tries, best = [], None
+    for lr in grid:
+        tcfg = train_config_for(j, cfg, task, lr=lr)
+        steps = tcfg.steps
+
+        def report(step, steps=steps):
+            if progress is not None:
+                progress(j.key, step, steps)
+
+        mon = FitMonitor(task, cfg.fit, steps, progress=report)
+        res = train(mcfg, tcfg, task.train_source(tcfg.batch_size, j.seed), callback=mon)
+        tries.append({"lr": lr, "steps": int(res.steps), "seconds": float(res.seconds),
+                      "score": mon.best_score(), "fitted": mon.fitted_by_validation()})
+        if best is None or mon.best_score() > best[1].best_score():
+            best = (res, mon, lr)
+        if mon.fitted_by_validation() and task.kind != "lm":
+            best = (res, mon, lr)
+            break
+    return best[0], best[1], best[2], tries
+
+
+def _fit_record(task, mon, runs: list[dict], lr: float, tries: list[dict], target: float) -> dict:
+    """The fit gate of a job (see :mod:`relpos.experiments.fitting`)."""
+    rec = {**mon.summary(), "lr": lr, "lr_tries": tries, "target": target}
+    if task.kind == "lm":
+        rec.update(fitted=mon.fitted_by_validation(), score=mon.history[-1]["val_loss"] if mon.history else None,
+                   score_kind="validation loss (nats) at the training length; fitted = it flattened")
+        return rec
+    at_l = [m for m in runs[0]["measurements"] if m["eval_len"] == task.train_len]
+    if at_l:
+        score, kind = at_l[0]["accuracy"], "held-out exact match at L (greedy decoding)"
+    else:
+        score, kind = (mon.history[-1]["val_exact"] if mon.history else 0.0), "validation exact match at <= L"
+    rec.update(fitted=bool(score is not None and score >= target), score=score, score_kind=kind)
+    return rec
+
+
+def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: Callable | None = None,
+            evaluate: bool = True) -> dict:
+    """Train and evaluate one job. Top-level and JSON in/out, for any executor.
+
+    Args:
+        job: :meth:`Job.to_dict`.
+        cfg_dict: :meth:`ExperimentConfig.to_dict`.
+        threads: torch threads (default ``cfg.threads``).
+        progress: optional ``progress(job_key, step, steps)`` called during training.
+        evaluate: False to train only (the other ranks under torchrun).
+
+    Returns:
+        ``{"job", "scheme", "task", "seed", "randomized", "train": {..., "fit": {...}},
+        "eval_seconds", "runs": [{"scheme", "variant", "task", "seed",
+        "train_len", "measurements": [...], "span"?}]}``.
+    """
+    import torch
+
+    from relpos.experiments.config import ExperimentConfig
+
+    cpu0 = time.process_time()
+    j = Job.from_dict(job)
+    cfg = ExperimentConfig.from_dict(cfg_dict)
+    torch.set_num_threads(threads or cfg.threads)
+    task = cfg.make_task(j.task)
+    mcfg = model_config_for(j, cfg, task)
+    res, mon, lr, tries = _train_fitted(j, cfg, task, mcfg, progress)
+    model = res.model
+    losses = [float(x) for x in res.losses]
+    t1 = time.perf_counter()
+    with torch.no_grad():
+        runs = evaluate_job(j, cfg, task, model) if evaluate else []
+    eval_seconds = time.perf_counter() - t1
+    tail = losses[-max(1, len(losses) // 10):]
+    fit = _fit_record(task, mon, runs, lr, tries, cfg.fit.target) if runs else None
+    return {
+        "job": j.key,
+        **j.to_dict(),
+        "train": {
+            "steps": int(res.steps),
+            "seconds": float(res.seconds),
+            "seconds_all_tries": float(sum(t["seconds"] for t in tries)),
+            "ms_per_step": 1000.0 * float(res.seconds) / max(int(res.steps), 1),
+            "tokens_per_s": float(res.tokens_per_s),
+            "final_loss": float(sum(tail) / len(tail)) if tail else None,
+            "loss_curve": _downsample(losses),
+            "params": int(sum(p.numel() for p in model.parameters())),
+            "model": mcfg.to_dict(),
+            "fit": fit,
+        },
+        "eval_seconds": eval_seconds,
+        # CPU time of the whole job (training tries and evaluation): on a shared machine, the honest
+        # measure of cost; a job on an idle core takes about this long
+        "cpu_seconds": time.process_time() - cpu0,
+        "runs": runs,
+    }

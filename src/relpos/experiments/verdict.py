@@ -1,0 +1,240 @@
+"""The verdict of a sweep: which schemes hold up past the training length, and how sure we are.
+
+Built from ``results.json`` (:func:`relpos.experiments.report.results_dict`),
+only from **fitted** runs (see :mod:`relpos.experiments.fitting`): a (scheme,
+task, seed) whose in-distribution score misses the fit gate is counted in the
+"fitted" column and left out of every other number, ranking and verdict.
+
+For each scheme (each label: ``rope-yarn`` is the trained RoPE model evaluated
+with YaRN):
+
+* fitted seeds / total, per task;
+* language modelling: bits per byte at 4x and 16x the training length divided
+  by bits per byte at 1x (the window protocol), mean ± standard deviation over
+  fitted seeds;
+* each algorithmic task: exact match at 1.5x and 2x the training length;
+* effective attention span at the longest evaluated length (median over seeds;
+  "local" when it is below the training length: the loss stays flat because
+  the model never looks far, not because it extrapolates);
+* training cost: milliseconds per step relative to NoPE on the same task.
+
+**Ranking.** Per task, one score: the LM ratio at the longest length (lower is
+better) or the exact match at 2x L. A scheme's rank on a task is 1 plus the
+number of schemes that beat it by more than the larger of their two spreads
+(standard deviations over seeds): differences inside the spread are ties. The
+overall ranking is the mean reciprocal rank over tasks (Kazemnejad et al.
+2023); a task on which a scheme has no fitted seed counts 0.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+__all__ = ["verdict", "verdict_markdown", "verdict_text", "is_smoke_test", "SMOKE_NOTE"]
+
+SMOKE_NOTE = (
+    "SMOKE TEST: the `ci` preset trains for a few steps only, so its models have not fitted and its numbers "
+    "carry no conclusion. For real numbers run `relpos compare` (the default preset, about 10 minutes) or "
+    "`relpos compare --preset full`."
+)
+
+#: LM loss ratio at the longest length up to which a scheme "holds" its loss.
+HOLD_RATIO = 1.05
+#: Fraction of its in-distribution accuracy a scheme keeps at 2x L to "hold".
+HOLD_ACC = 0.9
+
+
+def is_smoke_test(results: dict) -> bool:
+    return (results.get("config") or {}).get("preset") == "ci"
+
+
+def _ms(xs: list[float]) -> tuple[float, float, int]:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return math.nan, math.nan, 0
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
+
+
+def _fitted(run: dict) -> bool:
+    fit = (run.get("train") or {}).get("fit")
+    return bool(fit and fit.get("fitted"))
+
+
+def _metric(run: dict, eval_len: int, field: str):
+    for m in run["metrics"]:
+        if m["eval_len"] == eval_len:
+            return m.get(field)
+    return None
+
+
+def verdict(results: dict) -> dict:
+    """``{"rows": {label: {...}}, "tasks": [...], "ranking": [(label, mrr)], "notes": [...]}``."""
+    runs = results["runs"]
+    by = defaultdict(lambda: defaultdict(list))  # label -> task -> runs
+    for r in runs:
+        by[r["label"]][r["task"]].append(r)
+    tasks = sorted({r["task"] for r in runs}, key=lambda t: (t != "lm", t))
+    # NoPE step time per task, for the cost column
+    nope_ms = {}
+    for t in tasks:
+        xs = [(r.get("train") or {}).get("ms_per_step") for r in by.get("nope", {}).get(t, [])]
+        nope_ms[t] = _ms(xs)[0]
+    rows = {}
+    for lab, per_task in by.items():
+        row: dict = {"fitted": {}, "lm": {}, "acc": {}, "span": None, "local": None, "cost": None}
+        costs = []
+        for t, rs in per_task.items():
+            fit = [r for r in rs if _fitted(r)]
+            row["fitted"][t] = (len(fit), len(rs))
+            L = rs[0]["train_len"]
+            for r in rs:
+                ms = (r.get("train") or {}).get("ms_per_step")
+                if ms and nope_ms.get(t) and math.isfinite(nope_ms[t]):
+                    costs.append(ms / nope_ms[t])
+            if t == "lm":
+                lens = sorted({m["eval_len"] for r in fit for m in r["metrics"]})
+                for f in (4, 16):
+                    if L * f in lens:
+                        row["lm"][f] = _ms([(_metric(r, L * f, "bpb") or math.nan) / (_metric(r, L, "bpb") or math.nan)
+                                            for r in fit])
+                spans = []
+                for r in fit:
+                    sp = r.get("span") or {}
+                    if sp:
+                        longest = max(sp, key=int)
+                        spans.append((sp[longest]["max"], int(longest)))
+                if spans:
+                    row["span"] = statistics.median(s for s, _ in spans)
+                    row["local"] = row["span"] < L
+            else:
+                for f, key in ((1.0, "1x"), (1.5, "1.5x"), (2.0, "2x")):
+                    n = L * f
+                    if n == int(n):
+                        row["acc"].setdefault(t, {})[key] = _ms([_metric(r, int(n), "accuracy") for r in fit])
+        row["cost"] = statistics.fmean(costs) if costs else None
+        rows[lab] = row
+    ranking = _ranking(rows, tasks)
+    return {"rows": rows, "tasks": tasks, "ranking": ranking, "notes": _notes(rows, tasks)}
+
+
+def _task_score(row: dict, task: str) -> tuple[float, float, int] | None:
+    """(mean, std, n) of the ranking score (higher is better) or None when nothing fitted."""
+    if task == "lm":
+        if not row["lm"]:
+            return None
+        m, s, n = row["lm"][max(row["lm"])]
+        return (-m, s, n) if n else None
+    acc = row["acc"].get(task, {}).get("2x")
+    return acc if acc and acc[2] else None
+
+
+def _ranking(rows: dict, tasks: list[str]) -> list[tuple[str, float, dict]]:
+    ranks: dict[str, dict[str, int | None]] = {lab: {} for lab in rows}
+    for t in tasks:
+        scores = {lab: _task_score(row, t) for lab, row in rows.items()}
+        for lab, sc in scores.items():
+            if sc is None:
+                ranks[lab][t] = None
+                continue
+            better = sum(1 for o, osc in scores.items() if o != lab and osc is not None
+                         and osc[0] - sc[0] > max(sc[1], osc[1], 1e-9))
+            ranks[lab][t] = 1 + better
+    out = []
+    for lab, rk in ranks.items():
+        mrr = statistics.fmean([(1.0 / r if r else 0.0) for r in rk.values()]) if rk else 0.0
+        out.append((lab, mrr, rk))
+    out.sort(key=lambda x: (-x[1], x[0]))
+    return out
+
+
+def _notes(rows: dict, tasks: list[str]) -> list[str]:
+    held, failed, local = [], [], []
+    for lab, row in rows.items():
+        if "lm" in row["lm"] or row["lm"]:
+            m = row["lm"][max(row["lm"])][0]
+            if math.isfinite(m):
+                (held if m <= HOLD_RATIO else failed).append(f"{lab} (LM x{m:.2f})")
+        if row["local"]:
+            local.append(lab)
+        for t, acc in row["acc"].items():
+            base, two = acc.get("1x"), acc.get("2x")
+            if base and two and base[2] and math.isfinite(base[0]) and base[0] > 0:
+                (held if two[0] >= HOLD_ACC * base[0] else failed).append(f"{lab} ({t} {two[0]:.2f} at 2L)")
+    out = []
+    if held:
+        out.append("Held past the training length: " + ", ".join(held) + ".")
+    if failed:
+        out.append("Did not hold: " + ", ".join(failed) + ".")
+    if local:
+        out.append("Local window (effective span below the training length; flat loss without using far "
+                   "context): " + ", ".join(local) + ".")
+    return out
+
+
+def _f(x: tuple[float, float, int] | None, digits: int = 2) -> str:
+    if not x or not x[2] or not math.isfinite(x[0]):
+        return "-"
+    m, s, n = x
+    return f"{m:.{digits}f}" + (f"±{s:.{digits}f}" if n > 1 else "")
+
+
+def _table(results: dict) -> tuple[list[str], list[list[str]]]:
+    v = verdict(results)
+    tasks = v["tasks"]
+    header = ["scheme", "fitted"]
+    if "lm" in tasks:
+        header += ["LM 4x/1x", "LM 16x/1x", "span"]
+    algo = [t for t in tasks if t != "lm"]
+    for t in algo:
+        header += [f"{t} 1.5L", f"{t} 2L"]
+    header += ["cost vs NoPE", "MRR"]
+    mrr = {lab: m for lab, m, _ in v["ranking"]}
+    rows = []
+    for lab, _, _ in v["ranking"]:
+        row = v["rows"][lab]
+        fitted = ", ".join(f"{t} {a}/{b}" for t, (a, b) in sorted(row["fitted"].items()))
+        cells = [lab, fitted]
+        if "lm" in tasks:
+            span = "-" if row["span"] is None else f"{row['span']:.0f}" + (" (local)" if row["local"] else "")
+            cells += [_f(row["lm"].get(4)), _f(row["lm"].get(16)), span]
+        for t in algo:
+            acc = row["acc"].get(t, {})
+            cells += [_f(acc.get("1.5x")), _f(acc.get("2x"))]
+        cells += ["-" if row["cost"] is None else f"{row['cost']:.2f}x", f"{mrr[lab]:.2f}"]
+        rows.append(cells)
+    return header, rows
+
+
+def verdict_markdown(results: dict) -> str:
+    """The verdict section of ``report.md``."""
+    v = verdict(results)
+    header, rows = _table(results)
+    out = ["## Verdict", ""]
+    if is_smoke_test(results):
+        out += [f"> {SMOKE_NOTE}", ""]
+    out += [f"- {n}" for n in v["notes"]] + [""]
+    out += ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    out += ["", "Rows are ordered by mean reciprocal rank (MRR) over tasks, from fitted runs only. `±` is the "
+            "standard deviation over fitted seeds; schemes whose scores differ by less than that spread share a "
+            "rank (a tie). LM columns divide bits per byte at 4x and 16x the training length by bits per byte "
+            "at 1x (1.00 = no degradation). `span` is the effective attention span in bytes at the longest "
+            "length (mass beyond it < 1%). Cost is time per training step relative to NoPE on the same task.", ""]
+    return "\n".join(out)
+
+
+def verdict_text(results: dict) -> str:
+    """The verdict for the terminal."""
+    v = verdict(results)
+    header, rows = _table(results)
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    lines = []
+    if is_smoke_test(results):
+        lines += [SMOKE_NOTE, ""]
+    lines.append("Verdict (fitted runs only; ± = spread over seeds; see report.md):")
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines += [""] + v["notes"]
+    return "\n".join(lines)

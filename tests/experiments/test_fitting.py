@@ -1,0 +1,131 @@
+"""Fit first: validation, early stopping, the fit gate and learning-rate selection."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from relpos.experiments.config import preset
+from relpos.experiments.fitting import FitConfig, FitMonitor
+from relpos.experiments.job import Job, run_job
+from relpos.tasks import make_task
+
+
+class Perfect(nn.Module):
+    """Predicts every copy answer token from the prompt (teacher forcing or not)."""
+
+    def __init__(self, task, wrong: bool = False):
+        super().__init__()
+        self.task, self.wrong = task, wrong
+        self.dummy = nn.Parameter(torch.zeros(()))
+
+    def forward(self, idx):
+        B, N = idx.shape
+        out = torch.zeros(B, N, self.task.vocab_size)
+        for b in range(B):
+            row = idx[b].tolist()
+            sep = row.index(self.task.SEP)
+            n = sep - 1
+            for t in range(sep, min(N, sep + n)):
+                tok = row[1 + t - sep]
+                out[b, t, (tok + 1) % self.task.n_symbols if self.wrong else tok] = 10.0
+        return out
+
+
+def _step(step, model):
+    return SimpleNamespace(step=step, loss=1.0, model=model)
+
+
+def test_a_fitted_model_stops_after_confirming_checks():
+    task = make_task("copy", train_len=4, eval_lengths=[4, 8], n_val=16)
+    mon = FitMonitor(task, FitConfig(val_every=10, confirm=3), steps=1000)
+    model = Perfect(task)
+    stops = [step for step in range(1, 1001) if mon(_step(step, model))]
+    assert stops[0] == 30  # first check at 10 hits 1.0; the third consecutive one (30) stops
+    assert mon.stopped_early and mon.fitted_by_validation()
+    assert [h["step"] for h in mon.history][:3] == [10, 20, 30]
+    assert mon.history[0]["val_exact"] == 1.0
+
+
+def test_a_model_that_cannot_fit_never_stops_and_is_not_fitted():
+    task = make_task("copy", train_len=4, eval_lengths=[4, 8], n_val=16)
+    mon = FitMonitor(task, FitConfig(val_every=10), steps=50)
+    model = Perfect(task, wrong=True)
+    assert not any(mon(_step(step, model)) for step in range(1, 51))
+    assert not mon.stopped_early and not mon.fitted_by_validation()
+    assert mon.history[-1]["step"] == 50 and mon.history[-1]["val_exact"] == 0.0
+
+
+def test_early_stop_can_be_turned_off():
+    task = make_task("copy", train_len=4, eval_lengths=[4], n_val=8)
+    mon = FitMonitor(task, FitConfig(val_every=5, confirm=1, early_stop=False), steps=20)
+    assert not any(mon(_step(s, Perfect(task))) for s in range(1, 21))
+    assert mon.fitted_by_validation() and not mon.stopped_early
+
+
+def test_lm_stops_when_the_validation_loss_flattens():
+    task = make_task("lm", train_len=16, eval_lengths=[16], eval_tokens=64, n_val=4)
+    mon = FitMonitor(task, FitConfig(val_every=1, lm_patience=2, lm_tol=0.01), steps=100)
+    losses = iter([3.0, 2.5, 2.2, 2.0, 1.999, 1.998, 1.5])
+    mon.score = lambda model: {"val_loss": next(losses)}
+    stop = next(s for s in range(1, 8) if mon(_step(s, None)))
+    # after 2.0: the last two checks (1.999, 1.998) improve on 2.0 by less than 1%
+    assert stop == 6 and mon.flat and mon.fitted_by_validation() and mon.stopped_early
+
+
+def test_fit_config_validation():
+    with pytest.raises(ValueError, match="fit.target"):
+        FitConfig(target=1.5)
+    with pytest.raises(ValueError, match="fit.lr_grid"):
+        FitConfig(lr_grid=[1e-3, 0.0])
+    with pytest.raises(TypeError, match="fit.early_stop"):
+        FitConfig(early_stop="yes")
+    cfg = preset("ci").replace(fit={"val_every": 7})
+    assert cfg.fit.val_every == 7 and cfg.validate().fingerprint() != preset("ci").validate().fingerprint()
+
+
+def _tiny(task, **kw):
+    cfg = preset("ci")
+    cfg.schemes, cfg.tasks = ["alibi"], [task]
+    cfg.d_model, cfg.n_heads, cfg.n_layers = 16, 2, 1
+    cfg.algorithmic = {"train_len": 1, "eval_lengths": [1, 2], "n_eval": 16, "n_val": 16, "min_len": 1}
+    cfg.task_options = {"copy": {"alphabet": 2}}
+    cfg.lm = {"train_len": 8, "eval_factors": [1, 2], "eval_tokens": 64, "train_bytes": 20_000, "n_val": 4}
+    for k, v in kw.items():
+        setattr(cfg, k, v)
+    return cfg.validate()
+
+
+@pytest.mark.slow
+def test_run_job_stops_early_once_fitted_and_records_the_fit():
+    # copying one of two symbols is learned in a few dozen steps: the budget is an upper bound
+    cfg = _tiny("copy", task_train={"copy": {"steps": 2000, "batch_size": 32, "lr": 1e-2, "warmup": 5}},
+                fit=FitConfig(val_every=10, confirm=2))
+    res = run_job(Job("copy", "alibi", 0).to_dict(), cfg.to_dict())
+    fit = res["train"]["fit"]
+    assert fit["stopped_early"] and res["train"]["steps"] < 2000
+    assert fit["fitted"] and fit["score"] >= 0.95 and fit["lr"] == 1e-2
+    assert "held-out exact match at L" in fit["score_kind"]
+
+
+@pytest.mark.slow
+def test_lr_grid_keeps_the_first_rate_that_fits():
+    cfg = _tiny("copy", task_train={"copy": {"steps": 30, "batch_size": 16, "warmup": 1}},
+                fit=FitConfig(val_every=10, confirm=1, lr_grid=[1e-6, 1e-2]))
+    res = run_job(Job("copy", "alibi", 0).to_dict(), cfg.to_dict())
+    tries = res["train"]["fit"]["lr_tries"]
+    assert [t["lr"] for t in tries][0] == 1e-6  # tried in order
+    assert not tries[0]["fitted"]
+    assert res["train"]["fit"]["lr"] == tries[-1]["lr"] if tries[-1]["fitted"] else True
+
+
+def test_a_run_that_cannot_fit_is_marked():
+    cfg = _tiny("copy", task_train={"copy": {"steps": 2, "batch_size": 4, "lr": 1e-6, "warmup": 1}},
+                fit=FitConfig(val_every=1))
+    cfg.task_options = {"copy": {"alphabet": 8}}
+    res = run_job(Job("copy", "alibi", 0).to_dict(), cfg.to_dict())
+    fit = res["train"]["fit"]
+    assert fit["fitted"] is False and fit["score"] < 0.95 and not fit["stopped_early"]

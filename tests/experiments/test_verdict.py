@@ -1,0 +1,97 @@
+"""The verdict table: fitted runs only, spreads over seeds, ties, mean reciprocal rank."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from relpos.experiments.verdict import SMOKE_NOTE, verdict, verdict_markdown, verdict_text
+
+
+def _run(label, task, seed, fitted, metrics, *, ms=10.0, span=None, L=None):
+    L = L or (64 if task == "lm" else 8)
+    ms_list = []
+    for n, v in metrics.items():
+        if task == "lm":
+            ms_list.append({"eval_len": n, "bpb": v, "loss": v, "accuracy": None})
+        else:
+            ms_list.append({"eval_len": n, "accuracy": v, "bpb": None})
+    return {
+        "scheme": label, "variant": None, "label": label, "task": task, "seed": seed, "train_len": L,
+        "job": f"{task}/{label}/seed{seed}", "metrics": ms_list, "position_loss": [], "fixed_target": [],
+        "train": {"ms_per_step": ms, "fit": {"fitted": fitted, "score": 1.0 if fitted else 0.5}},
+        "span": span,
+    }
+
+
+def _results(preset="full"):
+    runs = []
+    for seed in range(3):
+        # good: flat LM, holds copy; fitted everywhere
+        runs.append(_run("good", "lm", seed, True, {64: 2.0, 256: 2.0 + 0.01 * seed, 1024: 2.02},
+                         ms=12.0, span={"1024": {"max": 700}}))
+        runs.append(_run("good", "copy", seed, True, {8: 1.0, 12: 0.9, 16: 0.8 + 0.01 * seed}))
+        # local: flat LM through a local window
+        runs.append(_run("local", "lm", seed, True, {64: 2.0, 256: 2.0, 1024: 2.0}, span={"1024": {"max": 20}}))
+        runs.append(_run("local", "copy", seed, True, {8: 1.0, 12: 0.2, 16: 0.0}))
+        # nope: degrades
+        runs.append(_run("nope", "lm", seed, True, {64: 2.0, 256: 3.0, 1024: 6.0}, span={"1024": {"max": 900}}))
+        runs.append(_run("nope", "copy", seed, seed != 2, {8: 0.97 if seed != 2 else 0.3, 12: 0.0, 16: 0.0}))
+        # bad: never fits copy; its (great) out-of-distribution numbers must not count
+        runs.append(_run("bad", "copy", seed, False, {8: 0.5, 12: 1.0, 16: 1.0}))
+    return {"config": {"preset": preset}, "runs": runs}
+
+
+def test_only_fitted_runs_count_and_unfitted_are_never_ranked():
+    v = verdict(_results())
+    rows = v["rows"]
+    assert rows["bad"]["fitted"]["copy"] == (0, 3)
+    assert rows["bad"]["acc"]["copy"]["2x"][2] == 0  # no fitted seed: no number
+    assert rows["nope"]["fitted"]["copy"] == (2, 3)
+    assert rows["nope"]["acc"]["copy"]["1x"][0] == pytest.approx(0.97)  # the unfitted seed is left out
+    ranks = {lab: rk for lab, _, rk in v["ranking"]}
+    assert ranks["bad"]["copy"] is None
+    assert v["ranking"][-1][0] == "bad" and v["ranking"][-1][1] == 0.0
+
+
+def test_ratios_spreads_ties_and_ranking():
+    v = verdict(_results())
+    good = v["rows"]["good"]
+    m, s, n = good["lm"][16]
+    assert n == 3 and m == pytest.approx(1.01) and s == 0.0
+    m4, s4, _ = good["lm"][4]
+    assert m4 == pytest.approx(1.005) and s4 > 0
+    ranks = {lab: rk for lab, _, rk in v["ranking"]}
+    # LM 16x: local (1.00) and good (1.01) differ by more than their (zero) spreads; nope is last
+    assert ranks["local"]["lm"] == 1 and ranks["good"]["lm"] == 2 and ranks["nope"]["lm"] == 3
+    assert ranks["good"]["copy"] == 1 and ranks["local"]["copy"] == ranks["nope"]["copy"] == 2  # 0.0 and 0.0 tie
+    assert v["ranking"][0][0] in ("good", "local")
+    mrr = dict((lab, m) for lab, m, _ in v["ranking"])
+    assert mrr["good"] == pytest.approx((1 / 2 + 1) / 2)
+
+
+def test_differences_inside_the_spread_are_ties():
+    res = _results()
+    for r in res["runs"]:
+        if r["label"] == "nope" and r["task"] == "copy":
+            r["train"]["fit"]["fitted"] = True
+            r["metrics"][2]["accuracy"] = [0.2, 1.0, 1.4][r["seed"]] if r["seed"] < 2 else 1.2
+    ranks = {lab: rk for lab, _, rk in verdict(res)["ranking"]}
+    assert ranks["nope"]["copy"] == ranks["good"]["copy"] == 1  # nope's spread covers the gap
+
+
+def test_local_window_and_cost():
+    v = verdict(_results())
+    assert v["rows"]["local"]["local"] is True and v["rows"]["good"]["local"] is False
+    assert v["rows"]["good"]["cost"] == pytest.approx((12.0 * 3 + 10.0 * 3) / 6 / 10.0)
+    assert any("Local window" in n and "local" in n for n in v["notes"])
+    assert any("Did not hold" in n and "nope" in n for n in v["notes"])
+
+
+def test_rendering_and_smoke_label():
+    md = verdict_markdown(_results())
+    assert md.startswith("## Verdict") and "| scheme | fitted |" in md and "copy 0/3" in md
+    assert "(local)" in md and SMOKE_NOTE not in md
+    assert SMOKE_NOTE in verdict_text(_results("ci")) and SMOKE_NOTE in verdict_markdown(_results("ci"))
+    assert not math.isnan(verdict(_results())["ranking"][0][1])
