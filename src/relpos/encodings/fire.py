@@ -33,6 +33,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from relpos.encodings.base import Encoding
 from relpos.validation import MAX_TABLE, check_float, check_int
@@ -44,6 +45,43 @@ _LOG2 = math.log(2.0)
 
 def _softplus_inv(y: float) -> float:
     return y + math.log(-math.expm1(-y))
+
+
+class _PiecewiseLinear(torch.autograd.Function):
+    """``out[b, h, t, j] = alpha[h, seg] * x + beta[h, seg]`` with ``seg = seg[b, t, j]``.
+
+    The backward sums the gradient per segment with one weighted ``bincount`` per
+    head (the autograd of ``gather`` would scatter into an expanded
+    ``(B, H, Nq, K + 1)`` buffer, which is several times slower).
+    """
+
+    @staticmethod
+    def forward(ctx, alpha, beta, seg, x):
+        B1, Nq, Nk = seg.shape
+        H, K1 = alpha.shape
+        idx = seg[:, None].expand(B1, H, Nq, Nk)
+        al = torch.gather(alpha.view(1, H, 1, K1).expand(B1, H, Nq, K1), -1, idx)  # (B|1, H, Nq, Nk)
+        be = torch.gather(beta.view(1, H, 1, K1).expand(B1, H, Nq, K1), -1, idx)
+        ctx.save_for_backward(alpha, seg, x)
+        return al.mul_(x[:, None]).add_(be)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        alpha, seg, x = ctx.saved_tensors
+        H, K1 = alpha.shape
+        flat = seg.reshape(-1)  # (P,) over (B|1, Nq, Nk)
+        gh = g.transpose(0, 1).reshape(H, -1) if g.shape[0] > 1 else g.reshape(H, -1)  # (H, P)
+        gx = gh * x.reshape(1, -1)
+        d_alpha = torch.stack([torch.bincount(flat, gx[h], minlength=K1) for h in range(H)]).to(alpha.dtype)
+        d_beta = torch.stack([torch.bincount(flat, gh[h], minlength=K1) for h in range(H)]).to(alpha.dtype)
+        dx = None
+        if ctx.needs_input_grad[3]:
+            B1, Nq, Nk = seg.shape
+            idx = seg[:, None].expand(B1, H, Nq, Nk)
+            al = torch.gather(alpha.view(1, H, 1, K1).expand(B1, H, Nq, K1), -1, idx)
+            dx = (g * al).sum(1)  # (B|1, Nq, Nk)
+        return d_alpha, d_beta, None, dx
 
 
 class FIRE(Encoding):
@@ -146,12 +184,7 @@ class FIRE(Encoding):
         alpha = wa @ a  # (H, K+1)
         beta = b2[:, None] + wa @ c  # (H, K+1)
         seg = torch.bucketize(x.detach(), z)  # (B|1, Nq, Nk) in [0, K]
-        B1, Nq, Nk = seg.shape
-        H, K1 = alpha.shape
-        idx = seg[:, None].expand(B1, H, Nq, Nk)
-        al = torch.gather(alpha.view(1, H, 1, K1).expand(B1, H, Nq, K1), -1, idx)  # (B|1, H, Nq, Nk)
-        be = torch.gather(beta.view(1, H, 1, K1).expand(B1, H, Nq, K1), -1, idx)
-        return al * x[:, None] + be
+        return _PiecewiseLinear.apply(alpha, beta, seg, x)
 
     def reference_bias(self, qpos: Tensor, kpos: Tensor) -> Tensor:
         """Row by row in float64, straight from the formula."""
