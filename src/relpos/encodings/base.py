@@ -158,8 +158,9 @@ class Encoding(nn.Module):
     #: True if a model should build one instance for all layers by default (T5 shares
     #: its bias table across layers); ``ModelConfig.share_encoding`` overrides it.
     share_across_layers: ClassVar[bool] = False
-    #: Names of the context-extension scalings :meth:`set_scaling` accepts (the RoPE
-    #: family: ``"linear"``, ``"ntk"``, ...); empty for schemes without any.
+    #: Names of the context-extension scalings the scheme's ``set_scaling(name, factor=...,
+    #: original_max_len=...)`` accepts (the RoPE family: ``"linear"``, ``"ntk"``, ...);
+    #: empty for schemes without any (they have no ``set_scaling``).
     scalings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, n_heads: int = 1) -> None:
@@ -210,15 +211,6 @@ class Encoding(nn.Module):
 
     def check_dims(self, head_dim: int, value_dim: int) -> None:
         """Raise ``ValueError`` if the scheme cannot serve q/k of width ``head_dim`` and v of ``value_dim``."""
-
-    def set_scaling(self, scaling: str | None, **options) -> None:
-        """Switch the context-extension scaling in place (one of :attr:`scalings`, or None).
-
-        Raises:
-            ValueError: the scheme has no such scaling.
-        """
-        if scaling is not None:
-            raise ValueError(f"scheme {self.name!r} has no context-extension scalings; got scaling={scaling!r}")
 
     # ---------------------------------------------------------- capabilities
     # Structure a fast path may exploit. Each returns None unless the scheme has it.
