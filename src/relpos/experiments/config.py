@@ -144,6 +144,10 @@ class ExperimentConfig:
             the training length (its ``options_for_length``); ``"paper"``
             keeps the paper defaults. Explicit ``scheme_options`` win.
         workers, threads: processes and threads per process (execution only).
+        models_dir: where each job saves its trained model as a checkpoint
+            (``<models_dir>/<task>/<scheme>[+rand]/seed<k>/``); None keeps none
+            (execution only: ``relpos compare`` sets ``OUT/models`` unless
+            ``--no-keep-models``).
     """
 
     preset: str = "default"
@@ -171,6 +175,8 @@ class ExperimentConfig:
     scheme_ranges: str = "train_len"
     workers: int = 2
     threads: int = 1
+    models_dir: str | None = None
+    passkey: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.fit, dict):
@@ -323,7 +329,13 @@ class ExperimentConfig:
     def make_task(self, task: str):
         from relpos.tasks import make_task
 
-        return make_task(task, **self.task_kwargs(task))
+        kw = self.task_kwargs(task)
+        spec = kw.pop("corpus", None)
+        if task == "lm" and spec:  # a user's corpus (issue 15): same protocols, other text
+            from relpos.corpus.lm import CorpusLanguageModelling
+
+            return CorpusLanguageModelling.from_spec(spec, **kw)
+        return make_task(task, **kw)
 
     def _task_options(self, task: str) -> dict:
         """A task's options for the fingerprint; a task these settings cannot build (and that is
@@ -346,6 +358,7 @@ class ExperimentConfig:
             "fit": dataclasses.asdict(self.fit),
             "embed_scale": self.embed_scale,
             "scheme_ranges": self.scheme_ranges,
+            **({"passkey": self.passkey} if self.passkey else {}),
         }
 
     def fingerprint(self) -> str:
@@ -376,6 +389,11 @@ _ALGO = {"train_len": 8, "eval_lengths": [8, 12, 16, 24, 32], "n_eval": 128, "n_
 _ALGO_TRAIN = {"steps": 4000, "batch_size": 64, "lr": 3e-3, "warmup": 100}
 
 
+#: Task options shared by the default and full presets (parity trains at 12 bits, so that a held-out set exists).
+_TASK_OPTIONS = {"copy": {"alphabet": 8}, "reverse": {"alphabet": 8}, "copy-hints": {"alphabet": 8},
+                 "mqar": {"n_keys": 64, "n_values": 16}, "parity": {"train_len": 12}}
+
+
 def _ci() -> ExperimentConfig:
     return ExperimentConfig(
         preset="ci",
@@ -402,15 +420,17 @@ def _default() -> ExperimentConfig:
         d_model=64,
         n_layers=2,
         n_heads=4,
-        steps=1500,
+        steps=4000,
         batch_size=16,
         lr=3e-3,
         warmup=50,
-        task_train={"copy": dict(_ALGO_TRAIN)},
+        # every algorithmic task gets the algorithmic recipe, so `--tasks reverse,mqar` (or more seeds) can
+        # be added to a default folder: the fingerprint covers them already
+        task_train={**{t: dict(_ALGO_TRAIN) for t in ALGORITHMIC}, "parity": {**_ALGO_TRAIN, "steps": 1000}},
         lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
         algorithmic=dict(_ALGO),
-        task_options={"copy": {"alphabet": 8}},
-        fit=FitConfig(val_every=100),
+        task_options=dict(_TASK_OPTIONS),
+        fit=FitConfig(val_every=100, lm_patience=5),
     )
 
 
@@ -424,16 +444,15 @@ def _full() -> ExperimentConfig:
         d_model=64,
         n_layers=2,
         n_heads=4,
-        steps=2000,
+        steps=4000,
         batch_size=16,
         lr=3e-3,
         warmup=50,
-        task_train={t: dict(_ALGO_TRAIN) for t in algo},
+        task_train={**{t: dict(_ALGO_TRAIN) for t in algo}, "parity": {**_ALGO_TRAIN, "steps": 1000}},
         lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
         algorithmic=dict(_ALGO),
-        task_options={"copy": {"alphabet": 8}, "reverse": {"alphabet": 8}, "copy-hints": {"alphabet": 8},
-                      "mqar": {"n_keys": 64, "n_values": 16}, "parity": {"train_len": 12}},
-        fit=FitConfig(val_every=100, lr_grid=[2e-3, 1e-3, 3e-3]),
+        task_options=dict(_TASK_OPTIONS),
+        fit=FitConfig(val_every=100, lm_patience=5, lr_grid=[3e-3, 2e-3, 1e-3]),
     )
 
 

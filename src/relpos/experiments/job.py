@@ -198,11 +198,11 @@ def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
     """Evaluate a trained model (and its variants): one entry per run."""
     from relpos.experiments.config import ROPE_VARIANTS
 
-    def run(variant, measurements, **extra):
+    def run(variant, measurements, task_name=None, **extra):
         return {
             "scheme": job.scheme,
             "variant": variant,
-            "task": job.task,
+            "task": task_name or job.task,
             "seed": job.seed,
             "train_len": task.train_len,
             "measurements": [m.to_dict() for m in measurements],
@@ -223,6 +223,17 @@ def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
             scaling, fixed = ROPE_VARIANTS[v]
             mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
             out.append(run(v, task.evaluate(mf)))
+    if task.kind == "lm" and cfg.passkey:  # passkey retrieval (issue 15) on the LM model and its scalings
+        from relpos.tasks.passkey import Passkey
+
+        pk = Passkey.fitting(task.eval_lengths, encode=getattr(task, "encode", None), **cfg.passkey)
+        if pk is not None:
+            out.append(run("randomized" if job.randomized else None, pk.evaluate(lambda n: model), "passkey"))
+            if not job.randomized and _has_scalings(model):
+                for v in cfg.rope_variants:
+                    scaling, fixed = ROPE_VARIANTS[v]
+                    mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
+                    out.append(run(v, pk.evaluate(mf), "passkey"))
     return out
 
 
@@ -293,6 +304,26 @@ def _fit_record(task, mon, runs: list[dict], lr: float, tries: list[dict], targe
     return rec
 
 
+def model_path(models_dir: str, job: Job) -> str:
+    """Where a job's trained model is kept: ``<models_dir>/<task>/<scheme>[+rand]/seed<k>``."""
+    import os
+
+    return os.path.join(models_dir, job.task, job.scheme + ("+rand" if job.randomized else ""), f"seed{job.seed}")
+
+
+def save_model(job: Job, cfg, model, fit: dict | None) -> str:
+    """Save a trained model (safetensors checkpoint, with its fit) and return its path relative to ``models_dir``'s
+    parent (the compare output folder)."""
+    import os
+
+    from relpos.checkpoint import save
+
+    path = model_path(cfg.models_dir, job)
+    extra = {"job": job.key, "fitted": bool(fit and fit.get("fitted")), "fit_score": fit and fit.get("score")}
+    save(path, model, extra=extra)
+    return os.path.relpath(path, os.path.dirname(os.path.abspath(cfg.models_dir)))
+
+
 def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: Callable | None = None,
             evaluate: bool = True) -> dict:
     """Train and evaluate one job. Top-level and JSON in/out, for any executor.
@@ -328,6 +359,7 @@ def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: 
     eval_seconds = time.perf_counter() - t1
     tail = losses[-max(1, len(losses) // 10):]
     fit = _fit_record(task, mon, runs, lr, tries, cfg.fit.target) if runs else None
+    checkpoint = save_model(j, cfg, model, fit) if (cfg.models_dir and evaluate) else None
     return {
         "job": j.key,
         **j.to_dict(),
@@ -342,6 +374,7 @@ def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: 
             "params": int(sum(p.numel() for p in model.parameters())),
             "model": mcfg.to_dict(),
             "fit": fit,
+            "checkpoint": checkpoint,
         },
         "eval_seconds": eval_seconds,
         # CPU time of the whole job (training tries and evaluation): on a shared machine, the honest
