@@ -33,7 +33,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from relpos.encodings.base import Encoding, check_table_size
+from relpos.encodings.base import Encoding
 from relpos.validation import MAX_TABLE, check_float, check_int
 
 __all__ = ["Sinusoidal", "LearnedAbsolute", "sinusoidal_table"]
@@ -171,7 +171,6 @@ class LearnedAbsolute(Encoding):
         self.d_model = check_int("d_model", d_model, 1, MAX_TABLE)
         self.max_len = check_int("max_len", max_len, 1, MAX_TABLE)
         check_float("init_std", init_std, 0)
-        check_table_size("the learned position table (max_len, d_model)", max_len, d_model)
         self.table = nn.Parameter(torch.randn(max_len, d_model) * init_std)  # (max_len, C)
 
     def _check_range(self, pos: Tensor) -> None:

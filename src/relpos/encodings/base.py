@@ -46,20 +46,11 @@ from torch import Tensor, nn
 
 from relpos.validation import MAX_POSITIONS, MAX_TABLE, check_bool, check_int
 
-#: The most entries one learned position table may hold (2**28: 1 GiB of float32).
-MAX_TABLE_ENTRIES = 1 << 28
-
 Site = Literal["embedding", "qk", "bias", "score", "value"]
 SITES: tuple[str, ...] = ("embedding", "qk", "bias", "score", "value")
 
-__all__ = ["Encoding", "Dims", "Site", "SITES", "ClippedTables", "RelativeKeys", "check_table_size", "MAX_TABLE_ENTRIES"]
+__all__ = ["Encoding", "Dims", "Site", "SITES", "ClippedTables", "RelativeKeys"]
 
-
-def check_table_size(what: str, *shape: int) -> None:
-    """Raise ``ValueError`` if a learned table of ``shape`` would exceed :data:`MAX_TABLE_ENTRIES`."""
-    n = math.prod(shape)
-    if n > MAX_TABLE_ENTRIES:
-        raise ValueError(f"{what} would hold {n} entries {tuple(shape)}; at most {MAX_TABLE_ENTRIES} are allowed")
 
 
 @dataclasses.dataclass(frozen=True)

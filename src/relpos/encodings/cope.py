@@ -45,7 +45,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from relpos.encodings.base import Encoding, check_table_size
+from relpos.encodings.base import Encoding
 from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
 __all__ = ["CoPE", "query_key_index"]
@@ -108,7 +108,6 @@ class CoPE(Encoding):
         check_int("npos_max", npos_max, 2, MAX_TABLE)
         check_bool("per_head", per_head)
         check_float("init_std", init_std, 0)
-        check_table_size("CoPE's table (heads, npos_max, head_dim)", n_heads if per_head else 1, npos_max, head_dim)
         self.head_dim = head_dim
         self.npos_max = npos_max
         self.per_head = per_head

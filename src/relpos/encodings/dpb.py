@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from relpos.encodings.base import Encoding, check_table_size
+from relpos.encodings.base import Encoding
 from relpos.validation import MAX_TABLE, check_bool, check_int
 
 __all__ = ["DynamicPositionBias"]
@@ -65,7 +65,6 @@ class DynamicPositionBias(Encoding):
         check_int("depth", depth, 1, MAX_TABLE)
         check_bool("log_distance", log_distance)
         check_bool("norm", norm)
-        check_table_size("DPB's hidden layers (depth, hidden, hidden)", depth, hidden, hidden)
         self.hidden = hidden
         self.depth = depth
         self.log_distance = log_distance

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from relpos.encodings.base import ClippedTables, Encoding, check_table_size
+from relpos.encodings.base import ClippedTables, Encoding
 from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
 __all__ = ["Shaw"]
@@ -92,7 +92,6 @@ class Shaw(Encoding):
         check_bool("value", value)
         check_bool("per_head", per_head)
         check_float("init_std", init_std, 0)
-        check_table_size("Shaw's table (heads, 2k + 1, head_dim)", n_heads if per_head else 1, 2 * k + 1, head_dim)
         self.head_dim = head_dim
         self.k = k
         self.use_value = value

@@ -56,7 +56,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from relpos.encodings.base import Encoding, RelativeKeys, check_table_size
+from relpos.encodings.base import Encoding, RelativeKeys
 from relpos.validation import MAX_TABLE, check_float, check_int
 
 __all__ = ["TransformerXL", "txl_sinusoid"]
@@ -131,7 +131,6 @@ class TransformerXL(Encoding):
         check_int("d_model", d_model, 1, MAX_TABLE)
         check_float("base", base, 1, lo_open=True)
         check_float("init_std", init_std, 0)
-        check_table_size("Transformer-XL's W_R (heads, head_dim, d_model)", n_heads, head_dim, d_model)
         self.head_dim = head_dim
         self.d_model = d_model
         self.base = float(base)
