@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from relpos.distance import t5_bucket
 from relpos.encodings.base import Encoding
+from relpos.validation import check_bool, check_float
 
 
 class T5Bias(Encoding):
@@ -46,6 +47,7 @@ class T5Bias(Encoding):
     acts_on = frozenset({"bias"})
     share_across_layers = True  # models build one table for all layers (as T5 does)
     toeplitz = True
+    share_across_layers = True
     paper = "https://arxiv.org/abs/1910.10683"
 
     def __init__(
@@ -59,6 +61,10 @@ class T5Bias(Encoding):
         init_std: float = 0.02,
     ) -> None:
         super().__init__(n_heads)
+        check_bool("causal", causal)
+        if bidirectional is not None:
+            check_bool("bidirectional", bidirectional)
+        check_float("init_std", init_std, 0)
         self.bidirectional = (not causal) if bidirectional is None else bidirectional
         self.num_buckets = num_buckets
         self.max_distance = max_distance
@@ -78,6 +84,10 @@ class T5Bias(Encoding):
         """Bucket ids of offsets ``delta = j - i``."""
         return t5_bucket(delta, bidirectional=self.bidirectional,
                          num_buckets=self.num_buckets, max_distance=self.max_distance)
+
+    def saturation_distance(self) -> int:
+        """Buckets saturate at ``max_distance``: every ``|d| >= max_distance`` (per side) shares one row."""
+        return self.max_distance
 
     def relative_bias(self, delta: Tensor) -> Tensor:
         b = self.buckets(delta)  # (*S)
