@@ -41,6 +41,6 @@ def test_port_in_use_is_one_line(capsys):
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         port = s.getsockname()[1]
-        assert main(["explore", "--port", str(port)]) == 1
+        assert main(["explore", "--port", str(port)]) == 2  # a usage error, as the explorer server reports it
     err = capsys.readouterr().err
     assert f"cannot listen on 127.0.0.1 port {port}" in err and "Traceback" not in err

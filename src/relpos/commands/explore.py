@@ -55,6 +55,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     try:
         serve(explorer, args.host, args.port, open_browser=args.open, quiet=not args.verbose)
+    except ValueError as e:  # the server's own clear message (bad host, port in use): a usage error
+        raise ValueError(f"cannot listen on {args.host} port {args.port}: {e}") from None
     except OSError as e:  # unresolvable host, port in use, no permission: say where
         raise OSError(e.errno, f"cannot listen on {args.host} port {args.port}: {e.strerror or e}") from None
     return 0

@@ -204,8 +204,6 @@ class ExperimentConfig:
             k = normalise_name(s)
             if k not in SCHEMES:
                 raise ValueError(f"unknown scheme {s!r}; known schemes: {', '.join(available)}")
-            if k not in available:
-                raise ValueError(f"scheme {s!r} is not available in this build; available: {', '.join(available)}")
             if k not in norm:
                 norm.append(k)
         self.schemes = norm

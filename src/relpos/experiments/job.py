@@ -126,7 +126,7 @@ def rope_variant_model_for(model, train_seq_len: int, scaling: str, fixed_factor
     ``factor = max(1, seq_len / train_seq_len)`` unless ``fixed_factor`` is given;
     ``original_max_len = train_seq_len``. The trained weights are shared (the
     copies differ only in the scaling, which has no parameters). Rotary modules
-    are found by their ``set_scaling`` capability.
+    are found by their ``scalings`` capability (the scalings they offer).
     """
     cache: dict[float, object] = {}
 
@@ -136,7 +136,7 @@ def rope_variant_model_for(model, train_seq_len: int, scaling: str, fixed_factor
             m = copy.deepcopy(model)
             n = 0
             for mod in m.modules():
-                if callable(getattr(mod, "set_scaling", None)):
+                if _rotary(mod, scaling):
                     mod.set_scaling(scaling, factor=float(factor), original_max_len=int(train_seq_len))
                     n += 1
             if n == 0:
@@ -237,8 +237,14 @@ def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
     return out
 
 
+def _rotary(mod, scaling: str | None = None) -> bool:
+    """Whether a module offers rotary scalings (its ``scalings`` capability), or ``scaling`` in particular."""
+    offered = tuple(getattr(type(mod), "scalings", None) or ())
+    return bool(offered) and callable(getattr(mod, "set_scaling", None)) and (scaling is None or scaling in offered)
+
+
 def _has_scalings(model) -> bool:
-    return any(callable(getattr(m, "set_scaling", None)) for m in model.modules())
+    return any(_rotary(m) for m in model.modules())
 
 
 def _spans(task, model) -> dict:

@@ -242,29 +242,25 @@ def markdown_tables(results: dict, task: str) -> str:
 # ------------------------------------------------------------------- plots
 
 
-def _style(labels: list[str]):
-    """Colour per scheme (dark tab20 shades first), line style and marker per variant."""
+def _style(labels: list[str], results: dict):
+    """Colour per scheme (dark tab20 shades first), line style and marker per variant (from the runs, not the label)."""
     import matplotlib
 
     cmap = matplotlib.colormaps["tab20"]
     palette = [cmap(i) for i in range(0, 20, 2)] + [cmap(i) for i in range(1, 20, 2)]
+    of = {r["label"]: (r["scheme"], r["variant"]) for r in results["runs"]}
     base_order: list[str] = []
     for lab in labels:
-        b = lab.split("+")[0]
-        b = "rope" if b.startswith("rope-") else b
+        b = of.get(lab, (lab, None))[0]
         if b not in base_order:
             base_order.append(b)
     variant = {"pi": ((0, (4, 2)), "^"), "ntk": ((0, (1, 1)), "v"), "dynamic": ((0, (4, 1, 1, 1)), "s"),
-               "yarn": ((0, (6, 2, 1, 2)), "D")}
+               "yarn": ((0, (6, 2, 1, 2)), "D"), "randomized": ((0, (2, 3)), "x"),
+               "randomized-sampled": ((0, (1, 2)), "P")}
     styles = {}
     for lab in labels:
-        b = lab.split("+")[0]
-        ls, marker = "-", "o"
-        if b.startswith("rope-"):
-            ls, marker = variant.get(b[5:], ("--", "o"))
-            b = "rope"
-        if "+rand" in lab:
-            ls, marker = (0, (2, 3)), "x"
+        b, v = of.get(lab, (lab, None))
+        ls, marker = variant.get(v, ("--", "o")) if v else ("-", "o")
         styles[lab] = {"color": palette[base_order.index(b) % len(palette)], "linestyle": ls, "marker": marker}
     return styles
 
@@ -318,7 +314,7 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
     made = []
     tasks = _tasks(results)
     labels = sorted({r["label"] for r in results["runs"]})
-    styles = _style(_order(labels, results))
+    styles = _style(_order(labels, results), results)
 
     def save(fig, name):
         fig.tight_layout()

@@ -6,7 +6,7 @@ what it declares and exposes:
 * ``"bias"`` in ``acts_on`` -- a position-only term, drawn from ``bias()``;
   with a public ``buckets(delta)`` method it is a *bucketed* bias (bucket ids
   can be shown, with their boundaries);
-* ``"score"`` in ``acts_on`` with a public ``rel_index`` (and ``key_table``, ``k``) --
+* ``"score"`` in ``acts_on`` with a public ``rel_index`` (and ``clipped_tables()``) --
   a clipped relative *table* (the norms of the rows each pair uses);
 * any other ``"score"`` term -- *content*-dependent, shown for a typed text.
 
@@ -91,7 +91,7 @@ def view_kind(cls) -> str | None:
     """``"bucketed"``, ``"bias"``, ``"table"``, ``"content"``, or None (not shown in the bias view)."""
     acts = cls.acts_on
     if "score" in acts:
-        if callable(getattr(cls, "rel_index", None)):  # the clipped-table protocol: rel_index + key_table
+        if callable(getattr(cls, "rel_index", None)):  # the clipped-table protocol: rel_index + clipped_tables()
             return "table"
         return "content"
     if "bias" in acts:

@@ -128,22 +128,12 @@ class MultiHeadAttention(nn.Module):
 
         Rows with no allowed key are all zeros.
         """
-        from relpos.attention import Request, _make_positions
-        from relpos.attention.dense import additive_terms, rotated_qk
-        from relpos.attention.reference import masked_softmax
-        from relpos.encodings.nope import NoPE
+        from relpos.attention import logits
 
-        enc = self._enc(encoding) or NoPE(q.shape[1])
-        B, H, Nq, D = q.shape
-        qpos, kpos, contiguous = _make_positions(positions, B, Nq, k.shape[2], q_offset, q.device)
-        req = Request(q, k, k, enc, self.causal, key_padding_mask, q_offset, qpos, kpos, contiguous,
-                      float(enc.attention_scale(D)))
-        qr, kr = rotated_qk(req)
-        logits = req.scale * (qr.float() @ kr.float().transpose(-1, -2))  # (B, H, Nq, Nk)
-        add = additive_terms(req, qr, kr)
-        if add is not None:
-            logits = logits + add.float()
-        return masked_softmax(logits, req.mask())
+        z = logits(q, k, self._enc(encoding), causal=self.causal, key_padding_mask=key_padding_mask,
+                   q_offset=q_offset, positions=positions).float()  # (B, H, Nq, Nk), -inf where masked
+        allowed = torch.isfinite(z).any(-1, keepdim=True)
+        return torch.where(allowed, torch.softmax(z.masked_fill(~allowed, 0.0), dim=-1), torch.zeros_like(z))
 
     def forward(
         self,

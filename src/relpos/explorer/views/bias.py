@@ -121,13 +121,14 @@ def answer(ex, params: dict) -> dict:
             out["matrix"] = enc.buckets(delta).tolist()
             curves = [enc.buckets(offs).tolist()]
         elif entry.kind == "table":
-            norms = enc.key_table.float().norm(dim=-1)  # (R,) or (H, R)
+            tables = enc.clipped_tables()
+            norms = tables.key.float().norm(dim=-1)  # (R,) or (H, R)
             if norms.dim() == 1:
                 norms = norms[None].expand(n_heads, -1)
             rel = enc.rel_index(idx, idx)[0]  # (N, N) rows of the table
             out["values"] = "norm"
             out["matrix"] = tolist(norms[head][rel])
-            curves = tolist(norms[:, offs.clamp(-enc.k, enc.k) + enc.k])
+            curves = tolist(norms[:, offs.clamp(-tables.k, tables.k) + tables.k])
             out["k"] = enc.k
         else:
             b = enc.bias(idx, idx)[0]  # (H, N, N)
