@@ -66,8 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scheme-ranges", choices=("train_len", "paper"),
                    help="train_len (default): T5 max_distance, Shaw k, FIRE init_L set from the training length; "
                         "paper: the papers' defaults")
-    g.add_argument("--embed-scale", choices=("sqrt_d", "none"),
-                   help="token-embedding scale (default sqrt_d, fair to absolute position tables)")
+    g.add_argument("--embed-scale", choices=("auto", "sqrt_d", "none"),
+                   help="token-embedding scale: auto (default) scales by sqrt(d_model) for absolute schemes only")
     g = p.add_argument_group("lengths")
     g.add_argument("--train-len", type=int, help="language-modelling training length in bytes")
     g.add_argument("--eval-lengths", type=_csv(int),

@@ -20,9 +20,11 @@ Presets:
 * ``full`` -- every task, three seeds, a learning rate chosen per scheme from a
   small grid, randomized positions; the numbers in ``docs/results.md``.
 
-Every preset is fair to every scheme in the same way: token embeddings are
-scaled by sqrt(d_model) (``embed_scale``), so absolute position tables of
-amplitude 1 do not swamp them; learned position ranges are set from the
+Every preset is fair to every scheme in the same way: token embeddings of
+absolute-position models are scaled by sqrt(d_model) (``embed_scale="auto"``), so
+position tables of amplitude 1 do not swamp them, while relative schemes keep
+the unscaled embeddings they are trained with (a sqrt(d) residual stream slowed
+RoPE and NoPE on copy: 0.82 and 0.73 exact match at L after 4000 steps); learned position ranges are set from the
 training length (``scheme_ranges="train_len"``: T5 ``max_distance``, Shaw ``k``,
 FIRE ``init_L`` equal the training sequence length, through each scheme's
 ``options_for_length``); ``scheme_ranges="paper"`` keeps the papers' defaults.
@@ -138,8 +140,10 @@ class ExperimentConfig:
         scheme_options: per-scheme encoding options, e.g. ``{"shaw": {"k": 16}}``.
         fit: validation, early stopping, the fit gate and the learning-rate
             grid (:class:`~relpos.experiments.fitting.FitConfig`).
-        embed_scale: token-embedding scale of every model (``"sqrt_d"`` or
-            ``"none"``; see :class:`relpos.model.ModelConfig`).
+        embed_scale: token-embedding scale (``"auto"``: sqrt(d_model) for schemes
+            that add positions to the embeddings, none for the others, as each
+            family's papers train them; or ``"sqrt_d"`` / ``"none"`` for every
+            model; see :class:`relpos.model.ModelConfig`).
         scheme_ranges: ``"train_len"`` sets each scheme's learned range from
             the training length (its ``options_for_length``); ``"paper"``
             keeps the paper defaults. Explicit ``scheme_options`` win.
@@ -171,7 +175,7 @@ class ExperimentConfig:
     random_positions_factor: int = 1
     scheme_options: dict = dataclasses.field(default_factory=dict)
     fit: FitConfig = dataclasses.field(default_factory=FitConfig)
-    embed_scale: str = "sqrt_d"
+    embed_scale: str = "auto"
     scheme_ranges: str = "train_len"
     workers: int = 2
     threads: int = 1
@@ -232,8 +236,8 @@ class ExperimentConfig:
             _positive_int(name, getattr(self, name))
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        if self.embed_scale not in ("sqrt_d", "none"):
-            raise ValueError(f"embed_scale must be 'sqrt_d' or 'none', got {self.embed_scale!r}")
+        if self.embed_scale not in ("auto", "sqrt_d", "none"):
+            raise ValueError(f"embed_scale must be 'auto', 'sqrt_d' or 'none', got {self.embed_scale!r}")
         if self.scheme_ranges not in ("train_len", "paper"):
             raise ValueError(f"scheme_ranges must be 'train_len' or 'paper', got {self.scheme_ranges!r}")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:

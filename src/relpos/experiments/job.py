@@ -98,8 +98,20 @@ def model_config_for(job: Job, cfg, task):
         scheme=job.scheme,
         scheme_options=opts,
         random_positions=R,
-        embed_scale=cfg.embed_scale,
+        embed_scale=embed_scale_for(job.scheme, cfg.embed_scale),
     )
+
+
+def embed_scale_for(scheme: str, setting: str) -> str:
+    """The token-embedding scale of a scheme's model: ``"auto"`` scales by sqrt(d_model) exactly when the
+    scheme adds positions to the embeddings (as the absolute-position papers do, so a table of amplitude 1
+    does not swamp the tokens) and leaves relative schemes as their papers train them."""
+    if setting != "auto":
+        return setting
+    from relpos.encodings import get_scheme
+
+    cls, _ = get_scheme(scheme)
+    return "sqrt_d" if "embedding" in cls.acts_on else "none"
 
 
 def train_config_for(job: Job, cfg, task, **overrides):

@@ -393,6 +393,10 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
 # ------------------------------------------------------------------ report
 
 
+_EMBED_WORDS = {"sqrt_d": "sqrt(d_model)", "none": "1",
+                "auto": "sqrt(d_model) for absolute-position schemes, 1 for the others"}
+
+
 def _fit_rule(cfg: dict) -> str:
     from relpos.experiments.fitting import FitConfig
 
@@ -430,7 +434,7 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
         + (f"; wall time of the last invocation {wall_seconds / 60:.1f} min" if wall_seconds else ""),
         "",
         f"- fit gate: {_fit_rule(cfg)}; token embeddings scaled by "
-        f"{'sqrt(d_model)' if cfg.get('embed_scale') == 'sqrt_d' else '1'}; scheme ranges: "
+        f"{_EMBED_WORDS.get(cfg.get('embed_scale'), '1')}; scheme ranges: "
         f"{'set from the training length (T5 max_distance, Shaw k, FIRE init_L)' if cfg.get('scheme_ranges') == 'train_len' else 'paper defaults'}",
         "",
         "Labels: `rope-pi`, `rope-ntk`, `rope-dynamic`, `rope-yarn` are the trained `rope` model evaluated with "
