@@ -428,3 +428,24 @@ def test_trained_models_are_kept_and_load(swept, tmp_path):
     none = compare(tiny(schemes=["alibi"], tasks=["copy"]), tmp_path / "n", runner=SerialRunner(), progress=False,
                    log=quiet, keep_models=False)
     assert not (none.out_dir / "models").exists()
+
+
+def test_trained_position_values_export_for_the_explorer(tmp_path):
+    from relpos.experiments.trained_export import main as export_main
+    from relpos.experiments.trained_export import trained_positions
+
+    out = tmp_path / "sweep"
+    run_tiny(out, schemes=["t5", "alibi"], tasks=["lm"])
+    assert trained_positions(out)["schemes"] == {}  # the tiny sweep fits nothing: nothing is exported
+    d = json.loads((out / "results.json").read_text())
+    for r in d["runs"]:
+        r["train"]["fit"]["fitted"] = True
+    (out / "results.json").write_text(json.dumps(d))
+    target = tmp_path / "trained.json"
+    assert export_main([str(out), str(target)]) == 0
+    doc = json.loads(target.read_text())
+    assert doc["version"] == 1 and "task lm" in doc["made_by"]
+    assert set(doc["schemes"]) == {"t5"}  # ALiBi's slopes are fixed: nothing learned to show
+    t5 = doc["schemes"]["t5"]
+    assert (t5["n_heads"], t5["head_dim"]) == (2, 8) and t5["options"]["max_distance"] == 17
+    assert len(t5["state"]["table"]) == 32 and len(t5["state"]["table"][0]) == 2
