@@ -157,7 +157,7 @@ def _ranking(rows: dict, tasks: list[str]) -> list[tuple[str, float, dict]]:
 def _notes(rows: dict, tasks: list[str]) -> list[str]:
     held, failed, local = [], [], []
     for lab, row in rows.items():
-        if "lm" in row["lm"] or row["lm"]:
+        if row["lm"]:
             m = row["lm"][max(row["lm"])][0]
             if math.isfinite(m):
                 (held if m <= HOLD_RATIO else failed).append(f"{lab} (LM x{m:.2f})")
