@@ -54,11 +54,11 @@ BIAS_VIEW_SCHEMES: tuple[BiasEntry, ...] = bias_entries()
 
 
 #: Results that ship with the package (package data), offered in view 4 after the user's own.
-BUNDLED_RESULTS = ("explorer/static/results-full.json", "data/results-full.json")
+BUNDLED_RESULTS = ("explorer/static/results-full.json", "data/results-documented.json", "data/results-full.json")
 
 
 def bundled_results() -> tuple[str, dict] | None:
-    """``(label, results)`` of the documented full-preset results if the package ships them, else None."""
+    """``(label, results)`` of the documented results (docs/results.md) if the package ships them, else None."""
     from importlib import resources
 
     root = resources.files("relpos")
@@ -68,7 +68,9 @@ def bundled_results() -> tuple[str, dict] | None:
             node = node.joinpath(part)
         try:
             if node.is_file():
-                return "relpos compare --preset full (documented, bundled)", parse_results(node.read_bytes(), rel)
+                res = parse_results(node.read_bytes(), rel)
+                preset = (res.get("config") or {}).get("preset", "?")
+                return f"relpos compare --preset {preset} (documented in docs/results.md, bundled)", res
         except (OSError, FileNotFoundError):
             continue
     return None
