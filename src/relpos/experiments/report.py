@@ -298,9 +298,26 @@ def _plot_capped(ax, agg, results, styles, *, logx=True) -> None:
     _line_plot(ax, agg, results, styles, logx=logx, cap=lim[1] if lim else None)
     if lim:
         ax.set_ylim(*lim)
-        out = sorted(lab for lab, d in agg.items() if any(math.isfinite(v[0]) and v[0] > lim[1] for v in d.values()))
-        ax.text(0.99, 0.01, "partly above the plot (see the tables): " + ", ".join(out), transform=ax.transAxes,
-                ha="right", va="bottom", fontsize=7, color="dimgrey")
+        above = lambda v: math.isfinite(v[0]) and v[0] > lim[1]  # noqa: E731
+        whole = sorted(lab for lab, d in agg.items() if d and all(above(v) for v in d.values()))
+        part = sorted(lab for lab, d in agg.items() if any(above(v) for v in d.values()) and lab not in whole)
+        notes = ([f"above the plot (see the tables): {', '.join(whole)}"] if whole else []) + \
+                ([f"partly above the plot: {', '.join(part)}"] if part else [])
+        ax.text(0.99, 0.01, "\n".join(notes), transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
+                color="dimgrey")
+
+
+def _smooth(series: dict) -> dict:
+    """Moving mean of 3 neighbouring points (the ends use 2): position buckets are noisy text."""
+    xs = list(series)
+    out = {}
+    for i, x in enumerate(xs):
+        win = [series[xs[j]] for j in range(max(0, i - 1), min(len(xs), i + 2)) if math.isfinite(series[xs[j]][0])]
+        if not win:
+            out[x] = series[x]
+            continue
+        out[x] = (statistics.fmean(w[0] for w in win), statistics.fmean(w[1] for w in win), min(w[2] for w in win))
+    return out
 
 
 def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
@@ -326,19 +343,19 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
         tl = _train_len(results, "lm")
 
         def lm_plot(agg, name: str, xlabel: str, ylabel: str, title: str, logx: bool = True) -> None:
-            fig, ax = plt.subplots(figsize=(8, 5))
+            fig, ax = plt.subplots(figsize=(9.5, 5))
             _plot_capped(ax, agg, results, styles, logx=logx)
             ax.axvline(tl, color="grey", lw=0.8, ls="--")
             ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             ax.set_title(title)
-            ax.legend(fontsize=7, ncol=2, loc="best")
+            ax.legend(fontsize=7, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
             ax.grid(alpha=0.3)
             save(fig, name)
 
         lm_plot(aggregate(results, "lm", "bpb"), "lm_loss_vs_length.png",
                 "evaluation length (bytes; dashed line: training length)", "bits per byte (validation)",
-                "Language modelling: loss against evaluation length")
+                "Language modelling (stdlib bytes): bits per byte against evaluation length")
 
         longest = max((m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r["position_loss"]),
                       default=None)
@@ -350,15 +367,18 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
                 for m in r["position_loss"]:
                     if m["eval_len"] == longest and m["bpb"] is not None:
                         acc[r["label"]][(m["bucket_start"] + m["bucket_end"]) / 2].append(m["bpb"])
-            pagg = {lab: {x: _stats(v) for x, v in sorted(d.items())} for lab, d in acc.items()}
+            pagg = {lab: _smooth({x: _stats(v) for x, v in sorted(d.items())}) for lab, d in acc.items()}
             lm_plot(pagg, "lm_loss_by_position.png",
-                    f"position inside a {longest}-byte window (dashed line: training length)", "bits per byte",
-                    "Language modelling: loss by position", logx=False)
+                    f"position inside a {longest}-byte window (dashed line: training length)",
+                    "bits per byte (moving mean of 3 buckets)",
+                    "Language modelling: bits per byte by position (the text itself makes the bumps; "
+                    "compare the curves, not their shape)", logx=False)
 
         fagg = aggregate(results, "lm", "bpb", "fixed_target", "context_len")
         if fagg:
             lm_plot(fagg, "lm_fixed_target.png", "context length (bytes) before the same target bytes",
-                    "bits per byte on the fixed targets", "Language modelling: fixed targets, growing context")
+                    "bits per byte on the fixed targets",
+                    "Language modelling: bits per byte on fixed targets given a growing context")
 
     algo = [t for t in tasks if t != "lm"]
     multi = [t for t in algo if any(m.get("token_accuracy") != m.get("accuracy") for r in results["runs"]
@@ -377,7 +397,8 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
             if tl:
                 ax.axvline(tl, color="grey", lw=0.8, ls="--")
             ax.set_ylim(-0.03, 1.03)
-            ax.set_title(task)
+            ax.set_yticks([i / 10 for i in range(11)])
+            ax.set_title(f"{task}: {'exact match' if field == 'accuracy' else 'per-token accuracy'}")
             ax.set_xlabel("problem length (dashed: longest trained)")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(ylabel)
