@@ -22,7 +22,7 @@ install: $(STAMP)
 
 # Chromium for the explorer's real-browser tests (Debian package; we are root on CI).
 browser:
-	@command -v chromium >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q chromium) >/dev/null
+	@(command -v chromium >/dev/null 2>&1 && fc-list :lang=zh | grep -q .) || (apt-get update -q && apt-get install -y -q chromium fonts-wqy-microhei) >/dev/null
 
 compare: $(STAMP)
 	$(VENV)/bin/relpos compare

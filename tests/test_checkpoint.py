@@ -39,6 +39,12 @@ def saved(tmp_path):
     return m, path
 
 
+def resign(path, meta):
+    """Write an edited config.json with a matching config_sha256 (to reach the checks behind it)."""
+    meta["config_sha256"] = checkpoint._config_hash(meta)
+    (path / "config.json").write_text(json.dumps(meta))
+
+
 def test_round_trip(saved):
     m, path = saved
     assert sorted(os.listdir(path)) == ["config.json", "model.safetensors"]
@@ -158,7 +164,7 @@ def test_foreign_safetensors_with_valid_hashes(saved):
 
     data = f.read_bytes()
     meta["files"]["model.safetensors"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    (path / "config.json").write_text(json.dumps(meta))
+    resign(path, meta)
     with pytest.raises(CheckpointError, match="does not fit this model.*missing tensors"):
         checkpoint.load(path)
 
@@ -167,7 +173,7 @@ def test_shape_mismatch_names_the_tensor(saved):
     _, path = saved
     meta = json.loads((path / "config.json").read_text())
     meta["model_config"]["scheme_options"] = {"num_buckets": 8}
-    (path / "config.json").write_text(json.dumps(meta))
+    resign(path, meta)
     with pytest.raises(CheckpointError, match="pos.0.table.*shape"):
         checkpoint.load(path)
 
@@ -178,7 +184,7 @@ def test_missing_and_bad_config(tmp_path, saved):
     _, path = saved
     meta = json.loads((path / "config.json").read_text())
     meta["model_config"]["n_heads"] = 3
-    (path / "config.json").write_text(json.dumps(meta))
+    resign(path, meta)
     with pytest.raises(CheckpointError, match="invalid model config.*n_heads"):
         checkpoint.load(path)
     assert issubclass(CheckpointError, ValueError)

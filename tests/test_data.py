@@ -84,3 +84,15 @@ def test_encode_decode_round_trip():
     assert ids.dtype == torch.int64 and int(ids.max()) < data.VOCAB_SIZE
     assert data.decode(ids) == s
     assert data.decode([0xFF, 0x41]) == "\ufffdA"  # invalid UTF-8 never raises
+
+
+def test_split_rule_is_one_function():
+    import hashlib
+
+    keys = [f"pkg/mod{i}.py" for i in range(400)]
+    val = [k for k in keys if data.is_val_key(k.encode())]
+    assert val == [k for k in keys if hashlib.sha1(k.encode()).digest()[0] < 26]
+    assert 0.05 < len(val) / len(keys) < 0.16
+    root = data.stdlib_root()
+    for p in data.stdlib_files("val")[:20]:
+        assert data.is_val_key(p.relative_to(root).as_posix().encode())

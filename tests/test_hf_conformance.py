@@ -31,15 +31,18 @@ def _hf_t5():
 # ------------------------------------------------------------------------------ T5
 
 
+@pytest.mark.parametrize("bidirectional,num_buckets,max_distance", [(True, 32, 8), (False, 32, 16), (False, 1, 128)])
+def test_t5_bucket_refuses_what_transformers_cannot_bucket(bidirectional, num_buckets, max_distance):
+    """Too few buckets, or max_distance inside the exact range: a ValueError naming the parameter."""
+    with pytest.raises(ValueError, match="num_buckets|max_distance"):
+        t5_bucket(torch.arange(-5, 5), bidirectional=bidirectional, num_buckets=num_buckets,
+                  max_distance=max_distance)
+
+
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("num_buckets,max_distance", [(32, 128), (8, 20), (16, 9), (4, 3), (6, 50)])
 def test_t5_buckets_match_transformers(bidirectional, num_buckets, max_distance):
     _, T5Attention = _hf_t5()
-    if not bidirectional and num_buckets < 2:
-        pytest.skip("invalid")
-    n = num_buckets // 2 if bidirectional else num_buckets
-    if max_distance <= n // 2:
-        pytest.skip("max_distance inside the exact range")
     rp = torch.arange(-600, 601)
     ours = t5_bucket(rp, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance)
     theirs = T5Attention._relative_position_bucket(
@@ -135,8 +138,7 @@ ROPE_CASES = [
 def test_rope_matches_llama(rope_type, hf_extra, opts, max_pos, head_dim):
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    if rope_type != "default" and rope_type not in ROPE_INIT_FUNCTIONS:
-        pytest.skip(f"transformers has no {rope_type!r} rope")
+    assert rope_type == "default" or rope_type in ROPE_INIT_FUNCTIONS, f"transformers has no {rope_type!r} rope"
     emb, apply = _llama({"rope_type": rope_type, "rope_theta": 10000.0, **hf_extra}, head_dim, max_pos)
     enc = relpos.make_encoding("rope", n_heads=4, head_dim=head_dim, **opts)
     for N in (12, 40):  # within and beyond the original length (dynamic recomputes beyond)

@@ -74,13 +74,11 @@ def test_sharing_defaults_and_overrides():
     assert len(t5_per_layer.pos) == 3
     assert t5_per_layer.num_params() - t5.num_params() == 2 * t5.pos[0].num_params()
     assert len({id(t5_per_layer.layer_encoding(i)) for i in range(3)}) == 3
-    if "transformer-xl" in SCHEMES:
-        xl = TransformerLM(tiny("transformer-xl", n_layers=3))
-        assert len(xl.pos) == 3
-        assert len(TransformerLM(tiny("transformer-xl", n_layers=3, share_encoding=True)).pos) == 1
-    if "learned" in SCHEMES:  # input-only scheme: one table, used at the input only
-        ab = TransformerLM(tiny("learned", n_layers=3))
-        assert len(ab.pos) == 1 and ab.input_encoding is ab.pos[0] and ab.layer_encoding(0) is None
+    xl = TransformerLM(tiny("transformer-xl", n_layers=3))
+    assert len(xl.pos) == 3
+    assert len(TransformerLM(tiny("transformer-xl", n_layers=3, share_encoding=True)).pos) == 1
+    ab = TransformerLM(tiny("learned", n_layers=3))  # input-only scheme: one table, used at the input only
+    assert len(ab.pos) == 1 and ab.input_encoding is ab.pos[0] and ab.layer_encoding(0) is None
 
 
 def test_shared_table_is_used_by_every_layer():
@@ -166,8 +164,6 @@ def test_attention_maps_are_the_attention_used(scheme):
 
 
 def test_learned_table_limits_are_clear_errors():
-    if "learned" not in SCHEMES:
-        pytest.skip("learned absolute scheme not built yet")
     m = make("learned", max_len=16)
     with pytest.raises(ValueError, match="max_len=16"):
         m(torch.zeros(1, 17, dtype=torch.long))
@@ -190,8 +186,6 @@ def test_bad_inputs():
 
 
 def test_random_positions_train_vs_eval():
-    if "rope" not in SCHEMES:
-        pytest.skip("rope not built yet")
     m = make("rope", random_positions=64)
     B, N = 3, 10
     m.train()

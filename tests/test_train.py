@@ -91,8 +91,6 @@ def test_gradient_accumulation_equals_the_big_batch(corpus):
 
 
 def test_dropout_and_random_positions_are_reproducible(corpus):
-    if "rope" not in __import__("relpos").encodings.scheme_names():
-        pytest.skip("rope not built yet")
     m = mcfg("rope", dropout=0.1, random_positions=64)
     a = train(m, tcfg(steps=3), corpus)
     b = train(m, tcfg(steps=3), corpus)
@@ -167,6 +165,24 @@ def test_train_leaves_the_global_rng_alone(corpus):
 def test_train_config_errors(kw, match):
     with pytest.raises(ValueError, match=match):
         tcfg(**kw)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"steps": "3"}, "steps must be an int"),
+    ({"lr": "0.1"}, "lr must be a number"),
+    ({"progress": "yes"}, "progress must be a bool"),
+    ({"resume": 1}, "resume must be a bool"),
+])
+def test_train_config_wrong_types(kw, match):
+    with pytest.raises(TypeError, match=match):
+        tcfg(**kw)
+
+
+def test_train_config_nan_and_huge():
+    with pytest.raises(ValueError, match="lr must be a finite number"):
+        tcfg(lr=float("nan"))
+    with pytest.raises(ValueError, match="seq_len must be in"):
+        tcfg(seq_len=10**12)
 
 
 def test_bad_batches(corpus):

@@ -13,10 +13,22 @@ new -> ``<name>``) and only then deletes the old one. A crash while writing leav
 the previous checkpoint untouched; a crash between the two renames leaves it
 under the ``.old`` name, where :func:`load` finds it.
 
-Loading checks the format tag, the version, the SHA-256 of every file, and every
-tensor name and shape against the model the config builds; each failure raises
-:class:`CheckpointError` (a ``ValueError``) that names the problem. Weights are
-read with ``safetensors`` only (never ``torch.load``/pickle).
+Safety: :func:`save` writes only to a new path, an empty folder, or a folder that
+holds a relpos checkpoint and nothing else (:func:`is_checkpoint_dir`); anything
+else raises :class:`relpos.outdir.OutputDirError` and is left untouched. Deleting
+an old checkpoint removes exactly the files its manifest lists, then the empty
+folder -- never a whole tree.
+
+Loading checks, in this order and before any model is built: the format tag and
+version; the SHA-256 of ``config.json``'s own content (``config_sha256``, so a
+hand-edited config -- say a scheme changed from alibi to rope -- is refused); for
+every listed file, that it is a regular file of exactly the recorded size (every
+read is bounded by that size) with the recorded SHA-256; then every tensor's
+name, shape and dtype against the model the config describes (worked out on the
+``meta`` device, which allocates nothing), and that every floating-point weight is
+finite. Each failure raises :class:`CheckpointError` (a ``ValueError``) that
+names the file and the problem. Weights are read with ``safetensors`` only
+(never ``torch.load``/pickle).
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import uuid
 from pathlib import Path
 from typing import Any
@@ -36,11 +49,14 @@ from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
 from relpos.model import ModelConfig, TransformerEncoder, TransformerLM
+from relpos.outdir import check_output_dir
 
-__all__ = ["CheckpointError", "save", "load", "read", "load_state_dict_into", "FORMAT", "VERSION"]
+__all__ = ["CheckpointError", "save", "load", "read", "load_state_dict_into", "check_state_dict", "is_checkpoint_dir",
+           "check_checkpoint_target", "FORMAT", "VERSION"]
 
 FORMAT = "relpos-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: config.json carries config_sha256; version 1 (without it) is still read
+READABLE_VERSIONS = (1, 2)
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.safetensors"
 MODEL_CLASSES = {"TransformerLM": TransformerLM, "TransformerEncoder": TransformerEncoder}
@@ -51,7 +67,101 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, corrupt, truncated, foreign or from another config."""
 
 
+# ------------------------------------------------------------------- ownership
+
+_MAX_CONFIG_BYTES = 64 << 20  # a config.json larger than this is not ours
+
+
+def _read_manifest(path: Path) -> dict | None:
+    """The parsed config.json of a relpos checkpoint folder, or None (never raises)."""
+    try:
+        cfg = path / CONFIG_FILE
+        st = os.stat(cfg)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_CONFIG_BYTES:
+            return None
+        with open(cfg, "rb") as f:
+            meta = json.loads(f.read(_MAX_CONFIG_BYTES + 1).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        return None
+    return meta
+
+
+def _own_names(meta: dict) -> set[str]:
+    files = meta.get("files")
+    names = {CONFIG_FILE}
+    if isinstance(files, dict):
+        names |= {fn for fn in files if isinstance(fn, str) and _is_tensor_file_name(fn)}
+    return names
+
+
+def _is_tensor_file_name(fn: str) -> bool:
+    return fn.endswith(".safetensors") and bool(_NAME_RE.match(fn[: -len(".safetensors")]))
+
+
+def is_checkpoint_dir(path: str | os.PathLike) -> bool:
+    """True if ``path`` is a folder holding a relpos checkpoint and nothing else.
+
+    "Nothing else" means: every entry is ``config.json`` or a file its manifest
+    lists. Such a folder may be replaced by :func:`save` without losing anything
+    that relpos did not write.
+    """
+    p = Path(path)
+    meta = _read_manifest(p)
+    if meta is None:
+        return False
+    own = _own_names(meta)
+    try:
+        return all(e.name in own and e.is_file(follow_symlinks=False) for e in os.scandir(p))
+    except OSError:
+        return False
+
+
+def check_checkpoint_target(path: str | os.PathLike) -> Path:
+    """Check that :func:`save` may write a checkpoint at ``path``; change nothing.
+
+    Call it before training starts so that a bad ``--out`` costs nothing.
+
+    Returns:
+        The path (symbolic links resolved).
+
+    Raises:
+        relpos.outdir.OutputDirError: ``path`` is a file, a folder with other
+            content, the current folder, ... (see :mod:`relpos.outdir`).
+    """
+    return check_output_dir(path, owns=is_checkpoint_dir, what="checkpoint")
+
+
+def _remove_own_files(folder: Path) -> None:
+    """Delete relpos's own checkpoint files in ``folder``, then the folder if it is empty.
+
+    Only regular files named ``config.json`` or ``<name>.safetensors`` are removed;
+    anything else stays (and so does the folder). Never recursive.
+    """
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for e in entries:
+        if (e.name == CONFIG_FILE or _is_tensor_file_name(e.name)) and e.is_file(follow_symlinks=False):
+            try:
+                os.unlink(e.path)
+            except OSError:
+                pass
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass
+
+
 # ------------------------------------------------------------------- writing
+
+
+def _config_hash(meta: dict) -> str:
+    """SHA-256 of the canonical JSON of ``meta`` without its own ``config_sha256``."""
+    body = {k: v for k, v in meta.items() if k != "config_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def _fsync_file(path: Path, data: bytes) -> None:
@@ -106,7 +216,11 @@ def save(
 
     Raises:
         TypeError / ValueError: unsupported model, bad names, non-JSON extra.
+        relpos.outdir.OutputDirError: ``path_dir`` holds something other than a
+            relpos checkpoint (see :func:`check_checkpoint_target`); nothing is
+            written.
     """
+    path = check_checkpoint_target(path_dir)
     model = _unwrap(model)
     cls_name = type(model).__name__
     if cls_name not in MODEL_CLASSES:
@@ -116,7 +230,6 @@ def save(
         raise TypeError(f"model_cfg must be a ModelConfig, got {type(cfg).__name__}")
     if cfg.to_dict() != model.cfg.to_dict():
         raise ValueError("model_cfg does not match the config the model was built with")
-    path = Path(path_dir)
     files: dict[str, bytes] = {MODEL_FILE: st_save(_tensor_dict(model.state_dict()))}
     for name, tdict in (tensors or {}).items():
         if not isinstance(name, str) or not _NAME_RE.match(name) or name == "model":
@@ -131,6 +244,7 @@ def save(
         "extra": extra or {},
     }
     try:
+        meta["config_sha256"] = _config_hash(meta)
         cfg_bytes = json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")
     except TypeError as e:
         raise TypeError(f"extra must be JSON-able: {e}") from e
@@ -144,19 +258,21 @@ def save(
         _fsync_file(tmp / CONFIG_FILE, cfg_bytes)
         _fsync_dir(tmp)
         old = None
-        if path.exists():
+        if path.exists() or path.is_symlink():
+            check_checkpoint_target(path)  # again, just before the swap: still ours (or empty)?
             old = path.parent / f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             os.rename(path, old)
         os.rename(tmp, path)
         _fsync_dir(path.parent)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # our own fresh folder
         raise
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove_own_files(old)
     for pattern in (f".{path.name}.old-*", f".{path.name}.tmp-*"):  # leftovers of an earlier crash
         for stale in path.parent.glob(pattern):
-            shutil.rmtree(stale, ignore_errors=True)
+            if stale.is_dir() and not stale.is_symlink():
+                _remove_own_files(stale)
     return path
 
 
@@ -177,6 +293,77 @@ def _resolve(path_dir: str | os.PathLike) -> Path:
     raise CheckpointError(f"no checkpoint at {path} (directory does not exist)")
 
 
+def _read_bounded(fp: Path, want: int) -> bytes:
+    """Read a regular file of exactly ``want`` bytes (never more than ``want + 1`` bytes are read)."""
+    try:
+        fd = os.open(fp, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint file {fp} is missing") from None
+    except OSError as e:
+        raise CheckpointError(f"checkpoint file {fp} cannot be read ({e.strerror or e})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{fp} is not a regular file (a device, pipe or socket); refusing to read it")
+        if st.st_size != want:
+            raise CheckpointError(f"{fp} is truncated or corrupt: {st.st_size} bytes, expected {want}")
+        data = f.read(want + 1)
+    if len(data) != want:
+        raise CheckpointError(f"{fp} is truncated or corrupt: {len(data)} bytes, expected {want}")
+    return data
+
+
+def _read_meta(path: Path) -> tuple[Path, dict]:
+    cfg_path = path / CONFIG_FILE
+    if not cfg_path.exists():
+        pickles = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl")]
+        hint = f" (found {pickles}; relpos never unpickles files)" if pickles else ""
+        raise CheckpointError(f"{path} is not a relpos checkpoint: {CONFIG_FILE} is missing{hint}")
+    try:
+        size = os.stat(cfg_path).st_size
+    except OSError as e:
+        raise CheckpointError(f"{cfg_path} cannot be read ({e.strerror or e})") from None
+    if size > _MAX_CONFIG_BYTES:
+        raise CheckpointError(f"{cfg_path} is {size} bytes; a relpos checkpoint config is at most {_MAX_CONFIG_BYTES}")
+    raw = _read_bounded(cfg_path, size)
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise CheckpointError(f"{cfg_path} is corrupt or truncated: not valid JSON ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{cfg_path} is not a relpos checkpoint config (expected \"format\": \"{FORMAT}\"); "
+            f"it may belong to another library"
+        )
+    version = meta.get("version")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
+        raise CheckpointError(f"{cfg_path} has checkpoint version {version!r}; this relpos reads {READABLE_VERSIONS}")
+    if version >= 2:
+        got = meta.get("config_sha256")
+        if not isinstance(got, str) or got != _config_hash(meta):
+            raise CheckpointError(
+                f"{cfg_path} was edited or is damaged: its content does not match its config_sha256 "
+                f"(a checkpoint's config must stay as relpos wrote it; save the model again instead)"
+            )
+    return cfg_path, meta
+
+
+def _file_table(cfg_path: Path, meta: dict) -> dict[str, tuple[int, str]]:
+    files = meta.get("files")
+    if not isinstance(files, dict) or MODEL_FILE not in files:
+        raise CheckpointError(f"{cfg_path} lists no {MODEL_FILE} (\"files\" must map file names to size and hash)")
+    out: dict[str, tuple[int, str]] = {}
+    for fn, info in files.items():
+        if not isinstance(fn, str) or not _is_tensor_file_name(fn):
+            raise CheckpointError(f"{cfg_path} lists an unexpected file {fn!r}")
+        want = info.get("bytes") if isinstance(info, dict) else None
+        digest = info.get("sha256") if isinstance(info, dict) else None
+        if isinstance(want, bool) or not isinstance(want, int) or want < 0 or not isinstance(digest, str):
+            raise CheckpointError(f"{cfg_path}: entry for {fn!r} must give an int \"bytes\" and a \"sha256\"")
+        out[fn] = (want, digest)
+    return out
+
+
 def read(path_dir: str | os.PathLike) -> tuple[dict, dict[str, dict[str, Tensor]]]:
     """Read and verify a checkpoint without building a model.
 
@@ -185,40 +372,15 @@ def read(path_dir: str | os.PathLike) -> tuple[dict, dict[str, dict[str, Tensor]
         for every tensor file it lists (``"model"``, ``"optimizer"``, ...).
 
     Raises:
-        CheckpointError: missing, corrupt, truncated or foreign files.
+        CheckpointError: missing, corrupt, truncated, edited or foreign files.
     """
     path = _resolve(path_dir)
-    cfg_path = path / CONFIG_FILE
-    if not cfg_path.exists():
-        pickles = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl")]
-        hint = f" (found {pickles}; relpos never unpickles files)" if pickles else ""
-        raise CheckpointError(f"{path} is not a relpos checkpoint: {CONFIG_FILE} is missing{hint}")
-    try:
-        meta = json.loads(cfg_path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{cfg_path} is corrupt or truncated: not valid JSON ({e})") from e
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(
-            f"{cfg_path} is not a relpos checkpoint config (expected \"format\": \"{FORMAT}\"); "
-            f"it may belong to another library"
-        )
-    if meta.get("version") != VERSION:
-        raise CheckpointError(f"{cfg_path} has checkpoint version {meta.get('version')!r}; this relpos reads {VERSION}")
-    files = meta.get("files")
-    if not isinstance(files, dict) or MODEL_FILE not in files:
-        raise CheckpointError(f"{cfg_path} lists no {MODEL_FILE}")
+    cfg_path, meta = _read_meta(path)
     tensors: dict[str, dict[str, Tensor]] = {}
-    for fn, info in files.items():
-        if not isinstance(fn, str) or "/" in fn or "\\" in fn or not fn.endswith(".safetensors"):
-            raise CheckpointError(f"{cfg_path} lists an unexpected file {fn!r}")
+    for fn, (want, digest) in _file_table(cfg_path, meta).items():
         fp = path / fn
-        if not fp.exists():
-            raise CheckpointError(f"checkpoint file {fp} is missing")
-        data = fp.read_bytes()
-        want = info.get("bytes") if isinstance(info, dict) else None
-        if want is not None and len(data) != want:
-            raise CheckpointError(f"{fp} is truncated or corrupt: {len(data)} bytes, expected {want}")
-        if isinstance(info, dict) and hashlib.sha256(data).hexdigest() != info.get("sha256"):
+        data = _read_bounded(fp, want)
+        if hashlib.sha256(data).hexdigest() != digest:
             raise CheckpointError(f"{fp} is corrupt: its SHA-256 does not match {CONFIG_FILE}")
         try:
             tensors[fn[: -len(".safetensors")]] = st_load(data)
@@ -227,16 +389,19 @@ def read(path_dir: str | os.PathLike) -> tuple[dict, dict[str, dict[str, Tensor]
     return meta, tensors
 
 
-def load_state_dict_into(model: nn.Module, state: dict[str, Tensor], *, source: str = "checkpoint") -> None:
-    """Copy ``state`` into ``model`` after checking names and shapes.
+def check_state_dict(expected: dict[str, Tensor], state: dict[str, Tensor], *, source: str = "checkpoint") -> None:
+    """Check names, shapes, dtypes and finiteness of ``state`` against ``expected``.
+
+    ``expected`` may live on the ``meta`` device (only shapes and dtypes are read).
+    A floating-point tensor may be stored in another floating-point dtype (it is
+    cast on load); an integer or bool tensor where the model has floats (or the
+    reverse) is refused, as is any NaN or infinite value.
 
     Raises:
-        CheckpointError: missing or unexpected tensors, or shape mismatches
-            (a checkpoint from another config).
+        CheckpointError: naming the first offending tensor.
     """
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
         parts = []
         if missing:
@@ -245,11 +410,28 @@ def load_state_dict_into(model: nn.Module, state: dict[str, Tensor], *, source: 
             parts.append(f"unexpected tensors {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
         raise CheckpointError(f"{source} does not fit this model (another config?): " + "; ".join(parts))
     for k, v in state.items():
-        if tuple(v.shape) != tuple(own[k].shape):
+        own = expected[k]
+        if tuple(v.shape) != tuple(own.shape):
             raise CheckpointError(
                 f"{source} does not fit this model (another config?): tensor {k!r} has shape "
-                f"{tuple(v.shape)} in the checkpoint, {tuple(own[k].shape)} in the model"
+                f"{tuple(v.shape)} in the checkpoint, {tuple(own.shape)} in the model"
             )
+        if v.dtype.is_floating_point != own.dtype.is_floating_point or (
+                not own.dtype.is_floating_point and v.dtype != own.dtype):
+            raise CheckpointError(f"{source}: tensor {k!r} has dtype {v.dtype}, the model needs {own.dtype}")
+        if v.dtype.is_floating_point and not bool(torch.isfinite(v).all()):
+            raise CheckpointError(f"{source}: tensor {k!r} holds NaN or infinite values")
+
+
+def load_state_dict_into(model: nn.Module, state: dict[str, Tensor], *, source: str = "checkpoint") -> None:
+    """Copy ``state`` into ``model`` after :func:`check_state_dict`.
+
+    Raises:
+        CheckpointError: missing or unexpected tensors, shape or dtype mismatches
+            (a checkpoint from another config), NaN or infinite weights.
+    """
+    own = model.state_dict()
+    check_state_dict(own, state, source=source)
     model.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()}, strict=True)
 
 
@@ -269,13 +451,18 @@ def load(path_dir: str | os.PathLike, *, map_location: str | torch.device = "cpu
             do not fit it.
     """
     meta, tensors = read(path_dir)
-    cls = MODEL_CLASSES.get(meta.get("model_class", "TransformerLM"))
+    mc = meta.get("model_class", "TransformerLM")
+    cls = MODEL_CLASSES.get(mc) if isinstance(mc, str) else None
     if cls is None:
         raise CheckpointError(f"unknown model_class {meta.get('model_class')!r} in {path_dir}")
     try:
         cfg = ModelConfig.from_dict(meta.get("model_config"))
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"invalid model config in {path_dir}: {e}") from e
+    source = f"checkpoint {path_dir}"
+    with torch.device("meta"):  # shapes and dtypes only: nothing is allocated before they fit
+        expected = cls(cfg).state_dict()
+    check_state_dict(expected, tensors["model"], source=source)
     model = cls(cfg)
-    load_state_dict_into(model, tensors["model"], source=f"checkpoint {path_dir}")
+    load_state_dict_into(model, tensors["model"], source=source)
     return model.to(map_location).eval(), cfg

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["VOCAB_SIZE", "IGNORE_INDEX", "stdlib_root", "stdlib_files", "stdlib_corpus", "ByteLMSource",
+__all__ = ["VOCAB_SIZE", "IGNORE_INDEX", "is_val_key", "stdlib_root", "stdlib_files", "stdlib_corpus", "ByteLMSource",
            "encode", "decode"]
 
 #: byte-level vocabulary size
@@ -50,9 +50,19 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
+def is_val_key(key: bytes) -> bool:
+    """The train/validation rule of every relpos corpus: ``True`` (validation) for about 10% of keys.
+
+    A document goes to validation when the first byte of the SHA-1 of its key is
+    below 26 (26/256 = 10.2%). The key is a file's path relative to the corpus
+    root (the built-in corpus, folder corpora) or the document's own bytes
+    (:mod:`relpos.corpus` for other forms).
+    """
+    return hashlib.sha1(key).digest()[0] < 26
+
+
 def _is_val(rel_posix: str) -> bool:
-    # ~10%: first byte of sha1 below 26 (26/256 = 10.2%).
-    return hashlib.sha1(rel_posix.encode("utf-8")).digest()[0] < 26
+    return is_val_key(rel_posix.encode("utf-8"))
 
 
 @functools.lru_cache(maxsize=4)

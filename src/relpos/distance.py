@@ -22,6 +22,16 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from relpos.validation import (
+    MAX_POSITIONS,
+    MAX_TABLE,
+    check_bool,
+    check_choice,
+    check_int,
+    check_int_tensor,
+    check_tensor,
+)
+
 Convention = Literal["j-i", "i-j"]
 
 __all__ = [
@@ -40,27 +50,12 @@ __all__ = [
 # ----------------------------------------------------------------------------- checks
 
 
-def _check_int(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if lo is not None and value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {value}")
-    if hi is not None and value > hi:
-        raise ValueError(f"{name} must be <= {hi}, got {value}")
-    return value
-
-
 def _check_convention(convention: str) -> None:
-    if convention not in ("j-i", "i-j"):
-        raise ValueError(f"convention must be 'j-i' or 'i-j', got {convention!r}")
+    check_choice("convention", convention, ("j-i", "i-j"))
 
 
-def _check_int_tensor(name: str, t) -> Tensor:
-    if not isinstance(t, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of integers, got {type(t).__name__}")
-    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise TypeError(f"{name} must have an integer dtype, got {t.dtype}")
-    return t
+#: The most entries :func:`relative_positions` forms (an ``(Nq, Nk)`` int64 matrix of 16 GiB).
+MAX_PAIRS = 1 << 31
 
 
 # -------------------------------------------------------------------- relative matrix
@@ -85,7 +80,7 @@ def relative_positions(
         q_offset: absolute position of the first query (>= 0), e.g. the cache
             length during incremental decoding.
         convention: ``"j-i"`` (default) or ``"i-j"``.
-        clip: if given, clip to ``[-clip, clip]`` (Shaw et al.); must be >= 0.
+        clip: if given, clip to ``[-clip, clip]`` (Shaw et al.); in ``[0, MAX_POSITIONS]``.
 
     Returns:
         ``(Nq, Nk)`` int64 tensor.
@@ -98,17 +93,20 @@ def relative_positions(
         >>> relative_positions(1, 4, q_offset=3, convention="i-j")
         tensor([[3, 2, 1, 0]])
     """
-    _check_int("q_len", q_len, 1)
-    _check_int("q_offset", q_offset, 0)
+    check_int("q_len", q_len, 1, MAX_POSITIONS)
+    check_int("q_offset", q_offset, 0, MAX_POSITIONS)
     if k_len is None:
         k_len = q_len + q_offset
-    _check_int("k_len", k_len, 1)
+    check_int("k_len", k_len, 1, MAX_POSITIONS)
+    if q_len * k_len > MAX_PAIRS:
+        raise ValueError(f"q_len * k_len must be <= {MAX_PAIRS} (an (Nq, Nk) int64 matrix), got {q_len} * {k_len}")
     _check_convention(convention)
+    if clip is not None:
+        check_int("clip", clip, 0, MAX_POSITIONS)
     i = torch.arange(q_offset, q_offset + q_len, device=device)[:, None]
     j = torch.arange(k_len, device=device)[None, :]
     d = j - i if convention == "j-i" else i - j
     if clip is not None:
-        _check_int("clip", clip, 0)
         d = clip_relative(d, clip)
     return d
 
@@ -118,7 +116,7 @@ def clip_relative(d: Tensor, k: int) -> Tensor:
 
     Args:
         d: integer tensor of relative positions (any shape, any sign convention).
-        k: maximum distance kept (>= 0). ``k = 0`` maps every offset to 0.
+        k: maximum distance kept, in ``[0, MAX_POSITIONS]``. ``k = 0`` maps every offset to 0.
 
     Returns:
         Tensor like ``d`` with values in ``[-k, k]``. Add ``k`` to index a
@@ -128,8 +126,8 @@ def clip_relative(d: Tensor, k: int) -> Tensor:
         >>> clip_relative(torch.tensor([-5, -1, 0, 2, 9]), 2)
         tensor([-2, -1,  0,  2,  2])
     """
-    _check_int_tensor("d", d)
-    _check_int("k", k, 0)
+    check_int_tensor("d", d)
+    check_int("k", k, 0, MAX_POSITIONS)
     return d.clamp(-k, k)
 
 
@@ -172,13 +170,12 @@ def t5_bucket(
         >>> t5_bucket(torch.tensor([-200, -9, -1, 0, 1, 9, 200]))
         tensor([15,  8,  1,  0, 17, 24, 31])
     """
-    _check_int_tensor("relative_position", relative_position)
-    if not isinstance(bidirectional, bool):
-        raise TypeError("bidirectional must be a bool")
-    _check_int("num_buckets", num_buckets, 4 if bidirectional else 2)
+    check_int_tensor("relative_position", relative_position)
+    check_bool("bidirectional", bidirectional)
+    check_int("num_buckets", num_buckets, 4 if bidirectional else 2, MAX_TABLE)
     n = num_buckets // 2 if bidirectional else num_buckets
     max_exact = n // 2
-    _check_int("max_distance", max_distance)
+    check_int("max_distance", max_distance, None, MAX_POSITIONS)
     if max_distance <= max_exact:
         raise ValueError(
             f"max_distance must be > the exact range num_buckets{'//2' if bidirectional else ''}//2"
@@ -229,12 +226,11 @@ def log2_bucket(d: Tensor, *, m: int = 8, bidirectional: bool = True, max_bucket
         >>> log2_bucket(torch.tensor([-64, -9, -8, 0, 3, 16, 17]))
         tensor([-12,  -9,  -8,   0,   3,  10,  10])
     """
-    _check_int_tensor("d", d)
-    _check_int("m", m, 1)
-    if not isinstance(bidirectional, bool):
-        raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__}")
+    check_int_tensor("d", d)
+    check_int("m", m, 1, MAX_POSITIONS)
+    check_bool("bidirectional", bidirectional)
     if max_bucket is not None:
-        _check_int("max_bucket", max_bucket, m)
+        check_int("max_bucket", max_bucket, m)
     d = d.long()
     if not bidirectional:
         d = torch.clamp(d, max=0)
@@ -279,10 +275,10 @@ def deberta_log_bucket(d: Tensor, *, bucket_size: int = 256, max_position: int =
     Returns:
         int64 tensor with the sign of ``d``.
     """
-    _check_int_tensor("d", d)
-    _check_int("bucket_size", bucket_size, 2)
+    check_int_tensor("d", d)
+    check_int("bucket_size", bucket_size, 2, MAX_TABLE)
     mid = bucket_size // 2
-    _check_int("max_position", max_position)
+    check_int("max_position", max_position, None, MAX_POSITIONS)
     if max_position <= mid:
         raise ValueError(f"max_position must be > bucket_size // 2 = {mid}, got {max_position}")
     d = d.long()
@@ -306,8 +302,8 @@ def alibi_slopes(n_heads: int, *, dtype: torch.dtype = torch.float32) -> Tensor:
     ``2^(a+1)`` sequence for the remaining ``n - 2^a`` heads.
 
     Args:
-        n_heads: number of heads (>= 1).
-        dtype: floating dtype of the result.
+        n_heads: number of heads, in ``[1, MAX_TABLE]``.
+        dtype: floating dtype of the result (computed in float64, then cast).
 
     Returns:
         ``(n_heads,)`` tensor.
@@ -316,7 +312,9 @@ def alibi_slopes(n_heads: int, *, dtype: torch.dtype = torch.float32) -> Tensor:
         >>> alibi_slopes(4)
         tensor([0.2500, 0.0625, 0.0156, 0.0039])
     """
-    _check_int("n_heads", n_heads, 1)
+    check_int("n_heads", n_heads, 1, MAX_TABLE)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype (slopes are fractions), got {dtype!r}")
 
     def pow2(n: int) -> list[float]:
         start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
@@ -340,9 +338,9 @@ def offsets_range(q_len: int, k_len: int, q_offset: int = 0) -> Tensor:
     in increasing order, as int64. Evaluate a Toeplitz term on these once, then
     expand with :func:`toeplitz`.
     """
-    _check_int("q_len", q_len, 1)
-    _check_int("k_len", k_len, 1)
-    _check_int("q_offset", q_offset, 0)
+    check_int("q_len", q_len, 1, MAX_POSITIONS)
+    check_int("k_len", k_len, 1, MAX_POSITIONS)
+    check_int("q_offset", q_offset, 0, MAX_POSITIONS)
     lo = -(q_offset + q_len - 1)
     return torch.arange(lo, k_len - q_offset)
 
@@ -359,8 +357,11 @@ def toeplitz(values: Tensor, q_len: int, k_len: int) -> Tensor:
         q_len: ``Nq``.
         k_len: ``Nk``.
     """
-    _check_int("q_len", q_len, 1)
-    _check_int("k_len", k_len, 1)
+    check_tensor("values", values)
+    check_int("q_len", q_len, 1, MAX_POSITIONS)
+    check_int("k_len", k_len, 1, MAX_POSITIONS)
+    if values.dim() < 1:
+        raise ValueError("values must have at least 1 dimension (..., Nq + Nk - 1), got a 0-dim tensor")
     if values.shape[-1] != q_len + k_len - 1:
         raise ValueError(
             f"values must have q_len + k_len - 1 = {q_len + k_len - 1} entries in the last dim, "

@@ -37,8 +37,18 @@ from torch import Tensor, nn
 from relpos import distributed as D
 from relpos.data import IGNORE_INDEX, ByteLMSource
 from relpos.model import ModelConfig, TransformerLM
+from relpos.train_state import check_train_state, optimizer_tensors, restore_optimizer
+from relpos.validation import MAX_POSITIONS, check_bool, check_float, check_int
 
-__all__ = ["TrainConfig", "TrainResult", "StepInfo", "Trainer", "train", "lr_at", "evaluate_loss"]
+#: The most optimizer steps a TrainConfig accepts.
+MAX_STEPS = 1 << 40
+
+__all__ = ["TrainConfig", "TrainResult", "StepInfo", "Trainer", "TrainingDivergedError", "train", "lr_at",
+           "evaluate_loss"]
+
+
+class TrainingDivergedError(ValueError):
+    """A training step's loss became NaN or infinite; training stopped before using it."""
 
 
 @dataclass
@@ -90,26 +100,23 @@ class TrainConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ValueError/TypeError naming the offending field."""
+        """Raise TypeError (wrong type) or ValueError (wrong value) naming the offending field."""
         for name, lo in (("steps", 0), ("batch_size", 1), ("seq_len", 1), ("warmup", 0), ("accum_steps", 1),
-                         ("seed", 0), ("ckpt_every", 0), ("log_every", 1)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+                         ("ckpt_every", 0), ("log_every", 1)):
+            check_int(name, getattr(self, name), lo, MAX_STEPS if name in ("steps", "warmup", "ckpt_every")
+                      else MAX_POSITIONS)
+        check_int("seed", self.seed, 0, 2**63 - 1)
         for name, lo, hi in (("lr", 0.0, None), ("min_lr_ratio", 0.0, 1.0), ("weight_decay", 0.0, None),
                              ("grad_clip", 0.0, None), ("beta1", 0.0, 1.0), ("beta2", 0.0, 1.0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < lo \
-                    or (hi is not None and v > hi):
-                rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-                raise ValueError(f"{name} must be a number in {rng}, got {v!r}")
+            check_float(name, getattr(self, name), lo, hi)
         if self.ckpt_dir is not None and not isinstance(self.ckpt_dir, (str, Path)):
             raise TypeError(f"ckpt_dir must be a path or None, got {self.ckpt_dir!r}")
+        check_bool("resume", self.resume)
         if (self.resume or self.ckpt_every) and self.ckpt_dir is None:
             raise ValueError("resume and ckpt_every need ckpt_dir")
-        if (self.progress is not None and not isinstance(self.progress, bool)) or not isinstance(self.compile, bool):
-            raise TypeError(f"progress must be True, False or None and compile True or False, got {self.progress!r}, "
-                            f"{self.compile!r}")
+        if self.progress is not None:
+            check_bool("progress", self.progress)
+        check_bool("compile", self.compile)
         if self.device is not None and self.device not in ("cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or None, got {self.device!r}")
 
@@ -197,39 +204,6 @@ def _param_groups(model: TransformerLM, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-# ----------------------------------------------------------- optimizer state
-
-
-def optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, Tensor], dict]:
-    """Flatten an optimizer state dict into named tensors plus JSON (no pickle)."""
-    sd = opt.state_dict()
-    tensors: dict[str, Tensor] = {}
-    scalars: dict[str, Any] = {}
-    for pid, st in sd["state"].items():
-        for k, v in st.items():
-            if isinstance(v, Tensor):
-                tensors[f"state.{pid}.{k}"] = v
-            else:
-                scalars[f"state.{pid}.{k}"] = v
-    groups = []
-    for g in sd["param_groups"]:
-        groups.append({k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()})
-    return tensors, {"param_groups": groups, "scalars": scalars}
-
-
-def restore_optimizer(opt: torch.optim.Optimizer, tensors: dict[str, Tensor], meta: dict) -> None:
-    """Inverse of :func:`optimizer_tensors`."""
-    state: dict[int, dict[str, Any]] = {}
-    for name, v in tensors.items():
-        _, pid, k = name.split(".", 2)
-        state.setdefault(int(pid), {})[k] = v
-    for name, v in meta.get("scalars", {}).items():
-        _, pid, k = name.split(".", 2)
-        state.setdefault(int(pid), {})[k] = v
-    groups = [dict(g, betas=tuple(g["betas"])) if "betas" in g else dict(g) for g in meta["param_groups"]]
-    opt.load_state_dict({"state": state, "param_groups": groups})
-
-
 # -------------------------------------------------------------------- trainer
 
 
@@ -307,15 +281,23 @@ class Trainer:
             raise checkpoint.CheckpointError(
                 f"checkpoint {p} was written for another model config; differing fields: {diff}"
             )
-        train_meta = meta.get("extra", {}).get("train")
+        extra = meta.get("extra")
+        train_meta = extra.get("train") if isinstance(extra, dict) else None
         if not isinstance(train_meta, dict) or "optimizer" not in tensors:
             raise checkpoint.CheckpointError(f"checkpoint {p} holds no training state (optimizer, step) to resume")
+        step, losses, opt_meta = check_train_state(train_meta, f"{p}/config.json")
         checkpoint.load_state_dict_into(self.model, tensors["model"], source=f"checkpoint {p}")
         dev = self.ctx.device
-        restore_optimizer(self.opt, {k: v.to(dev) if v.dim() else v for k, v in tensors["optimizer"].items()},
-                          train_meta["optimizer"])
-        self.step_count = int(train_meta["step"])
-        self.losses = [float(x) for x in train_meta["losses"]]
+        try:
+            restore_optimizer(self.opt, {k: v.to(dev) if v.dim() else v for k, v in tensors["optimizer"].items()},
+                              opt_meta)
+        except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as e:
+            raise checkpoint.CheckpointError(
+                f"{p}/optimizer.safetensors (with the \"optimizer\" entry of {p}/config.json) is damaged and "
+                f"cannot be restored: {type(e).__name__}: {e}"
+            ) from None
+        self.step_count = step
+        self.losses = [float(x) for x in losses]
         return True
 
     # -------------------------------------------------------------------- step
@@ -372,11 +354,17 @@ class Trainer:
                 (loss * (ctx.world_size / n_valid)).backward()
             loss_sum += loss.detach().double()
         D.all_reduce_sum(loss_sum, ctx)
+        loss_val = float(loss_sum) / n_valid
+        if not math.isfinite(loss_val):  # the same on every process (all-reduced): all stop together
+            self.opt.zero_grad(set_to_none=True)
+            raise TrainingDivergedError(
+                f"training diverged at step {s + 1}: the loss is {loss_val}; the weights were not updated with it "
+                f"and the last good checkpoint is kept. Try a lower --lr, more --warmup or another scheme setting"
+            )
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.opt.step()
         self.step_count += 1
-        loss_val = float(loss_sum) / n_valid
         self.losses.append(loss_val)
         return loss_val
 
@@ -412,8 +400,13 @@ def train(
 
     Raises:
         ValueError / TypeError: bad configs or batches;
+        :class:`relpos.outdir.OutputDirError`: ``ckpt_dir`` holds something that
+        is not a relpos checkpoint (raised before training starts; nothing is
+        changed);
         :class:`relpos.checkpoint.CheckpointError`: ``resume`` from a corrupt
-        or foreign checkpoint.
+        or foreign checkpoint;
+        :class:`TrainingDivergedError`: a step's loss became NaN or infinite
+        (no checkpoint is written after that; an earlier one is kept).
 
     Example:
         >>> from relpos.data import stdlib_corpus
@@ -433,6 +426,10 @@ def train(
 
 
 def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
+    if train_cfg.ckpt_dir is not None:
+        from relpos.checkpoint import check_checkpoint_target
+
+        check_checkpoint_target(train_cfg.ckpt_dir)  # before any work: never overwrite what relpos did not write
     tr = Trainer(model_cfg, train_cfg, data, ctx=ctx)
     if train_cfg.resume and train_cfg.ckpt_dir is not None:
         tr.restore(train_cfg.ckpt_dir)
@@ -479,8 +476,7 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
 @torch.no_grad()
 def evaluate_loss(model: TransformerLM, data, n_batches: int = 8, *, start_step: int = 0) -> float:
     """Mean loss per counted target token over ``n_batches`` batches ``data.batch(start_step + i, 0)``."""
-    if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1:
-        raise ValueError(f"n_batches must be an int >= 1, got {n_batches!r}")
+    check_int("n_batches", n_batches, 1)
     was = model.training
     model.eval()
     dev = next(model.parameters()).device

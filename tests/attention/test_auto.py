@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import relpos
-from relpos.attention import Request, UnsupportedError, _make_positions
+from relpos.attention import Request, UnsupportedError, request
 from tests.helpers import attention_schemes, build
 
 auto = importlib.import_module("relpos.attention.auto")
@@ -25,8 +25,7 @@ def _req(enc, N=128, *, Nq=None, grad=False, causal=True) -> Request:
     q = torch.randn(B, H, Nq, D, requires_grad=grad)
     k = torch.randn(B, H, N, D, requires_grad=grad)
     v = torch.randn(B, H, N, D, requires_grad=grad)
-    qpos, kpos, contiguous = _make_positions(None, B, Nq, N, N - Nq, q.device)
-    return Request(q, k, v, enc, causal, None, N - Nq, qpos, kpos, contiguous, float(enc.attention_scale(D)))
+    return request(q, k, v, enc, causal=causal, q_offset=N - Nq)
 
 
 @pytest.mark.parametrize("name", attention_schemes())
@@ -37,8 +36,9 @@ def test_cpu_picks(name):
         pick = auto.choose(_req(enc, 1024, grad=grad))
         assert pick == ("chunked" if inside else "dense"), (name, grad)
         mid = auto.choose(_req(enc, 512, grad=grad))
-        shaw_engine = name.startswith("shaw")
-        assert mid == ("chunked" if inside and shaw_engine else "dense"), (name, grad)
+        # chunked engines measured faster than dense from N = 256 on: clipped tables, per-key bias
+        early = name in ("shaw", "shaw-kv", "fox")
+        assert mid == ("chunked" if inside and early else "dense"), (name, grad)
         assert pick != "flex"  # not fused on CPU, and no CPU backward
     assert auto.choose(_req(enc, 128)) == "dense"  # small problems: lowest overhead
     assert auto.choose(_req(enc, 1024, Nq=1)) == "dense"  # one decoding step

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 import relpos
-from relpos.attention import Request, _make_positions
-from relpos.encodings import scheme_names
+from relpos.attention import Request, request
 from tests.helpers import attention_schemes, build
 
 chunked = importlib.import_module("relpos.attention.chunked")
+kernels = importlib.import_module("relpos.attention.chunked.kernels")
 SCHEMES = attention_schemes()
 
 
@@ -52,10 +52,8 @@ def small_blocks(monkeypatch):
 
 
 def _req(enc, q, k, v, *, causal=True, q_offset=0, positions=None, key_padding_mask=None) -> Request:
-    B, H, Nq, D = q.shape
-    qpos, kpos, contiguous = _make_positions(positions, B, Nq, k.shape[2], q_offset, q.device)
-    return Request(q, k, v, enc, causal, key_padding_mask, q_offset, qpos, kpos, contiguous,
-                   float(enc.attention_scale(D)))
+    return request(q, k, v, enc, causal=causal, q_offset=q_offset, positions=positions,
+                   key_padding_mask=key_padding_mask)
 
 
 # ------------------------------------------------------------------------- correctness
@@ -96,7 +94,7 @@ def test_shaw_engine_clip_distances(small_blocks, name, opts, causal):
     """Far region = plain attention on k + aK[-k] (and v + aV[-k]); band explicit; any k."""
     enc = build(name, n_heads=3, causal=causal, **opts)
     q, k, v = _inputs(2, 3, 11, 11, 8, seed=3)
-    assert chunked.engine_for(_req(enc, q, k, v, causal=causal)) == "shaw"
+    assert chunked.engine_for(_req(enc, q, k, v, causal=causal)) == "clipped"
     _check(enc, q, k, v, causal=causal)
 
 
@@ -119,6 +117,14 @@ def test_saturation_hook():
 
     assert chunked.saturation_distance(Enc()) == 7
     assert chunked.saturation_distance(build("alibi")) is None
+    assert build("t5", max_distance=99).saturation_distance() == 99  # the scheme declares it itself
+
+
+def test_t5_band_shortcut_with_a_short_last_block(small_blocks):
+    """The band pass reuses its skewed buffer: a narrower last block must not add stale sums."""
+    enc = build("t5", n_heads=2, causal=True, num_buckets=8, max_distance=5)
+    q, k, v = _inputs(1, 2, 20, 20, 8, seed=7)  # 20 rows in blocks of 3: the last block has 2
+    _check(enc, q, k, v, causal=True)
 
 
 @pytest.mark.parametrize("name", ["t5", "shaw", "rope", "fire"])
@@ -142,7 +148,7 @@ def test_double_backward_is_refused():
 
 def test_subnormal_safe_exp():
     x = torch.tensor([float("-inf"), -1e4, -95.0, 0.0, 3.0])
-    y = chunked._exp_(x.clone())
+    y = kernels.exp_(x.clone())
     assert torch.isfinite(y).all()
     assert y[0] < 1e-37 and y[2] < 1e-37
     torch.testing.assert_close(y[3:], torch.exp(x[3:]))
@@ -153,15 +159,15 @@ def test_subnormal_safe_exp():
 
 @pytest.mark.parametrize("name,engine", [
     ("nope", "sdpa"), ("rope", "sdpa"), ("alibi", "regions"), ("t5", "regions"), ("kerple-log", "regions"),
-    ("sandwich", "regions"), ("dpb", "regions"), ("shaw", "shaw"), ("shaw-kv", "shaw"),
-    ("transformer-xl", "relkey"), ("fire", "blocks"), ("deberta", "blocks"), ("cope", "blocks"),
+    ("sandwich", "regions"), ("dpb", "regions"), ("shaw", "clipped"), ("shaw-kv", "clipped"),
+    ("transformer-xl", "relkey"), ("fox", "keybias"), ("fire", "blocks"), ("deberta", "blocks"), ("cope", "blocks"),
 ])
 def test_engine_choice(name, engine):
-    if name not in scheme_names():
-        pytest.skip(f"{name} not in this build")
     enc = build(name, n_heads=2, causal=True)
     q, k, v = _inputs(1, 2, 8, 8, 8)
     assert chunked.engine_for(_req(enc, q, k, v)) == engine
+    relpos.attention(q, k, v, enc, causal=True, impl="chunked")
+    assert chunked.last_engine == engine
 
 
 def test_engine_choice_needs_contiguous_unpadded_float():
@@ -179,7 +185,7 @@ def test_engine_choice_needs_contiguous_unpadded_float():
 def test_staircase_covers_causal_pairs_once():
     for Nq, Nk, qo, S in [(13, 13, 0, 3), (5, 17, 9, 2), (64, 64, 0, 8), (7, 30, 23, 4)]:
         cover = torch.zeros(Nq, Nk, dtype=torch.int64)
-        for a0, a1, c0, c1, diag in chunked._staircase(Nq, Nk, qo, True, S):
+        for a0, a1, c0, c1, diag in kernels.staircase(Nq, Nk, qo, True, S):
             block = torch.ones(a1 - a0, c1 - c0, dtype=torch.int64)
             if diag:  # the causal mask inside the square
                 block = block.tril()
@@ -221,3 +227,12 @@ def test_saved_memory_is_linear_in_n(name):
     linear, quadratic = B * H * N * D, B * H * N * N  # quadratic = 64 x linear here
     assert _saved_elements(step("dense")) >= quadratic / 2  # the check can fail
     assert _saved_elements(step("chunked")) < 12 * linear
+
+
+@pytest.mark.parametrize("bias_init", [0.0, -3.0])
+def test_keybias_engine_with_strong_forgetting(bias_init):
+    """FoX's c_i - c_j as a per-key channel: exact against the reference, also when c grows large."""
+    enc = build("fox", n_heads=2, causal=True, bias_init=bias_init)
+    q, k, v = _inputs(1, 2, 64, 64, 8, seed=8)
+    assert chunked.engine_for(_req(enc, q, k, v)) == "keybias"
+    _check(enc, q, k, v, causal=True)

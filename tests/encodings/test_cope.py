@@ -31,7 +31,7 @@ def test_structure_and_flags():
     enc = relpos.make_encoding("cope", n_heads=4, head_dim=8)
     assert enc.pos_emb.shape == (1, 64, 8) and enc.num_params() == 64 * 8
     assert enc.pos_emb.abs().max() == 0  # zero-initialised, as in the paper
-    assert enc.causal_only and not enc.integer_positions and enc.score_needs_all_keys
+    assert enc.causal_only and not enc.integer_positions
     assert enc.acts_on == frozenset({"score"})
     per = relpos.make_encoding("cope", n_heads=4, head_dim=8, npos_max=10, per_head=True)
     assert per.pos_emb.shape == (4, 10, 8)
@@ -117,11 +117,11 @@ def test_positions_grow_into_the_past(n, seed, std):
     assert (p[:, ~past] == 0).all()
     assert ((p > 0) | ~past).all() and ((p <= (i - j + 1)) | ~past).all()
     diag = p.diagonal(dim1=-2, dim2=-1)
-    assert ((diag > 0) & (diag < 1)).all()
-    # along a row, stepping one key back adds one gate in (0, 1): p never decreases
+    assert ((diag > 0) & (diag <= 1)).all()  # a gate is sigmoid(.): 1.0 once saturated in float64
+    # along a row, stepping one key back adds one gate in (0, 1]: p never decreases
     step = p[:, :, :-1] - p[:, :, 1:]  # p_ij - p_i(j+1)
     inner = past[:, 1:]  # both j and j+1 visible
-    assert ((step > 0) & (step < 1))[:, inner].all()
+    assert ((step > 0) & (step <= 1 + 1e-12))[:, inner].all()
 
 
 @given(st.integers(2, 10), st.integers(0, 1000))
@@ -133,36 +133,12 @@ def test_positions_are_clipped(npos_max, seed):
     assert p.max() <= npos_max - 1 and p.min() >= 0
 
 
-def test_cached_decoding_rows_equal_full_pass():
+def test_low_precision_inputs_keep_float32_positions():
+    """(Decoding, padding and bfloat16 outputs: tests/encodings/test_content_dependent.py.)"""
     enc = _enc()
-    q, k, v = _qkv(B=2, Nq=15, Nk=15, seed=5)
-    full = relpos.attention(q, k, v, enc, causal=True)
-    for start in (1, 8, 14):
-        part = relpos.attention(q[:, :, start:], k, v, enc, causal=True, q_offset=start)
-        torch.testing.assert_close(part, full[:, :, start:], atol=1e-6, rtol=1e-5)
-
-
-def test_left_padding_changes_nothing_for_real_tokens():
-    enc = _enc()
-    q, k, v = _qkv(B=1, Nq=6, Nk=6, seed=8)
-    g = torch.Generator().manual_seed(9)
-    pad = [torch.randn(1, H, 3, D, generator=g) for _ in range(3)]
-    qp, kp, vp = (torch.cat([p_, t], dim=2) for p_, t in zip(pad, (q, k, v)))
-    kpm = torch.tensor([[False] * 3 + [True] * 6])
-    padded = relpos.attention(qp, kp, vp, enc, causal=True, key_padding_mask=kpm)
-    plain = relpos.attention(q, k, v, enc, causal=True)
-    torch.testing.assert_close(padded[:, :, 3:], plain, atol=1e-6, rtol=1e-5)
-
-
-def test_low_precision_inputs():
-    enc = _enc()
-    q, k, v = (t.detach().to(torch.bfloat16) for t in _qkv(seed=3))
+    q, k, _ = (t.detach().to(torch.bfloat16) for t in _qkv(seed=3))
     pos = torch.arange(7)[None]
     assert enc.positions(q, k, pos, pos, 0.5).dtype == torch.float32
-    out = relpos.attention(q, k, v, enc, causal=True)
-    ref = relpos.attention(q, k, v, enc, causal=True, impl="reference")
-    assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), ref.float(), atol=3e-2, rtol=3e-2)
 
 
 # ------------------------------------------------------------------ bad input

@@ -79,14 +79,17 @@ def enc_width(enc) -> int:
     return int(d) if d else 16
 
 
-@pytest.mark.parametrize("name", TOEPLITZ)
+#: (name, causal) for every Toeplitz scheme and every direction it is defined for.
+TOEPLITZ_CASES = [(n, c) for n in TOEPLITZ for c in (True, False)
+                  if c or not relpos.make_encoding(n, n_heads=2, head_dim=8).causal_only]
+
+
+@pytest.mark.parametrize("name,causal", TOEPLITZ_CASES)
 @given(c=st.integers(0, 500), qpos=st.lists(st.integers(0, 200), min_size=1, max_size=6),
-       kpos=st.lists(st.integers(0, 200), min_size=1, max_size=6), causal=st.booleans())
+       kpos=st.lists(st.integers(0, 200), min_size=1, max_size=6))
 @settings(max_examples=15)
-def test_toeplitz_bias_depends_on_offset_only(name, c, qpos, kpos, causal):
+def test_toeplitz_bias_depends_on_offset_only(name, causal, c, qpos, kpos):
     enc = build(name, n_heads=3, causal=causal)
-    if enc.causal_only and not causal:
-        return
     qp, kp = torch.tensor([qpos]), torch.tensor([kpos])
     b = enc.bias(qp, kp)
     torch.testing.assert_close(enc.bias(qp + c, kp + c), b)
@@ -121,7 +124,8 @@ def test_rotary_qk_depends_only_on_offset(name, i, j, c, seed):
         kb = enc.rotate(k, torch.tensor([[b]]), is_query=False, seq_len=L)
         return float((qa * kb).sum())
 
-    assert score(i + c, j + c) == pytest.approx(score(i, j), rel=1e-6, abs=1e-6)
+    # rel 1e-5: the angles are float32; xPos scales can amplify their rounding (|i - j| ~ 1000)
+    assert score(i + c, j + c) == pytest.approx(score(i, j), rel=1e-5, abs=1e-6)
 
 
 def _alibi_paper_slopes(n: int) -> list[float]:

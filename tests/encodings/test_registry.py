@@ -33,7 +33,7 @@ def test_unknown_option_named():
 
 
 def test_t5_bad_buckets():
-    with pytest.raises(ValueError, match="num_buckets must be >= 2"):
+    with pytest.raises(ValueError, match=r"num_buckets must be in \[2, "):
         relpos.make_encoding("t5", causal=True, num_buckets=1)
     with pytest.raises(ValueError, match="max_distance must be > the exact range"):
         relpos.make_encoding("t5", causal=False, num_buckets=32, max_distance=8)

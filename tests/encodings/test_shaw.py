@@ -161,7 +161,9 @@ def test_score_depends_on_clipped_offset_only(k, gap):
 @pytest.mark.parametrize(
     ("kwargs", "exc", "pattern"),
     [
-        ({"k": -1}, ValueError, r"k .*>= 0.*-1"),
+        ({"k": -1}, ValueError, r"k .*\[0, .*-1"),
+        ({"k": 10**12}, ValueError, r"k .*\[0, "),
+        ({"init_std": float("nan")}, ValueError, "init_std"),
         ({"k": 1.5}, TypeError, r"k .*int"),
         ({"k": True}, TypeError, r"k "),
         ({"value": "yes"}, TypeError, "value"),

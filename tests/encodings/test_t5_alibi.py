@@ -77,7 +77,7 @@ def test_alibi_values_by_hand():
     want = -torch.tensor([[3 / 4, 0, 2 / 4], [3 / 16, 0, 2 / 16], [3 / 64, 0, 2 / 64], [3 / 256, 0, 2 / 256]])
     torch.testing.assert_close(b, want)
     enc3 = ALiBi(n_heads=3)  # 2 heads of the 2-sequence (1/16, 1/256), then every other of the 4-sequence: 1/4
-    torch.testing.assert_close(enc3.slopes, torch.tensor([2 ** -4, 2 ** -8, 2 ** -2]))
+    torch.testing.assert_close(enc3.slopes, torch.tensor([2 ** -4, 2 ** -8, 2 ** -2], dtype=torch.float64))
 
 
 @given(st.integers(1, 64), st.lists(st.integers(-1000, 1000), min_size=1, max_size=10))
@@ -87,7 +87,7 @@ def test_alibi_symmetric_linear_nonpositive(H, ds):
     b = enc.relative_bias(d)
     torch.testing.assert_close(b, enc.relative_bias(-d))
     assert bool((b <= 0).all())
-    torch.testing.assert_close(b, -enc.slopes[:, None] * d.abs().float()[None])
+    torch.testing.assert_close(b, -enc.slopes.float()[:, None] * d.abs().float()[None])
 
 
 def test_alibi_reference_and_learnable_slopes():

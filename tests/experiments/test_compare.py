@@ -391,3 +391,61 @@ def test_a_failing_run_does_not_stop_the_sweep(tmp_path, monkeypatch):
                 log=quiet)
     assert s.finished == 1 and s.skipped == 1 and not s.failed
     assert json.loads((out / "results.json").read_text())["failures"] == []
+
+
+def test_out_refuses_a_foreign_folder_a_file_and_the_current_folder(tmp_path, monkeypatch, capsys):
+    """--out safety: compare writes only into a new folder, an empty one, or its own earlier output."""
+    from relpos.outdir import OutputDirError
+
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    afile = tmp_path / "file.txt"
+    afile.write_text("keep me too")
+    for bad in (foreign, afile):
+        with pytest.raises(OutputDirError, match="Nothing was changed"):
+            run_tiny(bad)
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"] and afile.read_text() == "keep me too"
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", "--preset", "ci", "--out", "."]) == 2
+    assert "current folder" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    s = run_tiny(empty)  # an empty folder is fine, and so is rerunning into its own output
+    assert s.finished and run_tiny(empty).skipped == s.total
+
+
+def test_trained_models_are_kept_and_load(swept, tmp_path):
+    from relpos.checkpoint import load
+
+    out, s = swept
+    d = json.loads((out / "results.json").read_text())
+    for r in d["runs"]:
+        ck = r["train"]["checkpoint"]
+        assert ck == f"models/{r['task']}/{r['scheme']}/seed{r['seed']}"
+        model, mcfg = load(out / ck)
+        assert mcfg.scheme == r["scheme"] and model(torch.zeros(1, 3, dtype=torch.long)).shape[-1] == mcfg.vocab_size
+    none = compare(tiny(schemes=["alibi"], tasks=["copy"]), tmp_path / "n", runner=SerialRunner(), progress=False,
+                   log=quiet, keep_models=False)
+    assert not (none.out_dir / "models").exists()
+
+
+def test_trained_position_values_export_for_the_explorer(tmp_path):
+    from relpos.experiments.trained_export import main as export_main
+    from relpos.experiments.trained_export import trained_positions
+
+    out = tmp_path / "sweep"
+    run_tiny(out, schemes=["t5", "alibi"], tasks=["lm"])
+    assert trained_positions(out)["schemes"] == {}  # the tiny sweep fits nothing: nothing is exported
+    d = json.loads((out / "results.json").read_text())
+    for r in d["runs"]:
+        r["train"]["fit"]["fitted"] = True
+    (out / "results.json").write_text(json.dumps(d))
+    target = tmp_path / "trained.json"
+    assert export_main([str(out), str(target)]) == 0
+    doc = json.loads(target.read_text())
+    assert doc["version"] == 1 and "task lm" in doc["made_by"]
+    assert set(doc["schemes"]) == {"t5"}  # ALiBi's slopes are fixed: nothing learned to show
+    t5 = doc["schemes"]["t5"]
+    assert (t5["n_heads"], t5["head_dim"]) == (2, 8) and t5["options"]["max_distance"] == 17
+    assert len(t5["state"]["table"]) == 32 and len(t5["state"]["table"][0]) == 2

@@ -5,34 +5,17 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-import torch
-from torch import nn
 
 from relpos.experiments.config import preset
 from relpos.experiments.fitting import FitConfig, FitMonitor
 from relpos.experiments.job import Job, run_job
 from relpos.tasks import make_task
+from tests.tasks.test_algorithmic import Oracle
 
 
-class Perfect(nn.Module):
-    """Predicts every copy answer token from the prompt (teacher forcing or not)."""
-
-    def __init__(self, task, wrong: bool = False):
-        super().__init__()
-        self.task, self.wrong = task, wrong
-        self.dummy = nn.Parameter(torch.zeros(()))
-
-    def forward(self, idx):
-        B, N = idx.shape
-        out = torch.zeros(B, N, self.task.vocab_size)
-        for b in range(B):
-            row = idx[b].tolist()
-            sep = row.index(self.task.SEP)
-            n = sep - 1
-            for t in range(sep, min(N, sep + n)):
-                tok = row[1 + t - sep]
-                out[b, t, (tok + 1) % self.task.n_symbols if self.wrong else tok] = 10.0
-        return out
+def Perfect(task, wrong: bool = False):
+    """A model that reads every answer off the prompt (``wrong``: always one symbol off)."""
+    return Oracle(task, shift=1 if wrong else 0)
 
 
 def _step(step, model):

@@ -99,3 +99,15 @@ def test_span_of_known_attention_maps():
         p[:, 2, i, : i + 1] = 1.0 / (i + 1)  # uniform over the past: looks all the way back
     spans = span_of_maps([p])[0]
     assert spans[0] == 1 and spans[1] == 5 and spans[2] > 8
+
+
+def test_embedding_scale_follows_where_a_scheme_adds_positions():
+    from relpos.experiments.job import embed_scale_for
+
+    assert embed_scale_for("sinusoidal", "auto") == "sqrt_d" and embed_scale_for("learned", "auto") == "sqrt_d"
+    assert embed_scale_for("rope", "auto") == "none" and embed_scale_for("nope", "auto") == "none"
+    assert embed_scale_for("rope", "sqrt_d") == "sqrt_d"
+    cfg = preset("default").validate()
+    task = cfg.make_task("copy")
+    assert model_config_for(Job("copy", "sinusoidal", 0), cfg, task).embed_scale == "sqrt_d"
+    assert model_config_for(Job("copy", "t5", 0), cfg, task).embed_scale == "none"

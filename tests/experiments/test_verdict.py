@@ -95,3 +95,10 @@ def test_rendering_and_smoke_label():
     assert "(local)" in md and SMOKE_NOTE not in md
     assert SMOKE_NOTE in verdict_text(_results("ci")) and SMOKE_NOTE in verdict_markdown(_results("ci"))
     assert not math.isnan(verdict(_results())["ranking"][0][1])
+
+
+def test_passkey_is_reported_but_not_ranked():
+    res = _results()
+    res["runs"].append(_run("good", "passkey", 0, True, {256: 0.0}))
+    v = verdict(res)
+    assert "passkey" not in v["tasks"] and "passkey" not in v["rows"]["good"]["fitted"]

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 
 import torch
 from torch import Tensor
 
 from relpos.encodings.base import Encoding
+from relpos.validation import MAX_POSITIONS, check_bool, check_float, check_int, check_tensor
 
-__all__ = ["attention", "Request", "UnsupportedError", "IMPLS", "available_impls"]
+__all__ = ["attention", "logits", "request", "Request", "UnsupportedError", "IMPLS", "available_impls"]
 
 
 class UnsupportedError(ValueError):
@@ -41,8 +41,8 @@ IMPLS: dict[str, str] = {
 
 
 def available_impls() -> list[str]:
-    """Implementation names whose modules exist in this build."""
-    return [n for n, m in IMPLS.items() if importlib.util.find_spec(m) is not None]
+    """Implementation names (every entry of :data:`IMPLS`)."""
+    return list(IMPLS)
 
 
 @dataclasses.dataclass
@@ -89,24 +89,12 @@ class Request:
         return m
 
 
-def _check_tensor(name: str, t, ndim: int) -> None:
-    if not isinstance(t, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != ndim:
-        raise ValueError(f"{name} must have {ndim} dims (B, H, N, D), got shape {tuple(t.shape)}")
-    if not t.dtype.is_floating_point:
-        raise TypeError(f"{name} must be a floating-point tensor (float16/bfloat16/float32/float64), got {t.dtype}")
-
-
 def _make_positions(positions, B: int, Nq: int, Nk: int, q_offset: int, device) -> tuple[Tensor, Tensor, bool]:
     if positions is None:
         kpos = torch.arange(Nk, device=device)[None]
         qpos = torch.arange(q_offset, q_offset + Nq, device=device)[None]
         return qpos, kpos, True
-    if not isinstance(positions, Tensor):
-        raise TypeError(f"positions must be an int64 torch.Tensor, got {type(positions).__name__}")
-    if positions.dtype.is_floating_point or positions.dtype == torch.bool:
-        raise TypeError(f"positions must have an integer dtype, got {positions.dtype}")
+    check_tensor("positions", positions, floating=False)
     if positions.dim() == 1:
         positions = positions[None]
     if positions.dim() != 2 or positions.shape[-1] != Nk or positions.shape[0] not in (1, B):
@@ -122,6 +110,128 @@ def _make_positions(positions, B: int, Nq: int, Nk: int, q_offset: int, device) 
     kpos = positions.long().to(device)
     qpos = kpos[:, q_offset : q_offset + Nq]
     return qpos, kpos, False
+
+
+def _check_qkv(name: str, t) -> Tensor:
+    check_tensor(name, t)
+    if t.dim() != 4:
+        raise ValueError(f"{name} must have 4 dims (B, H, N, D), got shape {tuple(t.shape)}")
+    if not t.dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point tensor (float16/bfloat16/float32/float64), got {t.dtype}")
+    return t
+
+
+def request(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor | None = None,
+    encoding: Encoding | None = None,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    q_offset: int = 0,
+    positions: Tensor | None = None,
+    scale: float | None = None,
+) -> Request:
+    """Validate an attention call and build the :class:`Request` implementations receive.
+
+    Arguments as :func:`attention` (``v`` may be None when only logits are needed;
+    ``k`` then stands in for it). Every check of :func:`attention` happens here, so
+    ``relpos.attention.chunked.engine_for(request(...))`` tells which engine a call
+    would use.
+
+    Raises:
+        TypeError / ValueError: bad shapes, dtypes or ranges (the message names the parameter).
+    """
+    from relpos.encodings.nope import NoPE
+
+    _check_qkv("q", q)
+    _check_qkv("k", k)
+    if v is None:
+        v = k
+    _check_qkv("v", v)
+    B, H, Nq, D = q.shape
+    if D < 1:
+        raise ValueError(f"q must have a head dimension D >= 1, got shape {tuple(q.shape)}")
+    if k.shape[:2] != (B, H) or k.shape[3] != D:
+        raise ValueError(f"k must have shape (B, H, Nk, D) = ({B}, {H}, Nk, {D}), got {tuple(k.shape)}")
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"v must have shape (B, H, Nk, Dv) = {tuple(k.shape[:3])} + (Dv,), got {tuple(v.shape)}")
+    if v.shape[3] < 1:
+        raise ValueError(f"v must have a value dimension Dv >= 1, got shape {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if Nq < 1 or k.shape[2] < 1:
+        raise ValueError(f"q and k need at least one position, got Nq={Nq}, Nk={k.shape[2]}")
+    check_int("q_offset", q_offset, 0, MAX_POSITIONS)
+    check_bool("causal", causal)
+    Nk = k.shape[2]
+    if causal and positions is None and q_offset + Nq > Nk:
+        raise ValueError(
+            f"causal attention needs q_offset + Nq <= Nk (queries are the last keys); "
+            f"got q_offset={q_offset}, Nq={Nq}, Nk={Nk}"
+        )
+    if encoding is None:
+        encoding = NoPE(H)
+    if not isinstance(encoding, Encoding):
+        raise TypeError(f"encoding must be a relpos Encoding (see relpos.make_encoding), got {type(encoding).__name__}")
+    if encoding.n_heads != H and encoding.n_heads != 1 and (encoding.acts_on - {"embedding"}):
+        raise ValueError(f"encoding was built for n_heads={encoding.n_heads} but q has H={H} heads")
+    encoding.check_causal(causal)
+    encoding.check_dims(D, v.shape[3])
+    if key_padding_mask is not None:
+        if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
+            raise TypeError("key_padding_mask must be a bool tensor (True = real key)")
+        if tuple(key_padding_mask.shape) != (B, Nk):
+            raise ValueError(f"key_padding_mask must have shape (B, Nk) = ({B}, {Nk}), got {tuple(key_padding_mask.shape)}")
+    scale = encoding.attention_scale(D) if scale is None else check_float("scale", scale)
+    qpos, kpos, contiguous = _make_positions(positions, B, Nq, Nk, q_offset, q.device)
+    return Request(q, k, v, encoding, causal, key_padding_mask, q_offset, qpos, kpos, contiguous, float(scale))
+
+
+def logits(
+    q: Tensor,
+    k: Tensor,
+    encoding: Encoding | None = None,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    q_offset: int = 0,
+    positions: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """Pre-softmax attention logits, as every implementation forms them.
+
+    ``logits[b, h, t, j] = scale * <q'_t, k'_j> + bias + score`` (see
+    :mod:`relpos.encodings.base`), with masked pairs (causal, key padding) set
+    to ``-inf``. A scheme's value term (Shaw's value table) is not part of the
+    logits. Arguments as :func:`attention`.
+
+    Returns:
+        ``(B, H, Nq, Nk)`` float32 (float64 for float64 inputs). ``softmax(-1)``
+        of it gives the attention weights (rows with no allowed key are all -inf).
+
+    Example:
+        >>> import relpos, torch
+        >>> q = k = torch.randn(1, 2, 4, 8)
+        >>> enc = relpos.make_encoding("alibi", n_heads=2, head_dim=8)
+        >>> relpos.attention.logits(q, k, enc, causal=True)[0, 0, 0, 1].item()
+        -inf
+    """
+    from relpos.attention.dense import additive_terms, rotated_qk
+
+    req = request(q, k, None, encoding, causal=causal, key_padding_mask=key_padding_mask, q_offset=q_offset,
+                  positions=positions, scale=scale)
+    cd = torch.float64 if q.dtype == torch.float64 else torch.float32
+    qr, kr = rotated_qk(req)  # (B, H, Nq, D), (B, H, Nk, D)
+    out = req.scale * (qr.to(cd) @ kr.to(cd).transpose(-1, -2))  # (B, H, Nq, Nk)
+    add = additive_terms(req, qr, kr)  # (B|1, H, Nq, Nk) or None
+    if add is not None:
+        out = out + add.to(cd)
+    mask = req.mask()  # (B|1, 1, Nq, Nk) or None
+    if mask is not None:
+        out = out.masked_fill(~mask, float("-inf"))
+    return out
 
 
 def attention(
@@ -174,53 +284,18 @@ def attention(
         >>> relpos.attention(q, k, v, enc, causal=True).shape
         torch.Size([1, 2, 5, 8])
     """
-    from relpos.encodings.nope import NoPE
-
-    _check_tensor("q", q, 4)
-    _check_tensor("k", k, 4)
-    _check_tensor("v", v, 4)
-    B, H, Nq, D = q.shape
-    if k.shape[:2] != (B, H) or k.shape[3] != D:
-        raise ValueError(f"k must have shape (B, H, Nk, D) = ({B}, {H}, Nk, {D}), got {tuple(k.shape)}")
-    if v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"v must have shape (B, H, Nk, Dv) = {tuple(k.shape[:3])} + (Dv,), got {tuple(v.shape)}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if Nq < 1 or k.shape[2] < 1:
-        raise ValueError(f"q and k need at least one position, got Nq={Nq}, Nk={k.shape[2]}")
-    if isinstance(q_offset, bool) or not isinstance(q_offset, int) or q_offset < 0:
-        raise ValueError(f"q_offset must be an int >= 0, got {q_offset!r}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    Nk = k.shape[2]
-    if causal and positions is None and q_offset + Nq > Nk:
-        raise ValueError(
-            f"causal attention needs q_offset + Nq <= Nk (queries are the last keys); "
-            f"got q_offset={q_offset}, Nq={Nq}, Nk={Nk}"
-        )
-    if encoding is None:
-        encoding = NoPE(H)
-    if not isinstance(encoding, Encoding):
-        raise TypeError(f"encoding must be a relpos Encoding (see relpos.make_encoding), got {type(encoding).__name__}")
-    if encoding.n_heads != H and encoding.n_heads != 1 and (encoding.acts_on - {"embedding"}):
-        raise ValueError(f"encoding was built for n_heads={encoding.n_heads} but q has H={H} heads")
-    encoding.check_causal(causal)
-    if key_padding_mask is not None:
-        if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
-            raise TypeError("key_padding_mask must be a bool tensor (True = real key)")
-        if tuple(key_padding_mask.shape) != (B, Nk):
-            raise ValueError(f"key_padding_mask must have shape (B, Nk) = ({B}, {Nk}), got {tuple(key_padding_mask.shape)}")
-    if scale is None:
-        scale = encoding.attention_scale(D)
-    qpos, kpos, contiguous = _make_positions(positions, B, Nq, Nk, q_offset, q.device)
     if not isinstance(impl, str) or impl not in IMPLS:
         raise ValueError(f"impl must be one of {available_impls()}, got {impl!r}")
-    try:
-        mod = importlib.import_module(IMPLS[impl])
-    except ModuleNotFoundError as e:
-        raise UnsupportedError(f"impl {impl!r} is not available in this build") from e
-    req = Request(q, k, v, encoding, causal, key_padding_mask, q_offset, qpos, kpos, contiguous, float(scale))
+    req = request(q, k, v, encoding, causal=causal, key_padding_mask=key_padding_mask, q_offset=q_offset,
+                  positions=positions, scale=scale)
+    mod = importlib.import_module(IMPLS[impl])
     reason = mod.supports(req)
     if reason:
-        raise UnsupportedError(f"impl {impl!r} cannot serve scheme {encoding.name!r}: {reason}")
+        raise UnsupportedError(f"impl {impl!r} cannot serve scheme {req.encoding.name!r}: {reason}")
     return mod.run(req)
+
+
+# ``relpos.attention`` is this function (re-exported by the package), so the helpers
+# are reachable as ``relpos.attention.logits`` / ``relpos.attention.request`` too.
+attention.logits = logits  # type: ignore[attr-defined]
+attention.request = request  # type: ignore[attr-defined]

@@ -35,10 +35,11 @@ log = logging.getLogger("relpos.attention")
 #: crossover: at N = 128 with a batch of 16, dense is up to 1.5x faster; at N = 256 they
 #: are even, and from N = 512 up chunked wins in time and memory).
 SMALL_PAIRS = 256 * 256
-#: Below this many pairs, CPU requests whose chunked engine is not Shaw's band engine
-#: also use ``"dense"``: with a model-sized batch (B=4, H=4, D=32, training) the
-#: "regions", "relkey" and "blocks" engines measured 1.2-3x slower than dense at
-#: N = 256 and 512 for KERPLE, Transformer-XL and FIRE, and 1.6-3x faster from N = 1024.
+#: Below their ``DENSE_BELOW_PAIRS`` pairs, CPU requests also use ``"dense"``: each
+#: chunked engine states its own crossover. With a model-sized batch (B=4, H=4, D=32,
+#: training) the "regions", "relkey" and "blocks" engines measured 1.2-3x slower than
+#: dense at N = 256 and 512 for KERPLE, Transformer-XL and FIRE, and 1.6-3x faster from
+#: N = 1024 (their crossover is this value); the clipped-table engine wins from N = 256.
 MID_PAIRS = 768 * 768
 #: On CUDA, value-side schemes use ``"dense"`` up to this many pairs, else ``"chunked"``.
 CUDA_DENSE_VALUE_PAIRS = 2048 * 2048
@@ -74,15 +75,12 @@ def choose(req: Request, *, device_type: str | None = None) -> str:
             return "dense"
         if "value" in inside:
             return "dense" if pairs <= CUDA_DENSE_VALUE_PAIRS else "chunked"
-        try:
-            if _module("flex").expressible(req) is None:
-                return "flex"
-        except ModuleNotFoundError:  # pragma: no cover
-            pass
+        if _module("flex").expressible(req) is None:
+            return "flex"
         return "chunked"
     if not inside or pairs < SMALL_PAIRS:
         return "dense"
-    if pairs < MID_PAIRS and _module("chunked").engine_for(req) != "shaw":
+    if pairs < _module("chunked").engine(req).DENSE_BELOW_PAIRS:
         return "dense"
     return "chunked"
 

@@ -20,63 +20,16 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from relpos.attention import Request
 from relpos.distance import offsets_range, toeplitz
 
-__all__ = ["supports", "run", "position_bias", "rotated_qk", "additive_terms", "row_has_key", "fast_bias"]
+__all__ = ["supports", "run", "position_bias", "rotated_qk", "additive_terms", "row_has_key"]
 
 
 def supports(req: Request) -> str | None:
     return None
-
-
-def _scalar_relu_mlp(enc):
-    """``(W1 (W,), b1 (W,), W2 (H, W), b2 (H,))`` if ``enc.mlp`` is ``Linear(1, W) -> ReLU -> Linear(W, H)``."""
-    mlp = getattr(enc, "mlp", None)
-    if not (isinstance(mlp, nn.Sequential) and len(mlp) == 3 and isinstance(mlp[0], nn.Linear)
-            and isinstance(mlp[1], nn.ReLU) and isinstance(mlp[2], nn.Linear) and mlp[0].in_features == 1
-            and mlp[0].bias is not None and mlp[2].bias is not None):
-        return None
-    return mlp[0].weight[:, 0].float(), mlp[0].bias.float(), mlp[2].weight.float(), mlp[2].bias.float()
-
-
-def fast_bias(enc, qpos: Tensor, kpos: Tensor) -> Tensor:
-    """``enc.bias(qpos, kpos)``, evaluated faster where the structure allows it.
-
-    FIRE's ``f(x) = W2 relu(W1 x + b1) + b2`` acts on a *scalar* ``x``, so it is an
-    exactly piecewise-linear function of ``x`` with at most ``W`` breakpoints
-    ``-b1/W1``: per head, ``f(x) = alpha[m] x + beta[m]`` on segment ``m``. The
-    per-segment slopes and intercepts are formed from the parameters (with
-    autograd), each pair looks up its segment (``bucketize``), and no ``W``-wide
-    hidden layer is formed per pair. Values and gradients equal the MLP's up to
-    float rounding (at an exact breakpoint the subgradient may differ).
-    Every other scheme: ``enc.bias``.
-    """
-    parts = _scalar_relu_mlp(enc) if getattr(enc, "name", "") == "fire" else None
-    if parts is None or not callable(getattr(enc, "normalized_distance", None)):
-        return enc.bias(qpos, kpos)
-    a, c, w2, b2 = parts
-    x = enc.normalized_distance(qpos, kpos)  # (B|1, Nq, Nk) float32
-    with torch.no_grad():
-        nz = a != 0
-        z = torch.sort(-c[nz] / a[nz]).values  # breakpoints
-        if z.numel():
-            reps = torch.cat([z[:1] - 1, (z[:-1] + z[1:]) / 2, z[-1:] + 1])  # one point inside each segment
-        else:
-            reps = torch.zeros(1, device=a.device)
-        active = (a[None, :] * reps[:, None] + c[None, :] > 0).to(a.dtype)  # (K+1, W)
-    wa = w2[:, None, :] * active[None]  # (H, K+1, W)
-    alpha = wa @ a  # (H, K+1)
-    beta = b2[:, None] + wa @ c  # (H, K+1)
-    seg = torch.bucketize(x.detach(), z)  # (B|1, Nq, Nk) in [0, K]
-    B1, Nq, Nk = seg.shape
-    H, K1 = alpha.shape
-    idx = seg[:, None].expand(B1, H, Nq, Nk)
-    al = torch.gather(alpha.view(1, H, 1, K1).expand(B1, H, Nq, K1), -1, idx)  # (B|1, H, Nq, Nk)
-    be = torch.gather(beta.view(1, H, 1, K1).expand(B1, H, Nq, K1), -1, idx)
-    return al * x[:, None] + be
 
 
 def position_bias(req: Request, *, causal_fill: bool = False) -> Tensor:
@@ -95,7 +48,7 @@ def position_bias(req: Request, *, causal_fill: bool = False) -> Tensor:
         if causal_fill:
             vals = vals.masked_fill(offs > 0, float("-inf"))
         return toeplitz(vals, Nq, Nk)[None]  # (1, H, Nq, Nk)
-    return fast_bias(enc, req.qpos, req.kpos)
+    return enc.bias(req.qpos, req.kpos)
 
 
 def rotated_qk(req: Request) -> tuple[Tensor, Tensor]:

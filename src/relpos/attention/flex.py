@@ -12,7 +12,8 @@ How each kind of scheme is written as a ``score_mod`` (``d = j - i``):
   on the distinct offsets, ``vals (H, L)``, and the ``score_mod`` looks up
   ``vals[h, d - d_min]``. Learned tables keep their gradient through the
   captured ``vals`` (GPU backward).
-* Shaw's key table: ``scale * q @ aK^T`` gives ``(B, H, Nq, 2k + 1)`` per-offset
+* clipped key tables (:meth:`~relpos.encodings.base.Encoding.clipped_tables`,
+  Shaw): ``scale * q @ aK^T`` gives ``(B, H, Nq, 2k + 1)`` per-offset
   scores and the ``score_mod`` picks ``[b, h, q, clip(d) + k]`` (``O(N k)``).
 * any other bias or score (FIRE, Transformer-XL, DeBERTa, CoPE, FoX): the term is
   materialised once, ``(B or 1, H, Nq, Nk)``, and looked up -- correct and fused,
@@ -126,9 +127,10 @@ def _score_mod(req: Request, q: Tensor, k: Tensor):
 
         return mod
 
-    if sites == {"score"} and getattr(enc, "name", "") == "shaw" and hasattr(enc, "key_table"):
-        kk = enc.k
-        table = enc.key_table.to(q.dtype)
+    tables = enc.clipped_tables() if sites == {"score"} else None
+    if tables is not None:
+        kk = tables.k
+        table = tables.key.to(q.dtype)
         a = table if table.dim() == 3 else table[None]  # (H|1, 2k+1, D)
         per_off = req.scale * torch.matmul(q, a.transpose(-1, -2))  # (B, H, Nq, 2k+1)
 
@@ -184,10 +186,13 @@ def run(req: Request) -> Tensor:
     valid = row_has_key(req)  # (B, 1, Nq, 1) or None
     rowbad = None if valid is None else ~valid[:, 0, :, 0]  # rows without keys see all keys, then are zeroed
     bm = _block_mask(req, rowbad)
+    v = req.v
+    if not torch.is_grad_enabled():  # flex refuses CPU inputs that merely carry requires_grad
+        q, k, v = q.detach(), k.detach(), v.detach()
     fn = _flex_fn(q.device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
-        out = fn(q, k, req.v, score_mod=mod, block_mask=bm, scale=req.scale)
+        out = fn(q, k, v, score_mod=mod, block_mask=bm, scale=req.scale)
     if valid is not None:
         out = out * valid.to(out.dtype)
     return out

@@ -10,6 +10,7 @@ command skips the runs that are already stored.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import sys
@@ -20,13 +21,16 @@ HELP = "train each position scheme at a short length, evaluate far past it, and 
 def _csv(kind):
     def parse(s: str):
         items = [x.strip() for x in s.split(",") if x.strip()]
-        if kind is int:
+        if kind in (int, float):
+            if [x.lower() for x in items] in (["none"], ["-"]):
+                return []
             out = []
             for x in items:
                 try:
-                    out.append(int(x))
+                    out.append(kind(x))
                 except ValueError:
-                    raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {x!r}") from None
+                    what = "integers" if kind is int else "numbers"
+                    raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {x!r}") from None
             return out
         return items
 
@@ -38,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--preset", default="default", help="default | ci | full (default: default)")
     g.add_argument("--schemes", type=_csv(str), help="comma-separated scheme names (see `relpos schemes`)")
     g.add_argument("--add-schemes", type=_csv(str), default=[], help="schemes added to the preset's list")
-    g.add_argument("--tasks", type=_csv(str), help="comma-separated: lm, copy, copy-hints, copy-distinct, reverse, mqar, parity")
+    g.add_argument("--tasks", type=_csv(str), help="comma-separated: lm, copy, reverse, recall, parity")
     g.add_argument("--seeds", type=_csv(int), help="comma-separated training seeds, e.g. 0,1,2")
     g.add_argument("--randomized", type=_csv(str),
                    help="schemes also trained with randomized positions (Ruoss et al. 2023); 'none' for none")
@@ -51,6 +55,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, help="training steps (every task)")
     g.add_argument("--batch-size", type=int, help="batch size (every task)")
     g.add_argument("--lr", type=float, help="peak learning rate (every task)")
+    g = p.add_argument_group("fit and fairness")
+    g.add_argument("--lr-grid", type=_csv(float),
+                   help="learning rates tried in order for algorithmic tasks; the first that fits is kept "
+                        "(the full preset: 2e-3,1e-3,3e-3); 'none' for only --lr")
+    g.add_argument("--fit-target", type=float, help="held-out exact match at L that counts as fitted (default 0.95)")
+    g.add_argument("--val-every", type=int, help="steps between in-distribution validations (default 100)")
+    g.add_argument("--no-early-stop", action="store_true",
+                   help="train every run for its full step budget (validation and the fit gate still apply)")
+    g.add_argument("--scheme-ranges", choices=("train_len", "paper"),
+                   help="train_len (default): T5 max_distance, Shaw k, FIRE init_L set from the training length; "
+                        "paper: the papers' defaults")
+    g.add_argument("--embed-scale", choices=("auto", "sqrt_d", "none"),
+                   help="token-embedding scale: auto (default) scales by sqrt(d_model) for absolute schemes only")
     g = p.add_argument_group("lengths")
     g.add_argument("--train-len", type=int, help="language-modelling training length in bytes")
     g.add_argument("--eval-lengths", type=_csv(int),
@@ -59,6 +76,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--task-len", type=int, help="longest training problem L of the algorithmic tasks")
     g.add_argument("--task-eval-lengths", type=_csv(int),
                    help="algorithmic problem lengths to evaluate (default 1,2,3,4 x --task-len)")
+    from relpos.corpus.cli import add_corpus_arguments
+
+    add_corpus_arguments(p)
+    g.add_argument("--passkey", type=int, default=0, metavar="N",
+                   help="passkey retrieval on the LM models: N examples per length x depth (default 0: off)")
+    g = p.add_argument_group("your pretrained model")
+    g.add_argument("--hf-model", default=None, metavar="DIR",
+                   help="evaluate a local LLaMA-family checkpoint zero-shot under each RoPE scaling "
+                        "(needs --corpus; no training)")
+    g.add_argument("--hf-factors", default="1,2,4,8", help="evaluation lengths as multiples of the model's context")
+    g.add_argument("--device", default=None, help="cpu or cuda for --hf-model (default: cuda when available)")
     g = p.add_argument_group("running")
     g.add_argument("--out", help="output folder (default runs/compare-<preset>)")
     g.add_argument("--runner", default="local", help="local (process pool, default) | serial | ray | torchrun")
@@ -69,6 +97,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--force", action="store_true",
                    help="if --out holds results of another configuration, move them aside and start afresh")
     g.add_argument("--no-plots", action="store_true", help="skip the PNG plots and report.md")
+    g.add_argument("--no-keep-models", action="store_true",
+                   help="do not save the trained models (by default each run's model is kept under OUT/models/)")
     g.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show the bar")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="never show the bar")
     g.add_argument("--dry-run", action="store_true", help="print the plan and the fingerprint, run nothing")
@@ -123,6 +153,30 @@ def build_config(args: argparse.Namespace):
     if args.task_eval_lengths is not None:
         cfg.algorithmic["eval_lengths"] = list(args.task_eval_lengths)
         cfg.algorithmic.pop("eval_factors", None)
+    fit = {}
+    if args.lr_grid is not None:
+        fit["lr_grid"] = list(args.lr_grid)
+    if args.fit_target is not None:
+        fit["target"] = args.fit_target
+    if args.val_every is not None:
+        fit["val_every"] = args.val_every
+    if args.no_early_stop:
+        fit["early_stop"] = False
+    if fit:
+        from relpos.experiments.fitting import FitConfig
+
+        cfg.fit = FitConfig(**{**dataclasses.asdict(cfg.fit), **fit})
+    if args.scheme_ranges is not None:
+        cfg.scheme_ranges = args.scheme_ranges
+    if args.embed_scale is not None:
+        cfg.embed_scale = args.embed_scale
+    from relpos.corpus.cli import corpus_spec_from_args
+
+    spec = corpus_spec_from_args(args)
+    if spec is not None:
+        cfg.lm["corpus"] = spec
+    if args.passkey:
+        cfg.passkey = {"n": args.passkey}
     cfg.workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if args.threads is not None:
         cfg.threads = args.threads
@@ -137,6 +191,8 @@ def main(args: argparse.Namespace) -> int:
         out = args.out or os.path.join("runs", f"compare-{args.preset}")
         print(summary_text(rebuild_report(out, plots=not args.no_plots)))
         return 0
+    if args.hf_model:
+        return _hf_main(args)
     cfg = build_config(args)
     out = args.out or os.path.join("runs", f"compare-{cfg.preset}")
     if args.dry_run:
@@ -152,8 +208,37 @@ def main(args: argparse.Namespace) -> int:
                          nproc=args.nproc)
     command = "relpos compare " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else ""
     summary = compare(cfg, out, runner=runner, force=args.force, progress=args.progress, plots=not args.no_plots,
-                      command=command.strip())
+                      command=command.strip(), keep_models=not args.no_keep_models)
     print(summary_text(summary))
     if summary.interrupted:
         return 130
     return 1 if summary.failed else 0
+
+
+def _hf_main(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from relpos.corpus.cli import corpus_spec_from_args
+    from relpos.experiments.hf_eval import run_hf_sweep
+    from relpos.experiments.hf_report import hf_report, passkey_heatmap
+
+    corpus = corpus_spec_from_args(args)
+    if corpus is None:
+        raise ValueError("--hf-model needs --corpus PATH")
+    corpus.pop("tokenizer", None)
+    out = Path(args.out or os.path.join("runs", f"hf-{Path(args.hf_model).name}"))
+    spec = {"model": args.hf_model, "corpus": corpus, "tokenizer": args.tokenizer, "device": args.device,
+            "factors": [float(f) for f in args.hf_factors.split(",")],
+            "passkey_n": args.passkey or 10}
+    if args.eval_tokens:
+        spec["eval_tokens"] = args.eval_tokens
+    runs = run_hf_sweep(out, spec, progress=args.progress is not False, log=lambda s: print(s, file=sys.stderr))
+    text = hf_report(runs)
+    (out / "hf_report.md").write_text(text + "\n")
+    for r in runs:
+        if r["task"] == "passkey":
+            name = r["scheme"].split(":", 1)[-1]
+            passkey_heatmap(r["measurements"], out / f"passkey_{name}_{r['variant'] or 'none'}.png",
+                            title=f"{name}, {r['variant'] or 'none'}")
+    print(text)
+    return 0

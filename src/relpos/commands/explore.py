@@ -21,15 +21,42 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", action="store_true", help="log every request")
 
 
+def _check_export_target(path: str) -> None:
+    """Refuse to replace a file that is not an earlier ``relpos explore --export`` page."""
+    from pathlib import Path
+
+    from relpos.explorer.export import EXPORT_CSP
+
+    p = Path(path)
+    if not (p.exists() or p.is_symlink()):
+        return
+    ours = False
+    if p.is_file() and not p.is_symlink():
+        with open(p, "rb") as f:
+            ours = f'content="{EXPORT_CSP}"'.encode() in f.read(1 << 16)
+    if not ours:
+        raise ValueError(f"--export {path} exists and is not a page written by relpos explore; "
+                         f"nothing was changed -- choose another file name")
+
+
 def main(args: argparse.Namespace) -> int:
     from relpos.explorer import Explorer, export_html, serve
+    from relpos.validation import check_int
 
-    if not 0 <= args.port <= 65535:
-        raise ValueError(f"--port must be in 0..65535, got {args.port}")
+    check_int("--port", args.port, 0, 65535)
+    if args.export:
+        _check_export_target(args.export)
     explorer = Explorer(results=args.results, checkpoints=args.checkpoint)
     if args.export:
-        path = export_html(explorer, args.export)
+        from relpos.explorer.export import print_progress
+
+        path = export_html(explorer, args.export, progress=print_progress)
         print(f"relpos explore: wrote {path} ({path.stat().st_size:,} bytes)")
         return 0
-    serve(explorer, args.host, args.port, open_browser=args.open, quiet=not args.verbose)
+    try:
+        serve(explorer, args.host, args.port, open_browser=args.open, quiet=not args.verbose)
+    except ValueError as e:  # the server's own clear message (bad host, port in use): a usage error
+        raise ValueError(f"cannot listen on {args.host} port {args.port}: {e}") from None
+    except OSError as e:  # unresolvable host, port in use, no permission: say where
+        raise OSError(e.errno, f"cannot listen on {args.host} port {args.port}: {e.strerror or e}") from None
     return 0

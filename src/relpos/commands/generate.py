@@ -21,12 +21,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from relpos import checkpoint
+    from relpos.commands._common import check_device
     from relpos.data import decode, encode
+    from relpos.validation import MAX_POSITIONS, check_float, check_int
 
     if not args.prompt:
         raise ValueError("--prompt must not be empty")
-    if args.tokens < 0:
-        raise ValueError(f"--tokens must be >= 0, got {args.tokens}")
+    check_int("--tokens", args.tokens, 0, MAX_POSITIONS)
+    check_float("--temperature", args.temperature, 0.0, lo_open=True)
+    if args.top_k is not None:
+        check_int("--top-k", args.top_k, 1)
+    if args.seed is not None:
+        check_int("--seed", args.seed, 0, 2**63 - 1)
+    check_device(args.device)
     model, cfg = checkpoint.load(args.checkpoint, map_location=args.device)
     if cfg.vocab_size != 256:
         raise ValueError(f"checkpoint has vocab_size {cfg.vocab_size}; relpos generate works on byte models (256)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 
 HELP = "list every position scheme, where it acts, and its learned-parameter count"
@@ -11,22 +12,48 @@ HELP = "list every position scheme, where it acts, and its learned-parameter cou
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--d-model", type=int, default=512, help="model width C (default 512)")
     p.add_argument("--heads", type=int, default=8, help="attention heads H (default 8)")
-    p.add_argument("--k", type=int, default=8, help="Shaw clip distance k (default 8)")
+    p.add_argument("--k", type=int, default=8, help="clip distance k of the schemes that take one (Shaw; default 8)")
     p.add_argument("--max-len", type=int, default=512, help="longest sequence for learned tables (default 512)")
     p.add_argument("--bidirectional", action="store_true", help="count for bidirectional attention")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
 
 
-def rows(d_model: int = 512, heads: int = 8, k: int = 8, max_len: int = 512, causal: bool = True) -> list[dict]:
-    """One dict per registered scheme: name, acts_on, params, summary, paper."""
-    from relpos.encodings import SCHEMES, get_scheme, make_encoding, scheme_names
+#: Largest --d-model and --heads this command accepts (the counts are exact up to these).
+MAX_D_MODEL = 1 << 20
+MAX_HEADS = 1024
 
+
+def rows(d_model: int = 512, heads: int = 8, k: int = 8, max_len: int = 512, causal: bool = True) -> list[dict]:
+    """One dict per registered scheme: name, acts_on, params, summary, paper.
+
+    The encodings are built on the ``meta`` device: counting parameters allocates
+    nothing, whatever the sizes.
+
+    Raises:
+        TypeError / ValueError: a size of the wrong type or outside its range
+            (named by its flag).
+    """
+    import torch
+
+    from relpos.encodings import SCHEMES, get_scheme, make_encoding, scheme_names
+    from relpos.validation import MAX_POSITIONS, MAX_TABLE, check_bool, check_int
+
+    check_int("--d-model", d_model, 1, MAX_D_MODEL)
+    check_int("--heads", heads, 1, MAX_HEADS)
+    check_int("--k", k, 0, MAX_TABLE)
+    check_int("--max-len", max_len, 1, MAX_POSITIONS)
+    check_bool("causal", causal)
     if d_model % heads:
         raise ValueError(f"--d-model ({d_model}) must be divisible by --heads ({heads})")
+    with torch.device("meta"):
+        return _rows(d_model, heads, k, max_len, causal, SCHEMES, get_scheme, make_encoding, scheme_names)
+
+
+def _rows(d_model, heads, k, max_len, causal, SCHEMES, get_scheme, make_encoding, scheme_names) -> list[dict]:
     out = []
     for name in scheme_names():
         cls, _ = get_scheme(name)
-        opts = {"k": k} if name.startswith("shaw") else {}
+        opts = {"k": k} if "k" in inspect.signature(cls).parameters else {}  # schemes with a clip distance
         # causal-only schemes are counted in their causal form
         enc = make_encoding(name, n_heads=heads, head_dim=d_model // heads, d_model=d_model,
                             max_len=max_len, causal=causal or cls.causal_only, **opts)

@@ -40,11 +40,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
     p.add_argument("--warmup", type=int, default=20, help="warm-up steps (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of init, data and dropout (default 0)")
-    p.add_argument("--out", default="runs/train", help="checkpoint directory (default runs/train)")
+    p.add_argument("--out", default="runs/train",
+                   help="checkpoint folder: new, empty, or holding an earlier relpos checkpoint (default runs/train)")
     p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every N steps too (default: end only)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--max-bytes", type=int, default=None, help="use only the first N bytes of the corpus")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    from relpos.corpus.cli import add_corpus_arguments
+
+    add_corpus_arguments(p)
     bar = p.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show a progress bar")
     bar.add_argument("--no-progress", dest="progress", action="store_false", help="never show a progress bar")
@@ -52,6 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from relpos import distributed as D
+    from relpos.checkpoint import check_checkpoint_target
+    from relpos.commands._common import check_device
     from relpos.data import ByteLMSource, stdlib_corpus
     from relpos.model import ModelConfig
     from relpos.train import TrainConfig, evaluate_loss, train
@@ -63,6 +69,8 @@ def main(args: argparse.Namespace) -> int:
                        ("dropout", args.dropout)):
         if val is not None:
             overrides[field] = val
+    check_device(args.device)
+    check_checkpoint_target(args.out)  # a bad --out fails before anything is built or read
     mcfg = ModelConfig.preset(args.preset, **overrides)
     tcfg = TrainConfig(
         steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, accum_steps=args.accum_steps,
@@ -71,19 +79,34 @@ def main(args: argparse.Namespace) -> int:
     )
     if args.seq_len > mcfg.max_len:
         raise ValueError(f"--seq-len ({args.seq_len}) exceeds the model's max_len ({mcfg.max_len})")
-    data = stdlib_corpus("train", args.max_bytes)
+    from relpos.corpus import Requirement, TokenLMSource, cached_corpus
+    from relpos.corpus.cli import corpus_spec_from_args
+
+    spec = corpus_spec_from_args(args)
+    corpus = None
+    if spec is not None:
+        n = tcfg.seq_len + 1
+        corpus = cached_corpus(spec, require=Requirement(n, n, f"windows of {n} {{unit}}"))
+        mcfg = ModelConfig.preset(args.preset, **overrides, vocab_size=corpus.vocab_size)
+        source = corpus.train_source(tcfg.batch_size, tcfg.seq_len, seed=tcfg.seed, limit=args.max_bytes)
+    else:
+        source = ByteLMSource(stdlib_corpus("train", args.max_bytes), tcfg.batch_size, tcfg.seq_len, seed=tcfg.seed)
     ctx = D.setup(args.device)  # joins the torchrun group once, for training and the final report
     try:
-        result = train(mcfg, tcfg, ByteLMSource(data, tcfg.batch_size, tcfg.seq_len, seed=tcfg.seed))
+        result = train(mcfg, tcfg, source)
     except BaseException:
         D.teardown(ctx)
         raise
     if ctx.is_main:
-        val = ByteLMSource(stdlib_corpus("val", 2_000_000), 8, tcfg.seq_len, seed=1)
+        if corpus is None:
+            val = ByteLMSource(stdlib_corpus("val", 2_000_000), 8, tcfg.seq_len, seed=1)
+        else:
+            val = TokenLMSource(corpus.array("val"), 8, tcfg.seq_len, seed=1, vocab_size=corpus.vocab_size)
         vloss = evaluate_loss(result.model, val, 4)
+        bpb = vloss / 0.6931471805599453 if corpus is None else corpus.bits_per_byte(vloss)
         last = result.losses[-1] if result.losses else float("nan")
         print(f"scheme={mcfg.scheme} preset={args.preset} steps={result.steps} train_loss={last:.4f} "
-              f"val_loss={vloss:.4f} ({vloss / 0.6931471805599453:.3f} bits/byte) "
+              f"val_loss={vloss:.4f} ({bpb:.3f} bits/byte) "
               f"tokens/s={result.tokens_per_s:,.0f} checkpoint={args.out}", file=sys.stdout)
     D.teardown(ctx)
     return 0

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 
 from relpos.encodings.base import SITES, Dims, Encoding
 
-__all__ = ["SCHEMES", "SchemeSpec", "Dims", "Encoding", "make_encoding", "scheme_names", "get_scheme", "normalise_name", "SITES"]
+__all__ = [
+    "SCHEMES", "SchemeSpec", "Dims", "Encoding", "make_encoding", "scheme_names", "get_scheme", "normalise_name",
+    "register_scheme", "unregister_scheme", "scheme_family", "SITES",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,14 +71,65 @@ def normalise_name(name: str, param: str = "scheme name") -> str:
     return name.strip().lower().replace("_", "-")
 
 
+def register_scheme(name: str, cls: type[Encoding], *, options: dict | None = None, summary: str = "",
+                    replace: bool = False) -> SchemeSpec:
+    """Add a scheme defined outside relpos to the registry.
+
+    After this, ``make_encoding(name)``, the models, every attention implementation
+    and ``relpos schemes`` (in this process) know the scheme. The class must be
+    importable as ``cls.__module__.cls.__qualname__`` (a module-level class).
+
+    Args:
+        name: registry name (normalised: lower case, hyphens).
+        cls: an :class:`Encoding` subclass.
+        options: preset options the name implies (as ``"rope-yarn"`` implies ``scaling="yarn"``).
+        summary: one line for ``relpos schemes``.
+        replace: allow replacing an existing entry.
+
+    Raises:
+        TypeError: ``cls`` is not an Encoding subclass.
+        ValueError: the name is taken (and ``replace`` is False) or empty.
+    """
+    key = normalise_name(name, "name")
+    if not key:
+        raise ValueError("name must be a non-empty scheme name")
+    if not (isinstance(cls, type) and issubclass(cls, Encoding)):
+        raise TypeError(f"cls must be a subclass of relpos.Encoding, got {cls!r}")
+    if key in SCHEMES and not replace:
+        raise ValueError(f"scheme {key!r} is already registered; pass replace=True to replace it")
+    spec = SchemeSpec(cls.__module__, cls.__qualname__, dict(options or {}), summary)
+    SCHEMES[key] = spec
+    return spec
+
+
+def unregister_scheme(name: str) -> None:
+    """Remove a scheme added with :func:`register_scheme` (unknown names raise ValueError)."""
+    key = normalise_name(name, "name")
+    if key not in SCHEMES:
+        raise ValueError(f"unknown scheme {name!r}")
+    del SCHEMES[key]
+
+
+def scheme_family(name: str) -> str:
+    """The registry name of the option-free entry a preset name belongs to.
+
+    ``"rope-yarn"`` (RoPE with ``scaling="yarn"``) -> ``"rope"``; names without an
+    option-free sibling of the same class (``"kerple-log"``) map to themselves.
+    """
+    key = normalise_name(name)
+    if key not in SCHEMES:
+        raise ValueError(f"unknown scheme {name!r}; known schemes: {', '.join(scheme_names())}")
+    spec = SCHEMES[key]
+    if spec.options:
+        for other, o in SCHEMES.items():
+            if not o.options and (o.module, o.cls) == (spec.module, spec.cls):
+                return other
+    return key
+
+
 def scheme_names(*, available_only: bool = True) -> list[str]:
-    """Registered scheme names, in registry order (those whose module exists)."""
-    out = []
-    for n, spec in SCHEMES.items():
-        if available_only and importlib.util.find_spec(spec.module) is None:
-            continue
-        out.append(n)
-    return out
+    """Registered scheme names, in registry order (``available_only`` is kept for compatibility)."""
+    return list(SCHEMES)
 
 
 def get_scheme(name: str) -> tuple[type[Encoding], dict]:
@@ -89,11 +142,7 @@ def get_scheme(name: str) -> tuple[type[Encoding], dict]:
     if key not in SCHEMES:
         raise ValueError(f"unknown scheme {name!r}; known schemes: {', '.join(scheme_names())}")
     spec = SCHEMES[key]
-    try:
-        cls = spec.load()
-    except ModuleNotFoundError as e:  # pragma: no cover - only while a scheme is being written
-        raise ValueError(f"scheme {name!r} is not available in this build ({e})") from e
-    return cls, dict(spec.options)
+    return spec.load(), dict(spec.options)
 
 
 def make_encoding(
@@ -120,6 +169,4 @@ def make_encoding(
     """
     cls, preset = get_scheme(name)
     preset.update(options)
-    enc = cls.build(Dims(n_heads=n_heads, head_dim=head_dim, d_model=d_model, max_len=max_len, causal=causal), **preset)
-    enc.registry_name = normalise_name(name)
-    return enc
+    return cls.build(Dims(n_heads=n_heads, head_dim=head_dim, d_model=d_model, max_len=max_len, causal=causal), **preset)

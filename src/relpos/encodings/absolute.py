@@ -34,16 +34,9 @@ import torch
 from torch import Tensor, nn
 
 from relpos.encodings.base import Encoding
+from relpos.validation import MAX_TABLE, check_float, check_int
 
 __all__ = ["Sinusoidal", "LearnedAbsolute", "sinusoidal_table"]
-
-
-def _check_positive_int(name: str, value, lo: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {value}")
-    return value
 
 
 def _check_embed_args(x: Tensor, pos: Tensor, d_model: int) -> None:
@@ -77,7 +70,7 @@ def sinusoidal_table(pos: Tensor, dim: int, base: float = 10000.0, *, dtype: tor
         tensor([[0.0000, 1.0000, 0.0000, 1.0000],
                 [0.8415, 0.5403, 0.0100, 0.9999]])
     """
-    _check_positive_int("dim", dim)
+    check_int("dim", dim, 1, MAX_TABLE)
     half = (dim + 1) // 2
     inv_freq = base ** (-torch.arange(0, 2 * half, 2, dtype=dtype, device=pos.device) / dim)  # (ceil(C/2),)
     ang = pos.to(dtype)[..., None] * inv_freq  # (*S, ceil(C/2))
@@ -114,10 +107,8 @@ class Sinusoidal(Encoding):
 
     def __init__(self, d_model: int = 512, n_heads: int = 1, *, base: float = 10000.0) -> None:
         super().__init__(n_heads)
-        self.d_model = _check_positive_int("d_model", d_model)
-        if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 1:
-            raise ValueError(f"base must be a finite number > 1, got {base!r}")
-        self.base = float(base)
+        self.d_model = check_int("d_model", d_model, 1, MAX_TABLE)
+        self.base = check_float("base", base, 1, lo_open=True)
 
     def table(self, pos: Tensor) -> Tensor:
         """float32 ``(*S, C)`` embeddings of integer positions ``pos`` (any shape ``S``)."""
@@ -177,10 +168,9 @@ class LearnedAbsolute(Encoding):
 
     def __init__(self, d_model: int = 512, max_len: int = 512, n_heads: int = 1, *, init_std: float = 0.02) -> None:
         super().__init__(n_heads)
-        self.d_model = _check_positive_int("d_model", d_model)
-        self.max_len = _check_positive_int("max_len", max_len)
-        if isinstance(init_std, bool) or not isinstance(init_std, (int, float)) or not init_std >= 0:
-            raise ValueError(f"init_std must be a number >= 0, got {init_std!r}")
+        self.d_model = check_int("d_model", d_model, 1, MAX_TABLE)
+        self.max_len = check_int("max_len", max_len, 1, MAX_TABLE)
+        check_float("init_std", init_std, 0)
         self.table = nn.Parameter(torch.randn(max_len, d_model) * init_std)  # (max_len, C)
 
     def _check_range(self, pos: Tensor) -> None:

@@ -12,11 +12,12 @@ on request).
 
 from __future__ import annotations
 
-import torch  # noqa: F401  (doctest namespace)
+import torch
 from torch import Tensor, nn
 
 from relpos.distance import alibi_slopes
 from relpos.encodings.base import Encoding
+from relpos.validation import check_bool
 
 
 class ALiBi(Encoding):
@@ -25,6 +26,10 @@ class ALiBi(Encoding):
     Args:
         n_heads: heads H (any count; non-powers of two use the paper's interleaving).
         learnable_slopes: train the slopes (initialised at the paper's values).
+
+    Buffers: fixed ``slopes (H,)`` are kept in float64 (the reference uses them
+    exactly; fast paths use them rounded to float32). Learned slopes are a float32
+    parameter.
 
     Example:
         >>> ALiBi(n_heads=2).relative_bias(torch.tensor([-2, 0, 1]))
@@ -39,12 +44,12 @@ class ALiBi(Encoding):
 
     def __init__(self, n_heads: int = 8, *, learnable_slopes: bool = False) -> None:
         super().__init__(n_heads)
-        slopes = alibi_slopes(n_heads)
-        self.learnable_slopes = learnable_slopes
+        self.learnable_slopes = check_bool("learnable_slopes", learnable_slopes)
         if learnable_slopes:
-            self.slopes = nn.Parameter(slopes)
+            self.slopes = nn.Parameter(alibi_slopes(n_heads))  # float32, like every learned parameter
         else:
-            self.register_buffer("slopes", slopes, persistent=False)
+            # float64: the reference uses the exact slopes; fast paths round them to float32
+            self.register_buffer("slopes", alibi_slopes(n_heads, dtype=torch.float64), persistent=False)
 
     def relative_bias(self, delta: Tensor) -> Tensor:
         m = self.slopes.float().view(-1, *([1] * delta.dim()))  # (H, 1, ...)

@@ -38,15 +38,59 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+from collections.abc import Callable
 from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
+from relpos.validation import MAX_POSITIONS, MAX_TABLE, check_bool, check_int
+
 Site = Literal["embedding", "qk", "bias", "score", "value"]
 SITES: tuple[str, ...] = ("embedding", "qk", "bias", "score", "value")
 
-__all__ = ["Encoding", "Dims", "Site", "SITES"]
+__all__ = ["Encoding", "Dims", "Site", "SITES", "ClippedTables", "RelativeKeys"]
+
+
+
+@dataclasses.dataclass(frozen=True)
+class ClippedTables:
+    """Capability of a clipped-offset scheme (Shaw et al. 2018), see :meth:`Encoding.clipped_tables`.
+
+    The scheme's terms must be exactly, with ``r = clip(j - i, -k, k) + k``::
+
+        score[b, h, i, j] = scale * q_i . key[h, r]
+        value[b, h, i]    = sum_j p_ij value[h, r]       (only if ``value`` is not None)
+
+    Attributes:
+        k: clipping distance (>= 0).
+        key: ``(2k + 1, D)`` (shared by the heads) or ``(H, 2k + 1, D)``.
+        value: ``(2k + 1, Dv)`` or ``(H, 2k + 1, Dv)``, or None.
+    """
+
+    k: int
+    key: Tensor
+    value: Tensor | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RelativeKeys:
+    """Capability of a relative-key scheme (Transformer-XL), see :meth:`Encoding.relative_keys`.
+
+    The scheme's score must be exactly, with ``d = j - i``::
+
+        score[b, h, i, j] = scale * (u[h] . k_j + (q_i + v[h]) . keys(d)[h])
+
+    Attributes:
+        u: ``(H, D)`` content bias, or None for zero.
+        v: ``(H, D)`` position bias, or None for zero.
+        keys: maps int64 offsets ``d`` of shape ``(L,)`` to float32 ``(H, L, D)``
+            relative keys (with autograd to the scheme's parameters).
+    """
+
+    u: Tensor | None
+    v: Tensor | None
+    keys: Callable[[Tensor], Tensor]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,14 +113,13 @@ class Dims:
     causal: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("n_heads", "head_dim", "max_len"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        check_int("n_heads", self.n_heads, 1, MAX_TABLE)
+        check_int("head_dim", self.head_dim, 1, MAX_TABLE)
+        check_int("max_len", self.max_len, 1, MAX_POSITIONS)
+        check_bool("causal", self.causal)
         if self.d_model is None:
             object.__setattr__(self, "d_model", self.n_heads * self.head_dim)
-        elif isinstance(self.d_model, bool) or not isinstance(self.d_model, int) or self.d_model < 1:
-            raise ValueError(f"d_model must be an int >= 1, got {self.d_model!r}")
+        check_int("d_model", self.d_model, 1, MAX_TABLE)
 
 
 class Encoding(nn.Module):
@@ -103,16 +146,17 @@ class Encoding(nn.Module):
     causal_only: ClassVar[bool] = False
     integer_positions: ClassVar[bool] = True
     paper: ClassVar[str] = ""
-    #: True if ``score()`` for a pair ``(i, j)`` depends on keys other than ``j``
-    #: (CoPE counts gates between ``j`` and ``i``; FoX sums forget gates). Such
-    #: a scheme must get every key of a row in one ``score()`` call: splitting
-    #: queries into chunks is fine, splitting keys is not.
-    score_needs_all_keys: ClassVar[bool] = False
+    #: True if a model should build one instance for all layers by default (T5 shares
+    #: its bias table across layers); ``ModelConfig.share_encoding`` overrides it.
+    share_across_layers: ClassVar[bool] = False
+    #: Names of the context-extension scalings the scheme's ``set_scaling(name, factor=...,
+    #: original_max_len=...)`` accepts (the RoPE family: ``"linear"``, ``"ntk"``, ...);
+    #: empty for schemes without any (they have no ``set_scaling``).
+    scalings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, n_heads: int = 1) -> None:
         super().__init__()
-        if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
-            raise ValueError(f"n_heads must be an int >= 1, got {n_heads!r}")
+        check_int("n_heads", n_heads, 1, MAX_TABLE)
         self.n_heads = n_heads
 
     # ----------------------------------------------------------------- building
@@ -155,6 +199,43 @@ class Encoding(nn.Module):
     def attention_scale(self, head_dim: int) -> float:
         """Multiplier of ``<q, k>``; ``1/sqrt(D)`` unless a scheme overrides it."""
         return 1.0 / math.sqrt(head_dim)
+
+    def check_dims(self, head_dim: int, value_dim: int) -> None:
+        """Raise ``ValueError`` if the scheme cannot serve q/k of width ``head_dim`` and v of ``value_dim``."""
+
+    # ---------------------------------------------------------- capabilities
+    # Structure a fast path may exploit. Each returns None unless the scheme has it.
+
+    def saturation_distance(self) -> int | None:
+        """Distance ``M`` beyond which the Toeplitz bias is one constant per side, or None.
+
+        ``relative_bias(d)`` must be the same function of the parameters for every
+        ``d <= -M`` (and every ``d >= M``); T5's buckets saturate at ``max_distance``.
+        """
+        return None
+
+    def clipped_tables(self) -> ClippedTables | None:
+        """The scheme's clipped key/value tables if its terms have that form (:class:`ClippedTables`)."""
+        return None
+
+    def relative_keys(self) -> RelativeKeys | None:
+        """The scheme's relative keys if its score has that form (:class:`RelativeKeys`)."""
+        return None
+
+    def key_bias(self, k: Tensor, kpos: Tensor) -> Tensor | None:
+        """A per-key term ``b (B, H, Nk)`` if the score is ``r_i + b_j`` on every causally visible pair.
+
+        ``r_i`` is any per-query term: softmax ignores it, so attention equals plain
+        attention with the logit bias ``b_j`` (FoX: ``c_i - c_j``). Valid for causal
+        attention over contiguous positions (query ``i`` is key ``i``). None (the
+        default) if the score has no such form.
+        """
+        return None
+
+    @classmethod
+    def implements(cls, capability: str) -> bool:
+        """Whether the class overrides the capability method ``capability`` (e.g. ``"key_bias"``)."""
+        return getattr(cls, capability) is not getattr(Encoding, capability)
 
     def check_causal(self, causal: bool) -> None:
         """Raise if the scheme cannot serve this attention direction."""

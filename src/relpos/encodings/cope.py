@@ -32,7 +32,8 @@ and a real key, so they change nothing; only padding in the middle of a row
 (packed sequences) would.
 
 Cost: besides the content logits it needs a reverse cumulative sum over keys,
-so a pair's term depends on every key between them (``score_needs_all_keys``).
+so a pair's term depends on every key between them: an implementation may split
+queries into blocks but must give :meth:`CoPE.score` every key of a row.
 Gates, counts and interpolation are computed in float32 (float64 for float64
 inputs). Cached decoding is exact: pass the whole cache as keys.
 """
@@ -45,6 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from relpos.encodings.base import Encoding
+from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
 __all__ = ["CoPE", "query_key_index"]
 
@@ -90,7 +92,6 @@ class CoPE(Encoding):
     acts_on = frozenset({"score"})
     causal_only = True
     integer_positions = False
-    score_needs_all_keys = True
     paper = "https://arxiv.org/abs/2405.18719"
 
     def __init__(
@@ -103,17 +104,10 @@ class CoPE(Encoding):
         init_std: float = 0.0,
     ) -> None:
         super().__init__(n_heads)
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-            raise ValueError(f"head_dim must be an int >= 1, got {head_dim!r}")
-        if isinstance(npos_max, bool) or not isinstance(npos_max, int):
-            raise TypeError(f"npos_max must be an int, got {type(npos_max).__name__}")
-        if npos_max < 2:
-            raise ValueError(f"npos_max must be >= 2, got {npos_max}")
-        if not isinstance(per_head, bool):
-            raise TypeError(f"per_head must be a bool, got {type(per_head).__name__}")
-        if not (isinstance(init_std, (int, float)) and not isinstance(init_std, bool)
-                and math.isfinite(init_std) and init_std >= 0):
-            raise ValueError(f"init_std must be a float >= 0, got {init_std!r}")
+        check_int("head_dim", head_dim, 1, MAX_TABLE)
+        check_int("npos_max", npos_max, 2, MAX_TABLE)
+        check_bool("per_head", per_head)
+        check_float("init_std", init_std, 0)
         self.head_dim = head_dim
         self.npos_max = npos_max
         self.per_head = per_head
@@ -145,9 +139,9 @@ class CoPE(Encoding):
         cdt = torch.promote_types(q.dtype, torch.float32)
         p = self.positions(q, k, qpos, kpos, scale)  # (B, H, Nq, Nk)
         lo = p.detach().floor()
-        w = p - lo  # fraction, differentiable through p
-        lo_i = lo.long()
-        hi_i = p.detach().ceil().long()
+        w = p - lo  # fraction, differentiable through p (NaN if q or k holds NaN: it propagates)
+        lo_i = lo.nan_to_num(0.0).long()  # NaN positions index row 0; w keeps the result NaN
+        hi_i = p.detach().ceil().nan_to_num(0.0).long()
         logits_int = q.to(cdt) @ self.pos_emb.to(cdt).transpose(-1, -2)  # (B, H, Nq, npos_max)
         out = logits_int.gather(-1, hi_i) * w + logits_int.gather(-1, lo_i) * (1 - w)
         vis = self._visible(qpos, kpos, k.shape[2])
@@ -174,6 +168,9 @@ class CoPE(Encoding):
                     p = gates[:, j : last + 1].sum(-1).clamp(max=cap)  # (H,) = sum_{t=j..i} g_it
                     for h in range(H):
                         ph = p[h]
+                        if math.isnan(ph.item()):  # NaN in q or k: the term is NaN, as in every impl
+                            out[b, h, i, j] = math.nan
+                            continue
                         lo, hi = math.floor(ph.item()), math.ceil(ph.item())
                         frac = ph - lo
                         e = frac * emb[h, hi] + (1 - frac) * emb[h, lo]

@@ -58,6 +58,7 @@ from torch import Tensor, nn
 
 from relpos.distance import deberta_log_bucket
 from relpos.encodings.base import Encoding
+from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
 __all__ = ["DeBERTa"]
 
@@ -74,14 +75,6 @@ def _parse_terms(terms) -> tuple[str, ...]:
     if not parts or any(p not in _TERMS for p in parts) or len(set(parts)) != len(parts):
         raise ValueError(f"terms must be a non-empty selection of {list(_TERMS)} without repeats, got {terms!r}")
     return tuple(t for t in _TERMS if t in parts)
-
-
-def _check_pos_int(name: str, v, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {v}")
-    return v
 
 
 class DeBERTa(Encoding):
@@ -142,17 +135,17 @@ class DeBERTa(Encoding):
         init_std: float = 0.02,
     ) -> None:
         super().__init__(n_heads)
-        _check_pos_int("head_dim", head_dim, 1)
+        check_int("head_dim", head_dim, 1, MAX_TABLE)
         if d_model is None:
             d_model = n_heads * head_dim
-        _check_pos_int("d_model", d_model, 1)
+        check_int("d_model", d_model, 1, MAX_TABLE)
         self.head_dim = head_dim
         self.d_model = d_model
         self.terms = _parse_terms(terms)
-        _check_pos_int("position_buckets", position_buckets, 0)
+        check_int("position_buckets", position_buckets, 0, MAX_TABLE)
         if position_buckets == 1:
             raise ValueError("position_buckets must be 0 (no bucketing) or >= 2, got 1")
-        _check_pos_int("max_relative_positions", max_relative_positions, 1)
+        check_int("max_relative_positions", max_relative_positions, 1, MAX_TABLE)
         if position_buckets > 0:
             # validates max_relative_positions > position_buckets // 2
             deberta_log_bucket(torch.zeros(1, dtype=torch.long), bucket_size=position_buckets,
@@ -162,16 +155,11 @@ class DeBERTa(Encoding):
         self.span = position_buckets if position_buckets > 0 else max_relative_positions
         for name, v in (("layer_norm", layer_norm), ("share_projections", share_projections),
                         ("share_att_key", share_att_key)):
-            if not isinstance(v, bool):
-                raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
+            check_bool(name, v)
         if share_projections and share_att_key:
             raise ValueError("share_projections and share_att_key are exclusive; pick one")
-        if not (isinstance(layer_norm_eps, (int, float)) and not isinstance(layer_norm_eps, bool)
-                and math.isfinite(layer_norm_eps) and layer_norm_eps > 0):
-            raise ValueError(f"layer_norm_eps must be a float > 0, got {layer_norm_eps!r}")
-        if not (isinstance(init_std, (int, float)) and not isinstance(init_std, bool)
-                and math.isfinite(init_std) and init_std >= 0):
-            raise ValueError(f"init_std must be a float >= 0, got {init_std!r}")
+        check_float("layer_norm_eps", layer_norm_eps, 0, lo_open=True)
+        check_float("init_std", init_std, 0)
         self.share_projections = share_projections
         self.share_att_key = share_att_key
 

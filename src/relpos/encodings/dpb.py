@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from relpos.encodings.base import Encoding
+from relpos.validation import MAX_TABLE, check_bool, check_int
 
 __all__ = ["DynamicPositionBias"]
 
@@ -60,14 +61,10 @@ class DynamicPositionBias(Encoding):
     def __init__(self, n_heads: int = 8, *, hidden: int = 32, depth: int = 2, log_distance: bool = False,
                  norm: bool = False) -> None:
         super().__init__(n_heads)
-        for name, v in (("hidden", hidden), ("depth", depth)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-            if v < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
-        for name, v in (("log_distance", log_distance), ("norm", norm)):
-            if not isinstance(v, bool):
-                raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
+        check_int("hidden", hidden, 1, MAX_TABLE)
+        check_int("depth", depth, 1, MAX_TABLE)
+        check_bool("log_distance", log_distance)
+        check_bool("norm", norm)
         self.hidden = hidden
         self.depth = depth
         self.log_distance = log_distance
@@ -113,6 +110,6 @@ class DynamicPositionBias(Encoding):
                 mu = x.mean(-1, keepdim=True)
                 var = ((x - mu) ** 2).mean(-1, keepdim=True)
                 x = (x - mu) / torch.sqrt(var + ln.eps) * ln.weight.double() + ln.bias.double()
-            x = x * (1 / (1 + torch.exp(-x)))  # SiLU
+            x = x * torch.sigmoid(x)  # SiLU; sigmoid is finite for every x (1/(1+exp(-x)) overflows)
         y = x @ self.out.weight.double().t() + self.out.bias.double()  # (B|1, Nq, Nk, H)
         return y.permute(0, 3, 1, 2)  # (B|1, H, Nq, Nk)

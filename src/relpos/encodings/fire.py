@@ -33,8 +33,10 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from relpos.encodings.base import Encoding
+from relpos.validation import MAX_TABLE, check_float, check_int
 
 __all__ = ["FIRE"]
 
@@ -43,6 +45,43 @@ _LOG2 = math.log(2.0)
 
 def _softplus_inv(y: float) -> float:
     return y + math.log(-math.expm1(-y))
+
+
+class _PiecewiseLinear(torch.autograd.Function):
+    """``out[b, h, t, j] = alpha[h, seg] * x + beta[h, seg]`` with ``seg = seg[b, t, j]``.
+
+    The backward sums the gradient per segment with one weighted ``bincount`` per
+    head (the autograd of ``gather`` would scatter into an expanded
+    ``(B, H, Nq, K + 1)`` buffer, which is several times slower).
+    """
+
+    @staticmethod
+    def forward(ctx, alpha, beta, seg, x):
+        B1, Nq, Nk = seg.shape
+        H, K1 = alpha.shape
+        idx = seg[:, None].expand(B1, H, Nq, Nk)
+        al = torch.gather(alpha.view(1, H, 1, K1).expand(B1, H, Nq, K1), -1, idx)  # (B|1, H, Nq, Nk)
+        be = torch.gather(beta.view(1, H, 1, K1).expand(B1, H, Nq, K1), -1, idx)
+        ctx.save_for_backward(alpha, seg, x)
+        return al.mul_(x[:, None]).add_(be)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        alpha, seg, x = ctx.saved_tensors
+        H, K1 = alpha.shape
+        flat = seg.reshape(-1)  # (P,) over (B|1, Nq, Nk)
+        gh = g.transpose(0, 1).reshape(H, -1) if g.shape[0] > 1 else g.reshape(H, -1)  # (H, P)
+        gx = gh * x.reshape(1, -1)
+        d_alpha = torch.stack([torch.bincount(flat, gx[h], minlength=K1) for h in range(H)]).to(alpha.dtype)
+        d_beta = torch.stack([torch.bincount(flat, gh[h], minlength=K1) for h in range(H)]).to(alpha.dtype)
+        dx = None
+        if ctx.needs_input_grad[3]:
+            B1, Nq, Nk = seg.shape
+            idx = seg[:, None].expand(B1, H, Nq, Nk)
+            al = torch.gather(alpha.view(1, H, 1, K1).expand(B1, H, Nq, K1), -1, idx)
+            dx = (g * al).sum(1)  # (B|1, Nq, Nk)
+        return d_alpha, d_beta, None, dx
 
 
 class FIRE(Encoding):
@@ -79,13 +118,10 @@ class FIRE(Encoding):
         eps: float = 1e-6,
     ) -> None:
         super().__init__(n_heads)
-        if isinstance(mlp_width, bool) or not isinstance(mlp_width, int) or mlp_width < 1:
-            raise ValueError(f"mlp_width must be an int >= 1, got {mlp_width!r}")
-        for nm, v in (("init_c", init_c), ("init_L", init_L)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
-                raise ValueError(f"{nm} must be a finite number > 0, got {v!r}")
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 <= eps < 1):
-            raise ValueError(f"eps must be a number in [0, 1), got {eps!r}")
+        check_int("mlp_width", mlp_width, 1, MAX_TABLE)
+        check_float("init_c", init_c, 0, lo_open=True)
+        check_float("init_L", init_L, 0, lo_open=True)
+        check_float("eps", eps, 0, 1, hi_open=True)
         self.mlp_width = mlp_width
         self.init_L = float(init_L)
         self.eps = float(eps)
@@ -122,12 +158,33 @@ class FIRE(Encoding):
         return num / den
 
     def bias(self, qpos: Tensor, kpos: Tensor) -> Tensor:
-        """FIRE bias, float32 ``(B or 1, H, Nq, Nk)``."""
-        x = self.normalized_distance(qpos, kpos)[..., None]  # (B|1, Nq, Nk, 1)
+        """FIRE bias, float32 ``(B or 1, H, Nq, Nk)``, without forming the MLP's hidden layer per pair.
+
+        ``f(x) = W2 relu(W1 x + b1) + b2`` acts on a *scalar* ``x``, so it is an
+        exactly piecewise-linear function of ``x`` with at most ``W`` breakpoints
+        ``-b1/W1``: per head, ``f(x) = alpha[m] x + beta[m]`` on segment ``m``. The
+        per-segment slopes and intercepts are formed from the parameters (with
+        autograd), each pair looks up its segment (``bucketize``), and no ``W``-wide
+        hidden layer is formed per pair. Values and gradients equal the MLP's up to
+        float rounding (at an exact breakpoint the subgradient may differ).
+        """
         lin1, lin2 = self.mlp[0], self.mlp[2]
-        hdn = torch.relu(F.linear(x, lin1.weight.float(), lin1.bias.float()))  # (B|1, Nq, Nk, W)
-        out = F.linear(hdn, lin2.weight.float(), lin2.bias.float())  # (B|1, Nq, Nk, H)
-        return out.permute(0, 3, 1, 2)
+        a, c = lin1.weight[:, 0].float(), lin1.bias.float()  # (W,), (W,)
+        w2, b2 = lin2.weight.float(), lin2.bias.float()  # (H, W), (H,)
+        x = self.normalized_distance(qpos, kpos)  # (B|1, Nq, Nk) float32
+        with torch.no_grad():
+            nz = a != 0
+            z = torch.sort(-c[nz] / a[nz]).values  # breakpoints
+            if z.numel():
+                reps = torch.cat([z[:1] - 1, (z[:-1] + z[1:]) / 2, z[-1:] + 1])  # one point inside each segment
+            else:
+                reps = torch.zeros(1, device=a.device)
+            active = (a[None, :] * reps[:, None] + c[None, :] > 0).to(a.dtype)  # (K+1, W)
+        wa = w2[:, None, :] * active[None]  # (H, K+1, W)
+        alpha = wa @ a  # (H, K+1)
+        beta = b2[:, None] + wa @ c  # (H, K+1)
+        seg = torch.bucketize(x.detach(), z)  # (B|1, Nq, Nk) in [0, K]
+        return _PiecewiseLinear.apply(alpha, beta, seg, x)
 
     def reference_bias(self, qpos: Tensor, kpos: Tensor) -> Tensor:
         """Row by row in float64, straight from the formula."""

@@ -32,7 +32,7 @@ False``): query ``i`` sits at key index ``#{t : kpos_t <= qpos_i} - 1`` (see
 Numerics: the gate logits, ``logsigmoid`` and the cumulative sum are computed in
 float32 (float64 for float64 inputs); the bias is the difference of two
 cumulative sums, exact up to float32 rounding of ``c``. A pair's term depends on
-every key between the two (``score_needs_all_keys``). Cached decoding is exact:
+every key between the two (implementations pass every key of a row). Cached decoding is exact:
 pass the whole cache as keys, the cumulative sum runs over it.
 """
 
@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from relpos.encodings.base import Encoding
+from relpos.validation import MAX_TABLE, check_float, check_int
 from relpos.encodings.cope import query_key_index
 
 __all__ = ["ForgettingGate"]
@@ -71,18 +72,14 @@ class ForgettingGate(Encoding):
     acts_on = frozenset({"score"})
     causal_only = True
     integer_positions = False
-    score_needs_all_keys = True
     paper = "https://arxiv.org/abs/2503.02130"
 
     def __init__(self, n_heads: int = 8, head_dim: int = 64, *, init_std: float = 0.02,
                  bias_init: float = 0.0) -> None:
         super().__init__(n_heads)
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-            raise ValueError(f"head_dim must be an int >= 1, got {head_dim!r}")
-        for name, v, lo in (("init_std", init_std, 0.0), ("bias_init", bias_init, None)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (lo is not None and v < lo):
-                rng = "a finite float >= 0" if lo is not None else "a finite float"
-                raise ValueError(f"{name} must be {rng}, got {v!r}")
+        check_int("head_dim", head_dim, 1, MAX_TABLE)
+        check_float("init_std", init_std, 0)
+        check_float("bias_init", bias_init)
         self.head_dim = head_dim
         self.gate_weight = nn.Parameter(torch.randn(n_heads, head_dim) * init_std)  # (H, D)
         self.gate_bias = nn.Parameter(torch.full((n_heads,), float(bias_init)))  # (H,)
@@ -100,6 +97,13 @@ class ForgettingGate(Encoding):
         cdt = torch.promote_types(k.dtype, torch.float32)
         logit = torch.einsum("bhjd,hd->bhj", k.to(cdt), self.gate_weight.to(cdt)) + self.gate_bias.to(cdt)[:, None]
         return F.logsigmoid(logit)
+
+    def key_bias(self, k: Tensor, kpos: Tensor) -> Tensor:
+        """``-c_j``: the score ``c_i - c_j`` minus its per-query part ``c_i`` (softmax ignores it).
+
+        Returns ``(B, H, Nk)`` float32 (float64 for float64 keys).
+        """
+        return -self.log_forget_gates(k).cumsum(-1)
 
     def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
         B, H, Nq, _ = q.shape

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from relpos.encodings.base import Encoding
+from relpos.validation import check_choice
 
 __all__ = ["Kerple"]
 
@@ -81,8 +82,7 @@ class Kerple(Encoding):
 
     def __init__(self, n_heads: int = 8, *, kernel: str = "log") -> None:
         super().__init__(n_heads)
-        if kernel not in KERNELS:
-            raise ValueError(f"kernel must be one of {list(KERNELS)}, got {kernel!r}")
+        check_choice("kernel", kernel, KERNELS)
         self.kernel = kernel
         self.name = f"kerple-{kernel}"
         r1 = torch.empty(n_heads).uniform_(0.01, 2.0)  # paper code: U(0, 2) clamped at 0.01

@@ -23,15 +23,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from relpos.validation import check_int
+
 __all__ = ["random_positions"]
-
-
-def _check_int(name: str, value, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {lo}, got {type(value).__name__}")
-    if value < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {value}")
-    return value
 
 
 def random_positions(
@@ -69,9 +63,9 @@ def random_positions(
         >>> p.shape, p.dtype, bool((p[:, 1:] > p[:, :-1]).all()), bool((p < 10).all())
         (torch.Size([2, 4]), torch.int64, True, True)
     """
-    _check_int("batch_size", batch_size, 1)
-    _check_int("seq_len", seq_len, 1)
-    _check_int("max_position", max_position, 1)
+    check_int("batch_size", batch_size, 1)
+    check_int("seq_len", seq_len, 1)
+    check_int("max_position", max_position, 1)
     if seq_len > max_position:
         raise ValueError(
             f"seq_len ({seq_len}) must be <= max_position ({max_position}): cannot draw {seq_len} distinct "

@@ -63,6 +63,7 @@ import torch
 from torch import Tensor
 
 from relpos.encodings.base import Encoding
+from relpos.validation import MAX_POSITIONS, MAX_TABLE, check_float, check_int
 
 __all__ = ["RoPE", "SCALINGS", "rotary_dims", "rotate_pairs"]
 
@@ -77,10 +78,7 @@ def rotary_dims(head_dim: int, rotary_fraction: float) -> int:
     Raises:
         ValueError: ``rotary_fraction`` outside ``(0, 1]`` or fewer than 2 channels rotate.
     """
-    if isinstance(rotary_fraction, bool) or not isinstance(rotary_fraction, (int, float)):
-        raise TypeError(f"rotary_fraction must be a float in (0, 1], got {type(rotary_fraction).__name__}")
-    if not 0.0 < float(rotary_fraction) <= 1.0:
-        raise ValueError(f"rotary_fraction must be in (0, 1], got {rotary_fraction}")
+    check_float("rotary_fraction", rotary_fraction, 0.0, 1.0, lo_open=True)
     r = 2 * int(head_dim * float(rotary_fraction) // 2)
     if r < 2:
         raise ValueError(
@@ -126,11 +124,7 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, r: int, pairing: str) -> T
 
 
 def _check_positive(name: str, v, *, lo_exclusive: float = 0.0) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(v).__name__}")
-    if not math.isfinite(v) or v <= lo_exclusive:
-        raise ValueError(f"{name} must be a finite number > {lo_exclusive}, got {v}")
-    return float(v)
+    return check_float(name, v, lo_exclusive, lo_open=True)
 
 
 class RoPE(Encoding):
@@ -163,6 +157,7 @@ class RoPE(Encoding):
     name = "rope"
     acts_on = frozenset({"qk"})
     relative = True
+    scalings = SCALINGS
     paper = "https://arxiv.org/abs/2104.09864"
 
     def __init__(
@@ -184,8 +179,9 @@ class RoPE(Encoding):
         high_freq_factor: float = 4.0,
     ) -> None:
         super().__init__(n_heads)
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2:
-            raise ValueError(f"head_dim must be an int >= 2, got {head_dim!r}")
+        check_int("head_dim", head_dim, 2, MAX_TABLE)
+        if head_dim % 2:
+            raise ValueError(f"head_dim must be even for rotary schemes (channels rotate in pairs), got {head_dim}")
         self.head_dim = head_dim
         self.rotary_fraction = rotary_fraction
         self.rot_dim = rotary_dims(head_dim, rotary_fraction)
@@ -237,8 +233,7 @@ class RoPE(Encoding):
         if factor < 1.0:
             raise ValueError(f"factor must be >= 1, got {factor}")
         oml = cur.get("original_max_len") if original_max_len is None else original_max_len
-        if isinstance(oml, bool) or not isinstance(oml, int) or oml < 1:
-            raise ValueError(f"original_max_len must be an int >= 1, got {oml!r}")
+        check_int("original_max_len", oml, 1, MAX_POSITIONS)
         bf = _check_positive("beta_fast", cur.get("beta_fast") if beta_fast is None else beta_fast)
         bs = _check_positive("beta_slow", cur.get("beta_slow") if beta_slow is None else beta_slow)
         if bs >= bf:

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from relpos.encodings.base import Encoding
+from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
 __all__ = ["Sandwich"]
 
@@ -62,12 +63,11 @@ class Sandwich(Encoding):
 
     def __init__(self, n_heads: int = 8, *, pos_dim: int = 128, base: float = 10000.0, compress: bool = True) -> None:
         super().__init__(n_heads)
-        if isinstance(pos_dim, bool) or not isinstance(pos_dim, int) or pos_dim < 2 or pos_dim % 2:
+        check_int("pos_dim", pos_dim, 2, MAX_TABLE)
+        if pos_dim % 2:
             raise ValueError(f"pos_dim must be an even int >= 2, got {pos_dim!r}")
-        if isinstance(base, bool) or not isinstance(base, (int, float)) or not (1 < base < math.inf):
-            raise ValueError(f"base must be a finite number > 1, got {base!r}")
-        if not isinstance(compress, bool):
-            raise TypeError(f"compress must be a bool, got {type(compress).__name__}")
+        check_float("base", base, 1, lo_open=True)
+        check_bool("compress", compress)
         self.pos_dim = pos_dim
         self.base = float(base)
         self.compress = compress

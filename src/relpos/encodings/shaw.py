@@ -31,15 +31,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from relpos.encodings.base import Encoding
+from relpos.encodings.base import ClippedTables, Encoding
+from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
 __all__ = ["Shaw"]
-
-
-def _check_bool(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
 
 
 class Shaw(Encoding):
@@ -92,16 +87,11 @@ class Shaw(Encoding):
         init_std: float = 0.02,
     ) -> None:
         super().__init__(n_heads)
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-            raise ValueError(f"head_dim must be an int >= 1, got {head_dim!r}")
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise TypeError(f"k (the Shaw clipping distance) must be an int >= 0, got {type(k).__name__}")
-        if k < 0:
-            raise ValueError(f"k (the Shaw clipping distance) must be an int >= 0, got {k}")
-        _check_bool("value", value)
-        _check_bool("per_head", per_head)
-        if isinstance(init_std, bool) or not isinstance(init_std, (int, float)) or not init_std >= 0:
-            raise ValueError(f"init_std must be a number >= 0, got {init_std!r}")
+        check_int("head_dim", head_dim, 1, MAX_TABLE)
+        check_int("k (the Shaw clipping distance)", k, 0, MAX_TABLE)
+        check_bool("value", value)
+        check_bool("per_head", per_head)
+        check_float("init_std", init_std, 0)
         self.head_dim = head_dim
         self.k = k
         self.use_value = value
@@ -114,6 +104,19 @@ class Shaw(Encoding):
             self.register_parameter("value_table", None)
         # A per-instance site set: the value site only exists with a value table.
         self.acts_on = frozenset({"score", "value"}) if value else frozenset({"score"})
+
+    # ------------------------------------------------------------ capabilities
+
+    def clipped_tables(self) -> ClippedTables:
+        return ClippedTables(self.k, self.key_table, self.value_table)
+
+    def check_dims(self, head_dim: int, value_dim: int) -> None:
+        if head_dim != self.head_dim:
+            raise ValueError(f"q and k must have D = {self.head_dim} (the key table's width), got D = {head_dim}")
+        if self.value_table is not None and value_dim != self.head_dim:
+            raise ValueError(
+                f"v must have Dv = {self.head_dim} (the width of Shaw's value table), got Dv = {value_dim}"
+            )
 
     # ------------------------------------------------------------ helpers
 

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from relpos.distance import t5_bucket
 from relpos.encodings.base import Encoding
+from relpos.validation import check_bool, check_float
 
 
 class T5Bias(Encoding):
@@ -44,7 +45,9 @@ class T5Bias(Encoding):
 
     name = "t5"
     acts_on = frozenset({"bias"})
+    share_across_layers = True  # models build one table for all layers (as T5 does)
     toeplitz = True
+    share_across_layers = True
     paper = "https://arxiv.org/abs/1910.10683"
 
     def __init__(
@@ -58,6 +61,10 @@ class T5Bias(Encoding):
         init_std: float = 0.02,
     ) -> None:
         super().__init__(n_heads)
+        check_bool("causal", causal)
+        if bidirectional is not None:
+            check_bool("bidirectional", bidirectional)
+        check_float("init_std", init_std, 0)
         self.bidirectional = (not causal) if bidirectional is None else bidirectional
         self.num_buckets = num_buckets
         self.max_distance = max_distance
@@ -69,13 +76,18 @@ class T5Bias(Encoding):
     @classmethod
     def options_for_length(cls, train_len: int) -> dict:
         """Length-relative range (``relpos compare``'s rule): the far bucket starts at the training length,
-        so every bucket, the far one included, is trained."""
-        return {"max_distance": max(int(train_len), 2)}
+        so every bucket, the far one included, is trained. It never falls inside the exact range of the
+        default 32 buckets (distances below 16 get a bucket each anyway)."""
+        return {"max_distance": max(int(train_len), 17)}
 
     def buckets(self, delta: Tensor) -> Tensor:
         """Bucket ids of offsets ``delta = j - i``."""
         return t5_bucket(delta, bidirectional=self.bidirectional,
                          num_buckets=self.num_buckets, max_distance=self.max_distance)
+
+    def saturation_distance(self) -> int:
+        """Buckets saturate at ``max_distance``: every ``|d| >= max_distance`` (per side) shares one row."""
+        return self.max_distance
 
     def relative_bias(self, delta: Tensor) -> Tensor:
         b = self.buckets(delta)  # (*S)

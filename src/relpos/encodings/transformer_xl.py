@@ -56,7 +56,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from relpos.encodings.base import Encoding
+from relpos.encodings.base import Encoding, RelativeKeys
+from relpos.validation import MAX_TABLE, check_float, check_int
 
 __all__ = ["TransformerXL", "txl_sinusoid"]
 
@@ -124,16 +125,12 @@ class TransformerXL(Encoding):
         init_std: float = 0.02,
     ) -> None:
         super().__init__(n_heads)
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-            raise ValueError(f"head_dim must be an int >= 1, got {head_dim!r}")
+        check_int("head_dim", head_dim, 1, MAX_TABLE)
         if d_model is None:
             d_model = n_heads * head_dim
-        if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
-            raise ValueError(f"d_model must be an int >= 1, got {d_model!r}")
-        if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 1:
-            raise ValueError(f"base must be a finite number > 1, got {base!r}")
-        if isinstance(init_std, bool) or not isinstance(init_std, (int, float)) or not init_std >= 0:
-            raise ValueError(f"init_std must be a number >= 0, got {init_std!r}")
+        check_int("d_model", d_model, 1, MAX_TABLE)
+        check_float("base", base, 1, lo_open=True)
+        check_float("init_std", init_std, 0)
         self.head_dim = head_dim
         self.d_model = d_model
         self.base = float(base)
@@ -147,6 +144,14 @@ class TransformerXL(Encoding):
                 f"Transformer-XL was built for (H, D) = ({self.n_heads}, {self.head_dim}), "
                 f"got q with H={q.shape[1]}, D={q.shape[-1]}"
             )
+
+    def relative_keys(self) -> RelativeKeys:
+        """``score = scale (u . k_j + (q_i + v) . W_R R_{i-j})``: relative keys ``W_R R_{-d}``."""
+        return RelativeKeys(self.u, self.v, lambda d: self.projected(-d))
+
+    def check_dims(self, head_dim: int, value_dim: int) -> None:
+        if head_dim != self.head_dim:
+            raise ValueError(f"q and k must have D = {self.head_dim} (Transformer-XL's head_dim), got D = {head_dim}")
 
     def projected(self, r: Tensor) -> Tensor:
         """``W_R R_r`` per head for distances ``r`` (shape ``(L,)``): float32 ``(H, L, D)``."""

@@ -18,7 +18,9 @@ Centering: like the authors' implementation, the exponent uses positions shifted
 by ``seq_len // 2`` (``seq_len`` = max key position + 1 of the call, the same for
 q and k), i.e. ``zeta ** ((n - c) / scale_base)`` with ``c = seq_len // 2``. This
 cancels exactly in ``q.k`` and keeps the factors in float32 range for lengths up
-to about ``2 * 88 * scale_base / |ln zeta_min|`` (~70k positions by default).
+to about ``2 * 80 * scale_base / |ln zeta_min|`` (~65k positions by default,
+:meth:`XPos.max_offset`); beyond it the fast paths raise a ``ValueError`` instead
+of returning NaN.
 The reference uses the same centering so that rotated vectors can be compared
 one to one. Keys must therefore be rotated together with the queries of the
 same call (relpos' attention does this; a cache stores unrotated keys).
@@ -38,7 +40,10 @@ from torch import Tensor
 
 from relpos.encodings.rope import RoPE, _angle_dtype, _check_positive
 
-__all__ = ["XPos"]
+__all__ = ["XPos", "MAX_LOG_SCALE"]
+
+#: Largest log of an xPos decay factor that fast paths accept (float32 overflows at 88.7).
+MAX_LOG_SCALE = 80.0
 
 
 class XPos(RoPE):
@@ -62,6 +67,7 @@ class XPos(RoPE):
     name = "xpos"
     acts_on = frozenset({"qk"})
     relative = True
+    scalings = ()
     causal_only = True
     paper = "https://arxiv.org/abs/2212.10554"
 
@@ -100,7 +106,27 @@ class XPos(RoPE):
         k2 = torch.arange(0, r, 2, dtype=torch.float64)
         return (k2 / r + self.gamma) / (1.0 + self.gamma)
 
+    def max_offset(self) -> int:
+        """Largest ``|position - seq_len // 2|`` whose decay factors stay finite in float32.
+
+        ``zeta_min ** (-n / scale_base)`` must stay below ``exp(MAX_LOG_SCALE)``
+        (float32 overflows at ``exp(88.7)``; the margin leaves room for the size of
+        q and k): about 32,700 positions on either side of the centre by default,
+        i.e. sequences up to about 65,000 positions.
+        """
+        return int(MAX_LOG_SCALE * self.scale_base / abs(math.log(float(self.zeta()[0]))))
+
     def _pair_scale(self, pos: Tensor, seq_len: int, is_query: bool) -> Tensor:
+        if pos.numel():
+            c = seq_len // 2
+            far = max(abs(int(pos.max()) - c), abs(int(pos.min()) - c))
+            if far > self.max_offset():
+                raise ValueError(
+                    f"xPos: position {int(pos.max()) if int(pos.max()) - c >= c - int(pos.min()) else int(pos.min())} "
+                    f"lies {far} from the centre seq_len // 2 = {c}; its decay factors overflow float32 beyond "
+                    f"{self.max_offset()} (sequences up to about {2 * self.max_offset()} positions). "
+                    f"Use a larger scale_base (now {self.scale_base}) or shorter sequences."
+                )
         dt = _angle_dtype(pos.device)
         logz = torch.log(self.zeta()).to(device=pos.device, dtype=dt)  # (r/2,)
         n = (pos - seq_len // 2).to(dt)[..., None] / self.scale_base  # (B|1, N, 1)

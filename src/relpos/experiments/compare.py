@@ -77,6 +77,8 @@ def _archive(out: Path, old_fp: str | None) -> Path:
             shutil.move(str(p), str(dest / name))
     for p in out.glob("*.png"):
         shutil.move(str(p), str(dest / p.name))
+    if (out / "models").is_dir():
+        shutil.move(str(out / "models"), str(dest / "models"))
     return dest
 
 
@@ -110,6 +112,17 @@ def _folder_meta(out: Path) -> tuple[str | None, dict | None]:
     return None, None
 
 
+def _owns(folder: Path) -> bool:
+    """Whether ``folder`` holds ``relpos compare`` output (its database or its config.json)."""
+    if (folder / "results.sqlite").is_file():
+        return True
+    try:
+        cj = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(cj, dict) and "fingerprint" in cj and "protocol" in cj
+
+
 def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = False,
                    log: Callable[[str], None] = lambda s: None) -> Store:
     """Create or reopen the output folder for ``cfg`` and return its bound store.
@@ -117,11 +130,14 @@ def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = 
     Raises:
         ConfigMismatchError: the folder holds results of another configuration
             (and ``force`` is False); nothing in it is changed.
-        ValueError: ``out_dir`` exists and is not a folder.
+        relpos.outdir.OutputDirError: ``out_dir`` is a file, a folder with other
+            content, or the current folder (nothing is written).
     """
+    from relpos.outdir import check_output_dir
+
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"output folder {out} exists and is not a folder")
+    # a new folder, an empty one, or one with compare's own earlier output -- never a foreign folder
+    check_output_dir(out, owns=_owns, what="compare results")
     fp = cfg.fingerprint()
     old, old_proto = _folder_meta(out) if out.exists() else (None, None)
     if old is not None and old != fp:
@@ -228,6 +244,7 @@ def compare(
     plots: bool = True,
     log: Callable[[str], None] | None = None,
     command: str = "",
+    keep_models: bool = True,
 ) -> CompareSummary:
     """Run (or resume) a sweep and write its results, plots and report.
 
@@ -242,6 +259,8 @@ def compare(
         plots: write PNG plots and the report.
         log: where status lines go (default: stderr).
         command: the command line, recorded in the report.
+        keep_models: save each trained model under ``OUT/models/`` (small safetensors
+            checkpoints that ``relpos explore --results OUT`` can load).
 
     Raises:
         ValueError: bad configuration (unknown scheme/task, lengths <= 0, ...),
@@ -256,6 +275,7 @@ def compare(
     fp = cfg.fingerprint()
     out = Path(out_dir)
     store = prepare_output(cfg, out, force=force, log=log)
+    cfg.models_dir = str(out.resolve() / "models") if keep_models else None
     if cfg.preset == "ci":
         from relpos.experiments.verdict import SMOKE_NOTE
 
@@ -271,8 +291,10 @@ def compare(
             runner = LocalRunner(cfg.workers, cfg.threads) if cfg.workers > 1 else SerialRunner(cfg.threads)
         workers = getattr(runner, "workers", 1)
         bar = _Progress(len(jobs), summary.skipped, workers, progress, log)
+        lease = store.keep_alive(fp).__enter__()  # job leases: concurrent compares on one folder share the work
         try:
-            for job, res, err in runner.run(pending, cfg.to_dict(), on_start=bar.start, on_progress=bar.step):
+            for job, res, err in runner.run(pending, cfg.to_dict(), on_start=bar.start, on_progress=bar.step,
+                                            claim=lambda j: store.claim(fp, j.key)):
                 if res is not None:
                     store.write_job(fp, res)
                     summary.finished += 1
@@ -288,6 +310,7 @@ def compare(
             log("interrupted: finished runs are saved; rerun the same command to resume")
         finally:
             bar.close()
+            lease.__exit__(None, None, None)
         results = build_results(store, cfg)
         write_json_atomic(out / "results.json", results)
         summary.results = results
@@ -298,6 +321,20 @@ def compare(
         return summary
     finally:
         store.close()
+
+
+def _refuse_to_shrink(path: Path, results: dict) -> None:
+    """Raise ValueError if ``path`` already holds more runs than ``results`` would write."""
+    try:
+        old = json.loads(path.read_text())
+        n_old = len(old.get("runs") or []) if isinstance(old, dict) else 0
+    except (OSError, ValueError):
+        return
+    if n_old > len(results["runs"]):
+        raise ValueError(
+            f"{path} holds {n_old} runs but the database holds only {len(results['runs'])}; refusing to "
+            f"overwrite it (is results.sqlite from another run?). Nothing was changed."
+        )
 
 
 def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = "") -> CompareSummary:
@@ -317,9 +354,10 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
     fp = saved.pop("fingerprint")
     saved.pop("protocol", None)
     cfg = ExperimentConfig.from_dict(saved)
-    with Store(db) as st:
+    with Store(db, create=False) as st:  # refuses an empty or foreign database, changes nothing in it
         results = results_dict(cfg.to_dict(), fp, st.runs(fp), st.jobs(fp), st.failures(fp))
         n = len(st.done_jobs(fp))
+    _refuse_to_shrink(out / "results.json", results)
     write_json_atomic(out / "results.json", results)
     summary = CompareSummary(out, fp, total=n, skipped=n, results=results, report_only=True)
     if plots and results["runs"]:

@@ -8,9 +8,9 @@ every ``val_every`` steps and stops training once the model is fitted:
 * **Algorithmic tasks** -- exact match on ``n_val`` held-out examples, half of
   length ``L`` and half of lengths ``min_len..L`` (teacher-forced, which equals
   greedy exact match); the score is the weaker of the two halves. The run stops
-  once the score has been ``>= target`` (0.95) at ``confirm`` consecutive
-  checks (3: the first hit plus two more checks, i.e. a little extra training
-  for stability). ``steps`` is an upper bound, not a fixed count.
+  once the score has been ``>= target + stop_margin`` at ``confirm`` consecutive
+  checks (3: the first hit plus two more checks) at ``target + stop_margin``
+  (0.97): a little extra training for stability, so the gate is passed with room. ``steps`` is an upper bound, not a fixed count.
 * **Language modelling** -- the loss on fixed validation windows of the
   training length. The run stops when the best loss of the last ``patience``
   checks is less than ``lm_tol`` (1 %) lower than the best loss before them:
@@ -41,6 +41,9 @@ class FitConfig:
 
     Attributes:
         target: in-distribution exact match that counts as fitted (algorithmic tasks).
+        stop_margin: an algorithmic run stops once validation reaches ``target + stop_margin``
+            (capped at 1): training a little past the gate, so that the test at ``L`` is passed
+            with room rather than on the edge.
         val_every: steps between validations.
         confirm: consecutive checks at ``>= target`` before an algorithmic run stops.
         lm_patience: checks over which the LM validation loss must improve.
@@ -50,6 +53,7 @@ class FitConfig:
     """
 
     target: float = 0.95
+    stop_margin: float = 0.02
     val_every: int = 100
     confirm: int = 3
     lm_patience: int = 3
@@ -61,6 +65,7 @@ class FitConfig:
         from relpos.validation import check_bool, check_float, check_int
 
         check_float("fit.target", self.target, 0.0, 1.0)
+        check_float("fit.stop_margin", self.stop_margin, 0.0, 1.0)
         check_int("fit.val_every", self.val_every, 1)
         check_int("fit.confirm", self.confirm, 1)
         check_int("fit.lm_patience", self.lm_patience, 1)
@@ -76,7 +81,12 @@ class FitConfig:
             return (f"validation loss at the training length checked every {self.val_every} steps; "
                     f"stop when the last {self.lm_patience} checks improve it by less than {self.lm_tol:.0%}")
         return (f"held-out exact match at lengths <= L checked every {self.val_every} steps; "
-                f"stop after {self.confirm} consecutive checks >= {self.target}")
+                f"stop after {self.confirm} consecutive checks >= {self.stop_at:g}")
+
+    @property
+    def stop_at(self) -> float:
+        """Validation exact match at which an algorithmic run stops."""
+        return min(1.0, self.target + self.stop_margin)
 
 
 def lm_validation_loss(model, x, y) -> float:
@@ -149,7 +159,7 @@ class FitMonitor:
             self.flat = recent > before * (1.0 - self.fit.lm_tol)
             return self.flat
         last = self.history[-1]["val_exact"]
-        self._streak = self._streak + 1 if last >= self.fit.target else 0
+        self._streak = self._streak + 1 if last >= self.fit.stop_at else 0
         return self._streak >= self.fit.confirm
 
     def best_score(self) -> float:

@@ -81,8 +81,6 @@ def model_config_for(job: Job, cfg, task):
     past the training length stay untrained: that is the honest result).
     Explicit ``scheme_options`` win over the length rule.
     """
-    import dataclasses
-
     from relpos.model import ModelConfig
 
     longest = task.max_seq_len()
@@ -91,10 +89,6 @@ def model_config_for(job: Job, cfg, task):
         R = max(cfg.random_positions_factor * longest, task.train_seq_len())
     opts = length_options(job.scheme, task.train_seq_len()) if cfg.scheme_ranges == "train_len" else {}
     opts.update(cfg.scheme_options.get(job.scheme, {}))
-    kw = {}
-    fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    if "embed_scale" in fields:
-        kw["embed_scale"] = cfg.embed_scale
     return ModelConfig(
         vocab_size=task.vocab_size,
         d_model=cfg.d_model,
@@ -104,8 +98,20 @@ def model_config_for(job: Job, cfg, task):
         scheme=job.scheme,
         scheme_options=opts,
         random_positions=R,
-        **kw,
+        embed_scale=embed_scale_for(job.scheme, cfg.embed_scale),
     )
+
+
+def embed_scale_for(scheme: str, setting: str) -> str:
+    """The token-embedding scale of a scheme's model: ``"auto"`` scales by sqrt(d_model) exactly when the
+    scheme adds positions to the embeddings (as the absolute-position papers do, so a table of amplitude 1
+    does not swamp the tokens) and leaves relative schemes as their papers train them."""
+    if setting != "auto":
+        return setting
+    from relpos.encodings import get_scheme
+
+    cls, _ = get_scheme(scheme)
+    return "sqrt_d" if "embedding" in cls.acts_on else "none"
 
 
 def train_config_for(job: Job, cfg, task, **overrides):
@@ -132,7 +138,7 @@ def rope_variant_model_for(model, train_seq_len: int, scaling: str, fixed_factor
     ``factor = max(1, seq_len / train_seq_len)`` unless ``fixed_factor`` is given;
     ``original_max_len = train_seq_len``. The trained weights are shared (the
     copies differ only in the scaling, which has no parameters). Rotary modules
-    are found by their ``set_scaling`` capability.
+    are found by their ``scalings`` capability (the scalings they offer).
     """
     cache: dict[float, object] = {}
 
@@ -142,7 +148,7 @@ def rope_variant_model_for(model, train_seq_len: int, scaling: str, fixed_factor
             m = copy.deepcopy(model)
             n = 0
             for mod in m.modules():
-                if callable(getattr(mod, "set_scaling", None)):
+                if _rotary(mod, scaling):
                     mod.set_scaling(scaling, factor=float(factor), original_max_len=int(train_seq_len))
                     n += 1
             if n == 0:
@@ -204,11 +210,11 @@ def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
     """Evaluate a trained model (and its variants): one entry per run."""
     from relpos.experiments.config import ROPE_VARIANTS
 
-    def run(variant, measurements, **extra):
+    def run(variant, measurements, task_name=None, **extra):
         return {
             "scheme": job.scheme,
             "variant": variant,
-            "task": job.task,
+            "task": task_name or job.task,
             "seed": job.seed,
             "train_len": task.train_len,
             "measurements": [m.to_dict() for m in measurements],
@@ -229,11 +235,28 @@ def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
             scaling, fixed = ROPE_VARIANTS[v]
             mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
             out.append(run(v, task.evaluate(mf)))
+    if task.kind == "lm" and cfg.passkey:  # passkey retrieval (issue 15) on the LM model and its scalings
+        from relpos.tasks.passkey import Passkey
+
+        pk = Passkey.fitting(task.eval_lengths, encode=getattr(task, "encode", None), **cfg.passkey)
+        if pk is not None:
+            out.append(run("randomized" if job.randomized else None, pk.evaluate(lambda n: model), "passkey"))
+            if not job.randomized and _has_scalings(model):
+                for v in cfg.rope_variants:
+                    scaling, fixed = ROPE_VARIANTS[v]
+                    mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
+                    out.append(run(v, pk.evaluate(mf), "passkey"))
     return out
 
 
+def _rotary(mod, scaling: str | None = None) -> bool:
+    """Whether a module offers rotary scalings (its ``scalings`` capability), or ``scaling`` in particular."""
+    offered = tuple(getattr(type(mod), "scalings", None) or ())
+    return bool(offered) and callable(getattr(mod, "set_scaling", None)) and (scaling is None or scaling in offered)
+
+
 def _has_scalings(model) -> bool:
-    return any(callable(getattr(m, "set_scaling", None)) for m in model.modules())
+    return any(_rotary(m) for m in model.modules())
 
 
 def _spans(task, model) -> dict:
@@ -299,6 +322,26 @@ def _fit_record(task, mon, runs: list[dict], lr: float, tries: list[dict], targe
     return rec
 
 
+def model_path(models_dir: str, job: Job) -> str:
+    """Where a job's trained model is kept: ``<models_dir>/<task>/<scheme>[+rand]/seed<k>``."""
+    import os
+
+    return os.path.join(models_dir, job.task, job.scheme + ("+rand" if job.randomized else ""), f"seed{job.seed}")
+
+
+def save_model(job: Job, cfg, model, fit: dict | None) -> str:
+    """Save a trained model (safetensors checkpoint, with its fit) and return its path relative to ``models_dir``'s
+    parent (the compare output folder)."""
+    import os
+
+    from relpos.checkpoint import save
+
+    path = model_path(cfg.models_dir, job)
+    extra = {"job": job.key, "fitted": bool(fit and fit.get("fitted")), "fit_score": fit and fit.get("score")}
+    save(path, model, extra=extra)
+    return os.path.relpath(path, os.path.dirname(os.path.abspath(cfg.models_dir)))
+
+
 def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: Callable | None = None,
             evaluate: bool = True) -> dict:
     """Train and evaluate one job. Top-level and JSON in/out, for any executor.
@@ -319,6 +362,7 @@ def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: 
 
     from relpos.experiments.config import ExperimentConfig
 
+    cpu0 = time.process_time()
     j = Job.from_dict(job)
     cfg = ExperimentConfig.from_dict(cfg_dict)
     torch.set_num_threads(threads or cfg.threads)
@@ -333,6 +377,7 @@ def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: 
     eval_seconds = time.perf_counter() - t1
     tail = losses[-max(1, len(losses) // 10):]
     fit = _fit_record(task, mon, runs, lr, tries, cfg.fit.target) if runs else None
+    checkpoint = save_model(j, cfg, model, fit) if (cfg.models_dir and evaluate) else None
     return {
         "job": j.key,
         **j.to_dict(),
@@ -347,7 +392,11 @@ def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: 
             "params": int(sum(p.numel() for p in model.parameters())),
             "model": mcfg.to_dict(),
             "fit": fit,
+            "checkpoint": checkpoint,
         },
         "eval_seconds": eval_seconds,
+        # CPU time of the whole job (training tries and evaluation): on a shared machine, the honest
+        # measure of cost; a job on an idle core takes about this long
+        "cpu_seconds": time.process_time() - cpu0,
         "runs": runs,
     }

@@ -12,9 +12,10 @@ import json
 import math
 import os
 import statistics
-import tempfile
 from collections import defaultdict
 from pathlib import Path
+
+from relpos.outdir import write_json_atomic  # re-exported: one atomic JSON writer (0644, cleans leftovers)
 
 __all__ = [
     "RESULTS_VERSION",
@@ -54,9 +55,12 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
     train_info = {j["job"]: j["info"].get("train", {}) for j in (jobs or [])}
     out_runs = []
     for r in runs:
-        metrics, pos, fixed = [], [], []
+        metrics, pos, fixed, depth = [], [], [], []
         for m in r["measurements"]:
-            if m["protocol"] in ("window", "accuracy"):
+            if m["protocol"] == "accuracy" and m.get("bucket_start", -1) >= 0:  # passkey: one row per depth (%)
+                depth.append({"eval_len": m["eval_len"], "depth": m["bucket_start"], "accuracy": _clean(m["accuracy"]),
+                              "count": m["count"]})
+            elif m["protocol"] in ("window", "accuracy"):
                 metrics.append({
                     "eval_len": m["eval_len"],
                     "loss": _clean(m["loss"]),
@@ -87,6 +91,7 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
             "metrics": sorted(metrics, key=lambda m: m["eval_len"]),
             "position_loss": sorted(pos, key=lambda m: (m["eval_len"], m["bucket_start"])),
             "fixed_target": sorted(fixed, key=lambda m: m["context_len"]),
+            **({"depth_accuracy": sorted(depth, key=lambda m: (m["eval_len"], m["depth"]))} if depth else {}),
             "train": t,
             "span": (r.get("info") or {}).get("span"),
         })
@@ -97,24 +102,6 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
         "runs": out_runs,
         "failures": failures or [],
     }
-
-
-def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    """Write JSON to a temporary file in the same folder, then rename it into place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, allow_nan=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 # ------------------------------------------------------------- aggregation
@@ -255,29 +242,25 @@ def markdown_tables(results: dict, task: str) -> str:
 # ------------------------------------------------------------------- plots
 
 
-def _style(labels: list[str]):
-    """Colour per scheme (dark tab20 shades first), line style and marker per variant."""
+def _style(labels: list[str], results: dict):
+    """Colour per scheme (dark tab20 shades first), line style and marker per variant (from the runs, not the label)."""
     import matplotlib
 
     cmap = matplotlib.colormaps["tab20"]
     palette = [cmap(i) for i in range(0, 20, 2)] + [cmap(i) for i in range(1, 20, 2)]
+    of = {r["label"]: (r["scheme"], r["variant"]) for r in results["runs"]}
     base_order: list[str] = []
     for lab in labels:
-        b = lab.split("+")[0]
-        b = "rope" if b.startswith("rope-") else b
+        b = of.get(lab, (lab, None))[0]
         if b not in base_order:
             base_order.append(b)
     variant = {"pi": ((0, (4, 2)), "^"), "ntk": ((0, (1, 1)), "v"), "dynamic": ((0, (4, 1, 1, 1)), "s"),
-               "yarn": ((0, (6, 2, 1, 2)), "D")}
+               "yarn": ((0, (6, 2, 1, 2)), "D"), "randomized": ((0, (2, 3)), "x"),
+               "randomized-sampled": ((0, (1, 2)), "P")}
     styles = {}
     for lab in labels:
-        b = lab.split("+")[0]
-        ls, marker = "-", "o"
-        if b.startswith("rope-"):
-            ls, marker = variant.get(b[5:], ("--", "o"))
-            b = "rope"
-        if "+rand" in lab:
-            ls, marker = (0, (2, 3)), "x"
+        b, v = of.get(lab, (lab, None))
+        ls, marker = variant.get(v, ("--", "o")) if v else ("-", "o")
         styles[lab] = {"color": palette[base_order.index(b) % len(palette)], "linestyle": ls, "marker": marker}
     return styles
 
@@ -315,9 +298,26 @@ def _plot_capped(ax, agg, results, styles, *, logx=True) -> None:
     _line_plot(ax, agg, results, styles, logx=logx, cap=lim[1] if lim else None)
     if lim:
         ax.set_ylim(*lim)
-        out = sorted(lab for lab, d in agg.items() if any(math.isfinite(v[0]) and v[0] > lim[1] for v in d.values()))
-        ax.text(0.99, 0.01, "partly above the plot (see the tables): " + ", ".join(out), transform=ax.transAxes,
-                ha="right", va="bottom", fontsize=7, color="dimgrey")
+        above = lambda v: math.isfinite(v[0]) and v[0] > lim[1]  # noqa: E731
+        whole = sorted(lab for lab, d in agg.items() if d and all(above(v) for v in d.values()))
+        part = sorted(lab for lab, d in agg.items() if any(above(v) for v in d.values()) and lab not in whole)
+        notes = ([f"above the plot (see the tables): {', '.join(whole)}"] if whole else []) + \
+                ([f"partly above the plot: {', '.join(part)}"] if part else [])
+        ax.text(0.99, 0.01, "\n".join(notes), transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
+                color="dimgrey")
+
+
+def _smooth(series: dict) -> dict:
+    """Moving mean of 3 neighbouring points (the ends use 2): position buckets are noisy text."""
+    xs = list(series)
+    out = {}
+    for i, x in enumerate(xs):
+        win = [series[xs[j]] for j in range(max(0, i - 1), min(len(xs), i + 2)) if math.isfinite(series[xs[j]][0])]
+        if not win:
+            out[x] = series[x]
+            continue
+        out[x] = (statistics.fmean(w[0] for w in win), statistics.fmean(w[1] for w in win), min(w[2] for w in win))
+    return out
 
 
 def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
@@ -331,7 +331,7 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
     made = []
     tasks = _tasks(results)
     labels = sorted({r["label"] for r in results["runs"]})
-    styles = _style(_order(labels, results))
+    styles = _style(_order(labels, results), results)
 
     def save(fig, name):
         fig.tight_layout()
@@ -343,19 +343,19 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
         tl = _train_len(results, "lm")
 
         def lm_plot(agg, name: str, xlabel: str, ylabel: str, title: str, logx: bool = True) -> None:
-            fig, ax = plt.subplots(figsize=(8, 5))
+            fig, ax = plt.subplots(figsize=(9.5, 5))
             _plot_capped(ax, agg, results, styles, logx=logx)
             ax.axvline(tl, color="grey", lw=0.8, ls="--")
             ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             ax.set_title(title)
-            ax.legend(fontsize=7, ncol=2, loc="best")
+            ax.legend(fontsize=7, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
             ax.grid(alpha=0.3)
             save(fig, name)
 
         lm_plot(aggregate(results, "lm", "bpb"), "lm_loss_vs_length.png",
                 "evaluation length (bytes; dashed line: training length)", "bits per byte (validation)",
-                "Language modelling: loss against evaluation length")
+                "Language modelling (stdlib bytes): bits per byte against evaluation length")
 
         longest = max((m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r["position_loss"]),
                       default=None)
@@ -367,15 +367,18 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
                 for m in r["position_loss"]:
                     if m["eval_len"] == longest and m["bpb"] is not None:
                         acc[r["label"]][(m["bucket_start"] + m["bucket_end"]) / 2].append(m["bpb"])
-            pagg = {lab: {x: _stats(v) for x, v in sorted(d.items())} for lab, d in acc.items()}
+            pagg = {lab: _smooth({x: _stats(v) for x, v in sorted(d.items())}) for lab, d in acc.items()}
             lm_plot(pagg, "lm_loss_by_position.png",
-                    f"position inside a {longest}-byte window (dashed line: training length)", "bits per byte",
-                    "Language modelling: loss by position", logx=False)
+                    f"position inside a {longest}-byte window (dashed line: training length)",
+                    "bits per byte (moving mean of 3 buckets)",
+                    "Language modelling: bits per byte by position (the text itself makes the bumps; "
+                    "compare the curves, not their shape)", logx=False)
 
         fagg = aggregate(results, "lm", "bpb", "fixed_target", "context_len")
         if fagg:
             lm_plot(fagg, "lm_fixed_target.png", "context length (bytes) before the same target bytes",
-                    "bits per byte on the fixed targets", "Language modelling: fixed targets, growing context")
+                    "bits per byte on the fixed targets",
+                    "Language modelling: bits per byte on fixed targets given a growing context")
 
     algo = [t for t in tasks if t != "lm"]
     multi = [t for t in algo if any(m.get("token_accuracy") != m.get("accuracy") for r in results["runs"]
@@ -394,7 +397,8 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
             if tl:
                 ax.axvline(tl, color="grey", lw=0.8, ls="--")
             ax.set_ylim(-0.03, 1.03)
-            ax.set_title(task)
+            ax.set_yticks([i / 10 for i in range(11)])
+            ax.set_title(f"{task}: {'exact match' if field == 'accuracy' else 'per-token accuracy'}")
             ax.set_xlabel("problem length (dashed: longest trained)")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(ylabel)
@@ -408,6 +412,10 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
 
 
 # ------------------------------------------------------------------ report
+
+
+_EMBED_WORDS = {"sqrt_d": "sqrt(d_model)", "none": "1",
+                "auto": "sqrt(d_model) for absolute-position schemes, 1 for the others"}
 
 
 def _fit_rule(cfg: dict) -> str:
@@ -447,7 +455,7 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
         + (f"; wall time of the last invocation {wall_seconds / 60:.1f} min" if wall_seconds else ""),
         "",
         f"- fit gate: {_fit_rule(cfg)}; token embeddings scaled by "
-        f"{'sqrt(d_model)' if cfg.get('embed_scale') == 'sqrt_d' else '1'}; scheme ranges: "
+        f"{_EMBED_WORDS.get(cfg.get('embed_scale'), '1')}; scheme ranges: "
         f"{'set from the training length (T5 max_distance, Shaw k, FIRE init_L)' if cfg.get('scheme_ranges') == 'train_len' else 'paper defaults'}",
         "",
         "Labels: `rope-pi`, `rope-ntk`, `rope-dynamic`, `rope-yarn` are the trained `rope` model evaluated with "

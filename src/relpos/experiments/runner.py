@@ -61,6 +61,11 @@ from relpos.experiments.job import (  # noqa: F401 - the unit of work, re-export
 
 Event = tuple[Job, "dict | None", "str | None"]
 
+# Every runner's ``run(jobs, cfg_dict, *, on_start, on_progress, claim)`` yields one
+# Event per job it ran. ``claim(job) -> bool`` (optional) is asked just before a job
+# starts; False skips the job (it is finished, or another process holds its lease
+# in the results store -- see :meth:`relpos.experiments.store.Store.claim`).
+
 
 class SerialRunner:
     """Runs jobs one by one in this process."""
@@ -70,12 +75,15 @@ class SerialRunner:
     def __init__(self, threads: int = 1) -> None:
         self.threads = threads
 
-    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None) -> Iterator[Event]:
+    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None,
+            claim=None) -> Iterator[Event]:
         import torch
 
         old = torch.get_num_threads()
         try:
             for job in jobs:
+                if claim is not None and not claim(job):
+                    continue  # finished or being run by another process (a lease in the store)
                 if on_start:
                     on_start(job)
                 try:
@@ -145,7 +153,8 @@ class LocalRunner:
         self.workers = workers or os.cpu_count() or 1
         self.threads = threads
 
-    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None) -> Iterator[Event]:
+    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None,
+            claim=None) -> Iterator[Event]:
         import multiprocessing as mp
 
         if not jobs:
@@ -182,7 +191,11 @@ class LocalRunner:
                 # keep exactly one job per worker in flight: a kill loses at most those
                 while pending and len(inflight) < self.workers:
                     job = pending.pop(0)
+                    if claim is not None and not claim(job):
+                        continue  # finished or being run by another process
                     inflight[ex.submit(_worker_run, job.to_dict(), cfg_dict)] = job
+                if not inflight:
+                    break
                 done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
                 for f in done:
                     job = inflight.pop(f)
@@ -231,7 +244,8 @@ class RayRunner:
         self.threads = threads
         self.max_in_flight = max_in_flight
 
-    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None) -> Iterator[Event]:
+    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None,
+            claim=None) -> Iterator[Event]:
         import ray
 
         if not jobs:
@@ -251,9 +265,13 @@ class RayRunner:
             while pending or inflight:
                 while pending and len(inflight) < cap:
                     job = pending.pop(0)
+                    if claim is not None and not claim(job):
+                        continue  # finished or being run by another process
                     inflight[remote.remote(job.to_dict(), cfg_dict, self.threads)] = job
                     if on_start:
                         on_start(job)
+                if not inflight:
+                    break
                 ready, _ = ray.wait(list(inflight), num_returns=1)
                 for ref in ready:
                     job = inflight.pop(ref)
@@ -287,8 +305,11 @@ class TorchrunRunner:
         self.nproc = nproc
         self.threads = threads
 
-    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None) -> Iterator[Event]:
+    def run(self, jobs: list[Job], cfg_dict: dict, *, on_start=None, on_progress=None,
+            claim=None) -> Iterator[Event]:
         for job in jobs:
+            if claim is not None and not claim(job):
+                continue  # finished or being run by another process
             if on_start:
                 on_start(job)
             with tempfile.TemporaryDirectory(prefix="relpos-job-") as d:

@@ -13,6 +13,17 @@ Tables (all keyed by the configuration fingerprint ``config_hash``):
 * ``measurements`` -- one row per run and measurement, keyed by the run's key plus
   ``(protocol, eval_len, bucket_start)``.
 * ``failures`` -- runs that raised, with the error (they are retried next time).
+* ``leases`` -- jobs being trained right now: the owner (``host:pid``) and an
+  expiry time. :meth:`Store.claim` takes a job that is neither finished nor
+  held by a live owner, so two ``compare`` processes on one folder share the
+  work instead of repeating it; :meth:`Store.heartbeat` extends the owner's
+  leases, :meth:`Store.release` (and storing the job) gives one back. A lease
+  whose owner process is gone (same host) or whose time ran out is free again.
+
+Opening checks the file first and changes nothing that is not a relpos store:
+a file that is not SQLite, or a database with tables of its own but no relpos
+``meta``, raises :class:`NotAStoreError`; a damaged database (``PRAGMA
+quick_check``) raises :class:`CorruptStoreError` with recovery steps.
 
 Durability: the database is in WAL mode with ``synchronous=FULL``, and each
 finished job (its job row, run rows and every measurement) is written in one
@@ -34,9 +45,13 @@ import socket
 import sqlite3
 from pathlib import Path
 
-__all__ = ["Store", "ConfigMismatchError", "SCHEMA_VERSION"]
+from relpos.experiments.leases import LEASE_SECONDS, LeaseMixin
+
+__all__ = ["Store", "ConfigMismatchError", "NotAStoreError", "CorruptStoreError", "SCHEMA_VERSION",
+           "LEASE_SECONDS", "is_results_store"]
 
 SCHEMA_VERSION = 1
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -94,6 +109,15 @@ CREATE TABLE IF NOT EXISTS failures (
     error TEXT NOT NULL,
     at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS leases (
+    config_hash TEXT NOT NULL,
+    job TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    expires REAL NOT NULL,
+    PRIMARY KEY (config_hash, job)
+);
 """
 
 _MEASURE_COLS = ("protocol", "eval_len", "bucket_start", "bucket_end", "loss", "bpb", "ppl", "accuracy",
@@ -102,6 +126,40 @@ _MEASURE_COLS = ("protocol", "eval_len", "bucket_start", "bucket_end", "loss", "
 
 class ConfigMismatchError(ValueError):
     """The output folder holds results of a different configuration."""
+
+
+class NotAStoreError(ConfigMismatchError):
+    """The file is not a relpos results database (not SQLite, or another program's tables)."""
+
+
+class CorruptStoreError(ValueError):
+    """The results database is damaged (``PRAGMA quick_check`` failed)."""
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def is_results_store(path: str | os.PathLike) -> bool:
+    """True if ``path`` is a relpos results database (read-only check; never raises)."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            if f.read(16) != _SQLITE_MAGIC:
+                return False
+        con = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=10)
+        try:
+            if "meta" not in _tables(con):
+                return False
+            row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            return row is not None
+        finally:
+            con.close()
+    except (OSError, sqlite3.Error):
+        return False
 
 
 def _now() -> str:
@@ -116,18 +174,89 @@ def _num(v):
     return v if math.isfinite(v) else None
 
 
-class Store:
+class Store(LeaseMixin):
     """A connection to ``results.sqlite`` (one per process; cheap to open).
 
     Args:
-        path: the database file (created with its tables if missing).
+        path: the database file (created with its tables if missing and
+            ``create`` is true).
         timeout: seconds to wait for another writer's lock.
+        create: False to open only an existing relpos store (for reading a
+            folder's results, e.g. ``compare --report-only``).
+
+    Raises:
+        FileNotFoundError: ``create`` is false and the file does not exist.
+        NotAStoreError: the file is not a relpos results database (nothing in
+            it is changed), or it is empty and ``create`` is false.
+        CorruptStoreError: the database is damaged; the message says how to
+            recover.
     """
 
-    def __init__(self, path: str | os.PathLike, *, timeout: float = 120.0) -> None:
+    def __init__(self, path: str | os.PathLike, *, timeout: float = 120.0, create: bool = True) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        if not create and not self.path.exists():
+            raise FileNotFoundError(f"no results database at {self.path}")
+        if self.path.exists():
+            self._check_file(create)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
+        try:
+            self._open(timeout)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _check_file(self, create: bool) -> None:
+        """Refuse a file that is not ours or is damaged, before changing anything in it."""
+        p = self.path
+        if not p.is_file():
+            raise NotAStoreError(f"{p} is not a file; it cannot be a relpos results database")
+        with open(p, "rb") as f:
+            head = f.read(16)
+        if not head:
+            if create:
+                return  # an empty file: a database that was never written
+            raise NotAStoreError(f"{p} is empty: it holds no relpos results")
+        if head != _SQLITE_MAGIC:
+            raise NotAStoreError(f"{p} is not a relpos results database (not an SQLite file); choose another --out")
+        try:
+            con = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=60)
+        except sqlite3.Error as e:  # pragma: no cover - e.g. unreadable
+            raise NotAStoreError(f"{p} cannot be opened: {e}") from None
+        try:
+            try:
+                tables = _tables(con)
+                ours = "meta" in tables and con.execute(
+                    "SELECT value FROM meta WHERE key = 'schema_version'").fetchone() is not None
+            except sqlite3.DatabaseError as e:
+                raise self._corrupt(str(e)) from None
+            if not ours and (tables or not create):
+                raise NotAStoreError(
+                    f"{p} is not a relpos results database (its tables: {', '.join(sorted(tables)) or 'none'}); "
+                    f"relpos leaves it untouched -- choose another --out"
+                )
+            if ours:
+                try:
+                    rows = [r[0] for r in con.execute("PRAGMA quick_check(5)")]
+                except sqlite3.DatabaseError as e:
+                    raise self._corrupt(str(e)) from None
+                if rows != ["ok"]:
+                    raise self._corrupt("; ".join(map(str, rows)))
+        finally:
+            con.close()
+
+    def _corrupt(self, detail: str) -> CorruptStoreError:
+        p = self.path
+        return CorruptStoreError(
+            f"{p} is damaged (SQLite: {detail}). Nothing was changed. To recover: copy what SQLite can still "
+            f"read with `sqlite3 {p} .recover | sqlite3 {p.with_name('recovered.sqlite')}` and move the "
+            f"recovered file into place, or move {p.name} aside and rerun the same `relpos compare` "
+            f"(finished runs are then trained again)"
+        )
+
+    def _open(self, timeout: float) -> None:
         self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a file system without shared memory
@@ -232,6 +361,8 @@ class Store:
                     json.dumps(info, default=float),
                 ),
             )
+            self.conn.execute("DELETE FROM leases WHERE config_hash = ? AND job = ? AND owner = ?",
+                              (config_hash, result["job"], self.owner))
             if cur.rowcount == 0:
                 return False
             for run in result["runs"]:
@@ -256,6 +387,8 @@ class Store:
         with self.transaction():
             self.conn.execute("INSERT INTO failures (config_hash, job, error, at) VALUES (?,?,?,?)",
                               (config_hash, job, error[-4000:], _now()))
+            self.conn.execute("DELETE FROM leases WHERE config_hash = ? AND job = ? AND owner = ?",
+                              (config_hash, job, self.owner))
 
     def failures(self, config_hash: str) -> list[dict]:
         """Failures of jobs that have not succeeded since (latest first)."""

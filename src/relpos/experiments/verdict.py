@@ -40,6 +40,9 @@ SMOKE_NOTE = (
     "`relpos compare --preset full`."
 )
 
+#: Tasks shown in tables but kept out of the verdict and ranking.
+UNRANKED = ("passkey",)
+
 #: LM loss ratio at the longest length up to which a scheme "holds" its loss.
 HOLD_RATIO = 1.05
 #: Fraction of its in-distribution accuracy a scheme keeps at 2x L to "hold".
@@ -74,8 +77,10 @@ def verdict(results: dict) -> dict:
     runs = results["runs"]
     by = defaultdict(lambda: defaultdict(list))  # label -> task -> runs
     for r in runs:
-        by[r["label"]][r["task"]].append(r)
-    tasks = sorted({r["task"] for r in runs}, key=lambda t: (t != "lm", t))
+        if r["task"] not in UNRANKED:
+            by[r["label"]][r["task"]].append(r)
+    # passkey measures use of far context on the LM models; it is reported in its own table, not ranked
+    tasks = sorted({r["task"] for r in runs if r["task"] not in UNRANKED}, key=lambda t: (t != "lm", t))
     # NoPE step time per task, for the cost column
     nope_ms = {}
     for t in tasks:
@@ -152,7 +157,7 @@ def _ranking(rows: dict, tasks: list[str]) -> list[tuple[str, float, dict]]:
 def _notes(rows: dict, tasks: list[str]) -> list[str]:
     held, failed, local = [], [], []
     for lab, row in rows.items():
-        if "lm" in row["lm"] or row["lm"]:
+        if row["lm"]:
             m = row["lm"][max(row["lm"])][0]
             if math.isfinite(m):
                 (held if m <= HOLD_RATIO else failed).append(f"{lab} (LM x{m:.2f})")

@@ -20,15 +20,24 @@ import tempfile
 from pathlib import Path
 
 from relpos.explorer.api import ApiError, Explorer
+from relpos.explorer.bundle import bundle
 from relpos.explorer.server import static_text
 
-__all__ = ["export_html", "snapshot", "snapshot_key", "DEFAULT_SENTENCE", "DEFAULT_CODE"]
+__all__ = ["export_html", "snapshot", "snapshot_key", "print_progress", "DEFAULT_SENTENCE", "DEFAULT_SENTENCE_ZH",
+           "DEFAULT_CODE", "DEFAULT_COMPOSE"]
 
 #: Defaults the page starts with (they are also written in static/index.html).
 DEFAULT_SENTENCE = "The cat sat on the warm mat"
+#: The example sentence of the Chinese page (static/i18n/zh.js: default_sentence).
+DEFAULT_SENTENCE_ZH = "猫坐在温暖的垫子上"
+#: The compose view's starting sentence (static/index.html, #v0-text).
+DEFAULT_COMPOSE = "The cat sat on the mat"
+DEFAULT_COMPOSE_ZH = "猫坐在垫子上"
 DEFAULT_CODE = "def add(a, b):\n    return a + b\n"
 DEFAULT_CLIP = 2
 BIAS_N = 32
+#: Lengths of the bias view in the snapshot (the page starts at BIAS_N).
+BIAS_NS = (16, 32, 64)
 BIAS_HEADS = 4
 SHIFT_N = 12
 SHIFT_CS = list(range(0, 25)) + [32, 48, 64]
@@ -48,39 +57,55 @@ def snapshot_key(route: str, params: dict[str, str]) -> str:
 def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
     """Every request the page makes for its default settings (mirrors app.js)."""
     reqs: list[tuple[str, dict[str, str]]] = [("info", {})]
+    # view 0: every scheme, both heads, the directions the page can ask for
+    for sc in info["compose_schemes"]:
+        for head in ("0", "1"):
+            for causal in ("true",) if sc["causal_only"] else ("false", "true"):
+                for text in (DEFAULT_COMPOSE, DEFAULT_COMPOSE_ZH):
+                    reqs.append(("compose", {"text": text, "scheme": sc["name"], "head": head,
+                                             "causal": causal, "seed": "0"}))
     # view 1
-    n_tokens = len(ex.offsets({"text": DEFAULT_SENTENCE})["tokens"])
-    for conv in ("j-i", "i-j"):
-        for k in range(0, max(1, n_tokens - 1) + 1):
-            reqs.append(("offsets", {"text": DEFAULT_SENTENCE, "convention": conv, "clip": str(k)}))
+    for sentence in (DEFAULT_SENTENCE, DEFAULT_SENTENCE_ZH):
+        n_tokens = len(ex.offsets({"text": sentence})["tokens"])
+        for conv in ("j-i", "i-j"):
+            for k in range(0, max(1, n_tokens - 1) + 1):
+                reqs.append(("offsets", {"text": sentence, "convention": conv, "clip": str(k)}))
     # view 2
     for e in info["bias_schemes"]:
         if not e["available"]:
             continue
         for causal in ("true",) if e.get("causal_only") else ("false", "true"):
             if e["kind"] == "content":  # content-dependent schemes read the example sentence
-                base = {"scheme": e["key"], "text": DEFAULT_SENTENCE, "causal": causal}
+                bases = [{"scheme": e["key"], "text": s, "causal": causal}
+                         for s in (DEFAULT_SENTENCE, DEFAULT_SENTENCE_ZH)]
             else:
-                base = {"scheme": e["key"], "n": str(BIAS_N), "causal": causal}
-            if not e["per_head"]:
-                reqs.append(("bias", base))
-                continue
-            for h in range(BIAS_HEADS):
-                p = dict(base, n_heads=str(BIAS_HEADS), head=str(h), seed="0")
-                if e["head_dim"]:
-                    p["head_dim"] = "64"
-                shows = ("bias", "bucket") if e["kind"] == "t5" else (None,)
-                for show in shows:
-                    q = dict(p)
-                    if show:
-                        q["show"] = show
-                    reqs.append(("bias", q))
+                bases = [{"scheme": e["key"], "n": str(n), "causal": causal} for n in BIAS_NS]
+            for base in bases:
+                if not e["per_head"]:
+                    reqs.append(("bias", base))
+                    continue
+                for h in range(BIAS_HEADS):
+                    p = dict(base, n_heads=str(BIAS_HEADS), head=str(h), seed="0")
+                    if e["head_dim"]:
+                        p["head_dim"] = "64"
+                    shows = ("bias", "bucket") if e["kind"] == "bucketed" else (None,)
+                    for show in shows:
+                        for values in ("trained", "initial") if e.get("trained") else (None,):
+                            q = dict(p)
+                            if show:
+                                q["show"] = show
+                            if values:
+                                q["values"] = values
+                            reqs.append(("bias", q))
     # view 3 (the page's default pair)
-    av = [s for s in info["schemes"] if s["available"]]
-    absl = [s["name"] for s in av if s.get("relative") is False]
-    rell = [s["name"] for s in av if s.get("relative") is True]
-    a = next((x for x in ("sinusoidal", "learned") if x in absl), absl[0] if absl else None)
-    r = next((x for x in ("rope", "t5", "alibi") if x in rell), rell[0] if rell else None)
+    a, r = info["shift_defaults"]["absolute"], info["shift_defaults"]["relative"]
+    # every other scheme against the default partner, at the page's starting shift
+    for sc in info["schemes"]:
+        if not sc.get("available") or sc["name"] in (a, r) or "relative" not in sc:
+            continue
+        pair = {"absolute": a, "relative": sc["name"]} if sc["relative"] else {"absolute": sc["name"], "relative": r}
+        for h in ("0", "1"):
+            reqs.append(("shift", dict(pair, n=str(SHIFT_N), c="5", seed="0", head=h)))
     if a and r:
         for c in SHIFT_CS:
             for h in ("0", "1"):
@@ -103,11 +128,29 @@ def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
     return reqs
 
 
-def snapshot(ex: Explorer) -> dict:
-    """The data an exported page embeds: ``{"created", "responses": {key: {"data"|"error": ...}}}``."""
+def print_progress(done: int, total: int, *, stream=None) -> None:
+    """A progress callback for :func:`export_html`: one line every 10% (to stderr)."""
+    import sys
+
+    stream = stream or sys.stderr
+    step = max(1, total // 10)
+    if done == total or done % step == 0:
+        print(f"relpos explore: exporting {done}/{total} answers ({100 * done // max(1, total)}%)", file=stream,
+              flush=True)
+
+
+def snapshot(ex: Explorer, progress=None) -> dict:
+    """The data an exported page embeds: ``{"created", "responses": {key: {"data"|"error": ...}}}``.
+
+    Args:
+        progress: called as ``progress(done, total)`` after each answer (e.g. :func:`print_progress`).
+    """
     info = ex.info({})
     responses: dict[str, dict] = {}
-    for route, params in _requests(ex, info):
+    reqs = _requests(ex, info)
+    for n, (route, params) in enumerate(reqs, 1):
+        if progress is not None:
+            progress(n, len(reqs))
         key = snapshot_key(route, params)
         if key in responses:
             continue
@@ -129,9 +172,10 @@ def render_html(snap: dict) -> str:
     """The self-contained page for a snapshot."""
     html = static_text("index.html")
     css = static_text("style.css")
-    js = static_text("app.js").replace("</script", "<\\/script")
+    # ES modules do not load from file://, so the page's modules are bundled into one classic script
+    js = bundle("app.js", static_text).replace("</script", "<\\/script")
     link = '<link rel="stylesheet" href="style.css">'
-    script = '<script src="app.js"></script>'
+    script = '<script type="module" src="app.js"></script>'
     if link not in html or script not in html:  # pragma: no cover - guards a broken edit of index.html
         raise RuntimeError("index.html lost its stylesheet link or script tag; cannot inline them")
     html = html.replace('<meta charset="utf-8">',
@@ -143,14 +187,17 @@ def render_html(snap: dict) -> str:
     return html
 
 
-def export_html(explorer: Explorer, path: str | os.PathLike) -> Path:
-    """Write the self-contained page to ``path`` (atomically) and return the path."""
+def export_html(explorer: Explorer, path: str | os.PathLike, *, progress=None) -> Path:
+    """Write the self-contained page to ``path`` (atomically) and return the path.
+
+    ``progress(done, total)`` is called while the answers are computed (see :func:`print_progress`).
+    """
     out = Path(path)
     if out.suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"the export file must end in .html, got {str(out)!r}")
     if not out.parent.exists():
         raise FileNotFoundError(f"folder {str(out.parent)!r} does not exist")
-    html = render_html(snapshot(explorer))
+    html = render_html(snapshot(explorer, progress))
     fd, tmp = tempfile.mkstemp(prefix=".relpos-export-", suffix=".html", dir=out.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -16,11 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-VIEWS = (("1-relative-distance", "offsets"), ("2-bias-matrices", "bias"), ("2b-content-fox", "bias:fox"),
+VIEWS = (("0-compose", "compose"), ("1-relative-distance", "offsets"), ("2-bias-matrices", "bias"), ("2b-content-fox", "bias:fox"),
          ("3-absolute-vs-relative", "shift"), ("4-extrapolation", "extrap"), ("5-attention-maps", "attn"))
 #: (file name, view[:scheme of view 2], language, window width) of every shot
 SHOTS = tuple((name, view, "en", 1280) for name, view in VIEWS) + (
-    ("zh-1-relative-distance", "offsets", "zh", 1280), ("zh-2-bias-matrices", "bias", "zh", 1280),
+    ("zh-0-compose", "compose", "zh", 1280), ("zh-1-relative-distance", "offsets", "zh", 1280), ("zh-2-bias-matrices", "bias", "zh", 1280),
     ("zh-2b-content-fox", "bias:fox", "zh", 1280), ("narrow-1-relative-distance", "offsets", "en", 400))
 
 
@@ -41,7 +41,14 @@ def train_demo_checkpoint(out: Path, steps: int, scheme: str = "alibi") -> Path:
 
 def _prepare(page, view: str) -> None:
     """Put each view in a telling state before the shot."""
-    if view == "offsets":
+    if view == "compose":
+        page.wait_for_selector("#v0-walk [data-step=logit]")
+        page.focus("[data-key='logits']")
+        for _ in range(3):
+            page.keyboard.press("ArrowDown")
+        page.keyboard.press("ArrowRight")
+        page.evaluate("window.scrollTo(0, 0)")
+    elif view == "offsets":
         page.click("#v1-tokens .tok[data-j='3']")
     elif view.startswith("bias:"):  # a content-dependent scheme on its example sentence
         page.wait_for_function("() => document.querySelector('#v2-hm-cap').textContent.length > 0")

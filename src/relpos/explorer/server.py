@@ -1,25 +1,35 @@
 """A small local web server for the explorer (standard library only).
 
-It serves exactly three static files (``index.html``, ``app.js``, ``style.css``,
-read from the package, never from a path taken from the request) and the JSON
-API of :class:`relpos.explorer.api.Explorer` under ``/api/<route>``.
+It serves the packaged static files (``index.html``, ``style.css`` and the
+page's JavaScript modules, listed once at import from the package, never
+looked up from a path taken from the request) and the JSON API of
+:class:`relpos.explorer.api.Explorer` under ``/api/<route>``.
 
 Safety:
 
-* binds ``127.0.0.1`` unless told otherwise, on a free port by default;
+* binds ``127.0.0.1`` unless told otherwise (IPv4 or IPv6, e.g. ``::1``), on a
+  free port by default; an unresolvable host or a port in use is a clear error;
 * checks the ``Host`` header on loopback binds (so a web page elsewhere cannot
   reach it through DNS rebinding);
 * caps the query string and request body sizes; the API caps sequence lengths,
-  text lengths and head counts and answers with a clear message;
+  text lengths and head counts, and the cost (parameters and arithmetic) a
+  combination of options implies, and answers with a clear message;
+* every request must arrive whole within ``Limits.read_timeout_s`` (a
+  half-sent request is dropped), at most ``Limits.max_connections`` are served
+  at once (more wait briefly, then get a 503), with a listen backlog of
+  ``Limits.listen_backlog``;
 * sends a Content-Security-Policy that allows nothing but its own origin.
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
+import socket
 import sys
 import threading
+import time
 import traceback
 from functools import lru_cache
 from http import HTTPStatus
@@ -29,15 +39,34 @@ from urllib.parse import parse_qsl, urlsplit
 
 from relpos.explorer.api import ApiError, Explorer
 
-__all__ = ["ExplorerServer", "make_server", "serve", "STATIC_FILES", "static_text"]
+__all__ = ["BindError", "ExplorerServer", "make_server", "serve", "serve_in_thread", "STATIC_FILES",
+           "static_text", "resolve"]
 
-#: URL path -> (file in explorer/static, content type). Nothing else is served.
-STATIC_FILES: dict[str, tuple[str, str]] = {
-    "/": ("index.html", "text/html; charset=utf-8"),
-    "/index.html": ("index.html", "text/html; charset=utf-8"),
-    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
-    "/style.css": ("style.css", "text/css; charset=utf-8"),
-}
+_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+          ".css": "text/css; charset=utf-8"}
+
+
+def _list_static() -> dict[str, tuple[str, str]]:
+    out: dict[str, tuple[str, str]] = {}
+    root = resources.files("relpos.explorer").joinpath("static")
+
+    def walk(node, prefix: str) -> None:
+        for child in node.iterdir():
+            rel = prefix + child.name
+            if child.is_dir():
+                walk(child, rel + "/")
+                continue
+            ext = "." + child.name.rsplit(".", 1)[-1] if "." in child.name else ""
+            if ext in _TYPES:
+                out["/" + rel] = (rel, _TYPES[ext])
+
+    walk(root, "")
+    out["/"] = out["/index.html"]
+    return out
+
+
+#: URL path -> (file under explorer/static, content type). Nothing else is served.
+STATIC_FILES: dict[str, tuple[str, str]] = _list_static()
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -47,11 +76,14 @@ CSP = (
 
 @lru_cache(maxsize=None)
 def _static_bytes(name: str) -> bytes:
-    return resources.files("relpos.explorer").joinpath("static", name).read_bytes()
+    node = resources.files("relpos.explorer").joinpath("static")
+    for part in name.split("/"):
+        node = node.joinpath(part)
+    return node.read_bytes()
 
 
 def static_text(name: str) -> str:
-    """One of the packaged static files, as text."""
+    """One of the packaged static files (a path under ``static/``), as text."""
     return _static_bytes(name).decode("utf-8")
 
 
@@ -59,13 +91,46 @@ def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
 
 
+class BindError(OSError, ValueError):
+    """The server cannot listen where asked (port in use, address not on this machine, permission).
+
+    Both an ``OSError`` (what it is) and a ``ValueError`` (a bad ``--host`` /
+    ``--port`` the user can fix), so a CLI that reports ValueErrors as one line
+    reports this one too.
+    """
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+def resolve(host: str, port: int) -> tuple[int, tuple]:
+    """``(address family, socket address)`` to bind for ``host`` (a name, IPv4 or IPv6 address).
+
+    Raises:
+        ValueError: the host cannot be resolved (the message says what to pass instead).
+    """
+    if not isinstance(host, str) or not host.strip():
+        raise ValueError(f"host must be a host name or an IP address, got {host!r}")
+    name = host.strip().strip("[]")
+    try:
+        infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ValueError(f"cannot resolve host {host!r} ({e.strerror}); pass an IP address such as "
+                         f"127.0.0.1 or ::1") from None
+    except UnicodeError:
+        raise ValueError(f"host {host!r} is not a valid host name") from None
+    infos.sort(key=lambda i: i[0] != socket.AF_INET)  # prefer IPv4 when a name has both
+    family, _, _, _, sockaddr = infos[0]
+    return family, sockaddr
+
+
 class ExplorerServer(ThreadingHTTPServer):
-    """``ThreadingHTTPServer`` carrying the :class:`Explorer` it answers for."""
+    """``ThreadingHTTPServer`` carrying the :class:`Explorer` it answers for, with the limits above."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -73,16 +138,106 @@ class ExplorerServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], explorer: Explorer, *, quiet: bool = True) -> None:
         self.explorer = explorer
         self.quiet = quiet
-        super().__init__(address, _Handler)
+        lim = explorer.limits
+        self.request_queue_size = lim.listen_backlog
+        self._slots = threading.BoundedSemaphore(lim.max_connections)
+        self._deadlines: dict[socket.socket, float] = {}
+        self._deadline_lock = threading.Lock()
+        self._closing = threading.Event()
+        host, port = address
+        self.address_family, sockaddr = resolve(host, port)
+        try:
+            super().__init__(sockaddr, _Handler)
+        except OSError as e:
+            raise _bind_error(e, host, port) from None
+        bound_host, bound_port = self.server_address[:2]
+        self.loopback = _is_loopback(host) or _is_loopback(bound_host)
+        self.allowed_hosts = {f"{h}:{bound_port}" for h in ("127.0.0.1", "localhost", "[::1]", host,
+                                                            f"[{bound_host}]" if ":" in bound_host else bound_host)}
+        threading.Thread(target=self._watchdog, name="relpos-explorer-watchdog", daemon=True).start()
+
+    def server_bind(self) -> None:
+        # like HTTPServer.server_bind, without the reverse DNS lookup of getfqdn()
+        import socketserver
+
+        socketserver.TCPServer.server_bind(self)
         host, port = self.server_address[:2]
-        self.loopback = _is_loopback(address[0])
-        self.allowed_hosts = {f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]", address[0])}
+        self.server_name = host
+        self.server_port = port
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}/"
+
+    # ------------------------------------------------------- connection limits
+
+    def process_request(self, request, client_address) -> None:
+        lim = self.explorer.limits
+        if not self._slots.acquire(timeout=lim.connection_wait_s):
+            try:
+                request.settimeout(1.0)
+                body = b'{"error":"the explorer is busy (too many connections); try again","code":"busy"}'
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
+                                + str(len(body)).encode() + b"\r\n\r\n" + body)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.unwatch(request)
+            self._slots.release()
+
+    def watch(self, sock: socket.socket, seconds: float) -> None:
+        """Drop ``sock`` unless :meth:`unwatch` is called within ``seconds``."""
+        with self._deadline_lock:
+            self._deadlines[sock] = time.monotonic() + seconds
+
+    def unwatch(self, sock: socket.socket) -> None:
+        with self._deadline_lock:
+            self._deadlines.pop(sock, None)
+
+    def _watchdog(self) -> None:
+        while not self._closing.wait(0.25):
+            now = time.monotonic()
+            with self._deadline_lock:
+                late = [s for s, t in self._deadlines.items() if t < now]
+                for s in late:
+                    del self._deadlines[s]
+            for s in late:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def server_close(self) -> None:
+        self._closing.set()
+        super().server_close()
+
+
+def _bind_error(e: OSError, host: str, port: int) -> BindError:
+    if e.errno == errno.EADDRINUSE:
+        msg = f"port {port} on {host} is already in use; pick another --port, or 0 for a free one"
+    elif e.errno == errno.EADDRNOTAVAIL:
+        msg = f"{host} is not an address of this machine; use 127.0.0.1 or ::1"
+    elif e.errno in (errno.EACCES, errno.EPERM):
+        msg = f"no permission to listen on port {port} (ports below 1024 need root); pick one above 1023, or 0"
+    elif e.errno == errno.EAFNOSUPPORT:
+        msg = f"this machine cannot listen on {host} (address family not supported)"
+    else:
+        msg = f"cannot listen on {host} port {port}: {e.strerror or e}"
+    return BindError(e.errno or 0, msg)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -92,6 +247,20 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     # -------------------------------------------------------------- plumbing
+
+    def setup(self) -> None:
+        self.timeout = self.server.explorer.limits.read_timeout_s  # per read; the watchdog bounds the whole
+        super().setup()
+
+    def handle_one_request(self) -> None:
+        # the request line, headers and body must all arrive within read_timeout_s (idle waits included)
+        self.server.watch(self.connection, self.server.explorer.limits.read_timeout_s)
+        try:
+            super().handle_one_request()
+        except (ConnectionError, TimeoutError, OSError):
+            self.close_connection = True
+        finally:
+            self.server.unwatch(self.connection)
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
         if not self.server.quiet:
@@ -151,7 +320,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         lim = self.server.explorer.limits
         try:
-            length = int(self.headers.get("Content-Length", ""))
+            raw_length = self.headers.get("Content-Length", "")
+            if len(raw_length) > 20:
+                raise ValueError(raw_length)
+            length = int(raw_length)
         except ValueError:
             self.close_connection = True
             return self._error(ApiError("a POST needs a Content-Length", status=411))
@@ -161,6 +333,9 @@ class _Handler(BaseHTTPRequestHandler):
                                         f"{lim.max_body_bytes}", code="too_large", status=413,
                                         limit=lim.max_body_bytes, unit="bytes"))
         body = self.rfile.read(length)
+        if len(body) != length:  # the client went away or was dropped by the read deadline
+            self.close_connection = True
+            return None
         self._dispatch(body)
 
     def _not_allowed(self) -> None:
@@ -170,6 +345,7 @@ class _Handler(BaseHTTPRequestHandler):
     do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed  # noqa: N815
 
     def _dispatch(self, body: bytes | None) -> None:
+        self.server.unwatch(self.connection)  # the request is in; computing it is not bounded by the read deadline
         if not self._host_ok():
             self.close_connection = True
             return self._error(ApiError("unexpected Host header; open the address relpos explore printed",
@@ -200,9 +376,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 def make_server(explorer: Explorer | None = None, host: str = "127.0.0.1", port: int = 0,
                 *, quiet: bool = True) -> ExplorerServer:
-    """Bind a server (not yet serving). ``port=0`` picks a free port; see ``server.url``."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"port must be an int in 0..65535, got {port!r}")
+    """Bind a server (not yet serving). ``port=0`` picks a free port; see ``server.url``.
+
+    Raises:
+        TypeError: ``port`` is not an int.
+        ValueError: ``port`` outside 0..65535, or ``host`` cannot be resolved.
+        BindError: (an OSError and a ValueError) the port is in use, the address is
+            not on this machine, or binding is not permitted; the message says what to do.
+    """
+    from relpos.validation import check_int
+
+    check_int("port", port, 0, 65535)
     return ExplorerServer((host, port), explorer or Explorer(), quiet=quiet)
 
 

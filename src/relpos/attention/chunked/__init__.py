@@ -1,0 +1,115 @@
+"""Memory-efficient attention for every scheme (``impl="chunked"``).
+
+Extra memory grows with ``N x block`` (or ``N x D``), never ``N x N``, in the
+forward *and* the backward pass: every engine is a
+:class:`torch.autograd.Function` that saves only ``q, k, v``, the output and one
+log-sum-exp per row, and recomputes position terms block by block in backward.
+Gradients reach every learned tensor of the scheme (tables, slopes, MLPs, and
+tensors a scheme borrows from the model, such as DeBERTa's bound projections).
+
+The implementation picks one engine per call: the first of :data:`ENGINES`
+whose ``eligible(req)`` is true (:func:`engine_for`; logged at DEBUG level under
+``relpos.attention`` and kept in :data:`last_engine`). Each serves the whole
+request exactly -- they are strategies of this one implementation, not
+fallbacks to another. Engines choose by the scheme's *capabilities*, never by
+its name:
+
+* :mod:`~relpos.attention.chunked.sdpa` -- no term inside attention;
+* :mod:`~relpos.attention.chunked.regions` -- a Toeplitz bias (``toeplitz = True``),
+  with the :meth:`~relpos.encodings.base.Encoding.saturation_distance` shortcut;
+* :mod:`~relpos.attention.chunked.clipped` -- clipped tables
+  (:meth:`~relpos.encodings.base.Encoding.clipped_tables`, Shaw);
+* :mod:`~relpos.attention.chunked.relkey` -- relative keys
+  (:meth:`~relpos.encodings.base.Encoding.relative_keys`, Transformer-XL);
+* :mod:`~relpos.attention.chunked.keybias` -- a per-key score
+  (:meth:`~relpos.encodings.base.Encoding.key_bias`, FoX);
+* :mod:`~relpos.attention.chunked.blocks` -- everything else (always eligible).
+
+An engine module defines ``NAME``, ``DENSE_BELOW_PAIRS`` (the size below which
+``impl="auto"`` prefers ``"dense"`` on CPU), ``eligible(req) -> bool`` and
+``run(req, q, k, tvals, lo) -> Tensor``; shared pieces are in
+:mod:`~relpos.attention.chunked.kernels`.
+
+Numerics: probabilities are formed with :func:`~relpos.attention.chunked.kernels.exp_`,
+which clamps logits at -87 first: PyTorch's vectorised ``exp`` is ~100x slower on
+inputs whose result is subnormal. Subnormals elsewhere (matmuls on tiny
+probabilities, e.g. ALiBi far keys) are a CPU-wide cost that
+``torch.set_flush_denormal(True)`` removes; ``relpos bench`` sets it (see
+``benchmarks/README.md``).
+
+Block sizes: see :data:`BLOCK_BYTES` (tests lower :data:`FORCE_ROWS` to exercise many blocks).
+"""
+
+from __future__ import annotations
+
+import logging
+from types import ModuleType
+
+from torch import Tensor
+
+from relpos.attention import Request
+from relpos.attention.chunked import blocks, clipped, keybias, regions, relkey, sdpa
+from relpos.attention.chunked.kernels import toeplitz_terms
+from relpos.attention.chunked.regions import saturation_distance
+from relpos.distance import offsets_range
+
+__all__ = ["supports", "run", "engine_for", "engine", "ENGINES", "last_engine", "saturation_distance", "BLOCK_BYTES"]
+
+log = logging.getLogger("relpos.attention")
+
+#: Target size in bytes of one block of logits ``(B, H, rows, keys)`` in the
+#: ``"blocks"`` engine and of the recomputation passes of ``"relkey"``.
+BLOCK_BYTES = 8 * 2**20
+#: Minimum / maximum query rows per block.
+MIN_ROWS, MAX_ROWS = 16, 1024
+#: Size of the masked diagonal squares of the causal staircase (``"regions"``).
+DIAG_ROWS = 256
+#: Working set of one block of the ``"regions"`` backward passes: heads per block and
+#: target bytes of one ``(B, heads, rows, keys)`` tensor (small enough to stay in cache).
+HEADS_PER_BLOCK = 2
+HANKEL_BLOCK_BYTES = 2 * 2**20
+#: Testing hook: force this many query rows per block (None = automatic).
+FORCE_ROWS: int | None = None
+
+#: The engines, in the order they are tried (the last one serves everything).
+ENGINES: tuple[ModuleType, ...] = (sdpa, regions, clipped, relkey, keybias, blocks)
+
+#: Name of the engine the last call used (for tests, benchmarks and debugging).
+last_engine: str | None = None
+
+
+def supports(req: Request) -> str | None:
+    """Every scheme, mode and device is served (``"blocks"`` covers all)."""
+    return None
+
+
+def engine(req: Request) -> ModuleType:
+    """The engine module :func:`run` uses for this request (the first eligible one)."""
+    for eng in ENGINES:
+        if eng.eligible(req):
+            return eng
+    raise AssertionError("the 'blocks' engine is always eligible")  # pragma: no cover
+
+
+def engine_for(req: Request) -> str:
+    """Name of the engine :func:`run` uses: one of the ``NAME`` s of :data:`ENGINES`."""
+    return engine(req).NAME
+
+
+def run(req: Request) -> Tensor:
+    global last_engine
+    from relpos.attention.dense import rotated_qk
+
+    q, k = rotated_qk(req)  # autograd handles the rotation (O(N D))
+    eng = engine(req)
+    B, H, Nq, Nk, D = req.shape
+    log.debug("chunked: scheme=%s engine=%s B=%d H=%d Nq=%d Nk=%d causal=%s",
+              req.encoding.name, eng.NAME, B, H, Nq, Nk, req.causal)
+    last_engine = eng.NAME
+    tvals, lo = None, -(req.q_offset + Nq - 1)  # offsets d = j - i run from lo to Nk - 1 - q_offset
+    if eng is not sdpa and toeplitz_terms(req):
+        offs = offsets_range(Nq, Nk, req.q_offset).to(q.device)
+        tvals = req.encoding.relative_bias(offs)  # (H, Nq + Nk - 1), float32, autograd to the parameters
+        if tvals.dim() != 2:
+            raise RuntimeError(f"scheme {req.encoding.name!r}: relative_bias returned shape {tuple(tvals.shape)}")
+    return eng.run(req, q, k, tvals, lo)

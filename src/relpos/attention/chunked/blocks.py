@@ -1,0 +1,301 @@
+"""The ``"blocks"`` engine: query blocks against all (causally visible) keys.
+
+Serves every request (FIRE and other non-Toeplitz biases, DeBERTa, CoPE, FoX,
+explicit positions, key padding, half precision, any device, ``Dv != D``). Each
+block forms its logits, softmax and output explicitly, calling the scheme's own
+``bias``/``score``/``value`` on just that block; bias-only blocks on CPU use the
+fused flash kernel for the forward. The backward recomputes each block and
+obtains the scheme's gradients by differentiating the recomputed term once.
+Fully masked rows give zeros, never NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from relpos.attention import Request
+from relpos.attention.chunked.kernels import (
+    add_grads,
+    compute_dtype,
+    diag_sums,
+    exp_,
+    flash_ops,
+    rows_per_block,
+    toeplitz_block,
+)
+
+NAME = "blocks"
+#: Below this many (query, key) pairs per head ``auto`` prefers ``"dense"`` on CPU
+#: (measured with a model-sized batch: 1.2-3x slower than dense at N = 256-512, faster from 1024).
+DENSE_BELOW_PAIRS = 768 * 768
+
+
+def eligible(req: Request) -> bool:
+    """Always: this engine is the general case."""
+    return True
+
+
+def _leaf_tensors(t: Tensor) -> list[Tensor]:
+    """Leaf tensors requiring grad that ``t`` was computed from (walks the autograd graph)."""
+    out, seen, stack = [], set(), [t.grad_fn] if t.grad_fn is not None else []
+    ids = set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        var = getattr(fn, "variable", None)
+        if var is not None:
+            if id(var) not in ids:
+                ids.add(id(var))
+                out.append(var)
+            continue
+        stack.extend(f for f, _ in fn.next_functions)
+    return out
+
+
+def _probe_leaves(req: Request, q: Tensor, k: Tensor, gen_bias: bool) -> list[Tensor]:
+    """Leaves the scheme's per-block terms depend on (found on a 1 x 1 probe)."""
+    enc = req.encoding
+    leaves: list[Tensor] = []
+    with torch.enable_grad():
+        qp, kp = req.qpos[:, :1], req.kpos[:, :1]
+        outs = []
+        if gen_bias:
+            outs.append(enc.bias(qp, kp))
+        if "score" in enc.acts_on:
+            outs.append(enc.score(q[:, :, :1].detach(), k[:, :, :1].detach(), qp, kp, req.scale))
+        if "value" in enc.acts_on:
+            B, H = q.shape[:2]
+            p = torch.ones(B, H, 1, 1, dtype=compute_dtype(q.dtype), device=q.device)
+            outs.append(enc.value(p, qp, kp))
+    for o in outs:
+        if isinstance(o, Tensor) and o.requires_grad:
+            for leaf in _leaf_tensors(o):
+                if all(leaf is not x for x in leaves):
+                    leaves.append(leaf)
+    return leaves
+
+
+
+def run(req: Request, q: Tensor, k: Tensor, tvals: Tensor | None, lo: int) -> Tensor:
+    """``q, k``: rotated; ``tvals (H, L)``: the Toeplitz bias on offsets ``lo..`` or None."""
+    enc = req.encoding
+    gen_bias = "bias" in enc.acts_on and tvals is None
+    leaves = _probe_leaves(req, q, k, gen_bias) if (gen_bias or enc.acts_on & {"score", "value"}) else []
+    cfg = _BlockCfg(req, lo, gen_bias, len(leaves))
+    return _BlockFn.apply(cfg, q, k, req.v, tvals, *leaves)
+
+
+class _BlockCfg:
+    """Static description of one call of the ``"blocks"`` engine."""
+
+    def __init__(self, req: Request, lo: int, gen_bias: bool, n_leaves: int) -> None:
+        enc = req.encoding
+        B, H, Nq, Nk, D = req.shape
+        self.enc = enc
+        self.B, self.H, self.Nq, self.Nk = B, H, Nq, Nk
+        self.Dv = req.v.shape[-1]
+        self.scale = req.scale
+        self.causal = req.causal
+        self.qo = req.q_offset
+        self.qpos, self.kpos = req.qpos, req.kpos
+        self.kpm = req.key_padding_mask
+        self.lo = lo
+        self.gen_bias = gen_bias
+        self.has_score = "score" in enc.acts_on
+        self.has_value = "value" in enc.acts_on
+        self.n_leaves = n_leaves
+        self.cd = compute_dtype(req.q.dtype)
+        itemsize = torch.finfo(self.cd).bits // 8
+        self.rows = rows_per_block(B * H, Nk, itemsize)
+        # bias-only terms without padding: the forward can use the fused CPU kernel
+        self.fused_forward = (
+            not self.has_score and not self.has_value and self.kpm is None and self.Dv == D
+            and req.q.device.type == "cpu" and flash_ops() is not None
+        )
+
+    def blocks(self):
+        for a in range(0, self.Nq, self.rows):
+            b = min(self.Nq, a + self.rows)
+            C = min(self.Nk, self.qo + b) if self.causal else self.Nk
+            yield a, b, C
+
+
+def _mask_block(s: Tensor, cfg: _BlockCfg, a: int, b: int, C: int) -> None:
+    """Set masked logits of block rows ``[a, b)`` x keys ``[0, C)`` to -inf, in place."""
+    if cfg.causal:
+        first = cfg.qo + a + 1  # row a sees keys <= qo + a
+        if first < C:
+            t = torch.arange(a, b, device=s.device)[:, None] + cfg.qo
+            j = torch.arange(first, C, device=s.device)[None, :]
+            s[..., first:].masked_fill_(j > t, float("-inf"))
+    if cfg.kpm is not None:
+        s.masked_fill_(~cfg.kpm[:, None, None, :C], float("-inf"))
+
+
+def _block_base(cfg: _BlockCfg, qb: Tensor, kr: Tensor, tvals: Tensor | None, a: int, b: int, C: int,
+                sub: Tensor | None = None) -> Tensor:
+    """``scale * q k^T + toeplitz bias [- sub]`` for one block, ``(B, H, R, C)`` in the compute dtype."""
+    B, H, R = cfg.B, cfg.H, b - a
+    s = torch.empty(B, H, R, C, dtype=cfg.cd, device=qb.device)
+    q3 = qb.reshape(B * H, R, qb.shape[-1])
+    k3 = kr.reshape(B * H, C, kr.shape[-1]).transpose(1, 2)
+    if tvals is not None:
+        tb = toeplitz_block(tvals, cfg.lo, -(cfg.qo + b - 1), R, C)  # (H, R, C)
+        if sub is not None:
+            torch.sub(tb, sub, out=s)
+        else:
+            s.copy_(tb)
+        s.view(B * H, R, C).baddbmm_(q3, k3, alpha=cfg.scale)
+    else:
+        torch.baddbmm(s.view(B * H, R, C), q3, k3, beta=0.0, alpha=cfg.scale, out=s.view(B * H, R, C))
+        if sub is not None:
+            s.sub_(sub)
+    return s
+
+
+class _BlockFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cfg: _BlockCfg, q, k, v, tvals, *leaves):
+        enc, cd = cfg.enc, cfg.cd
+        qc, kc, vc = q.to(cd), k.to(cd), v.to(cd)
+        tv = None if tvals is None else tvals.to(cd)
+        B, H, Nq = cfg.B, cfg.H, cfg.Nq
+        out = torch.empty(B, H, Nq, cfg.Dv, dtype=cd, device=q.device)
+        lse = torch.empty(B, H, Nq, dtype=cd, device=q.device)
+        tiny = torch.finfo(cd).tiny
+        fused = flash_ops() if cfg.fused_forward else None
+        for a, b, C in cfg.blocks():
+            qb, kr, vr = qc[:, :, a:b], kc[:, :, :C], vc[:, :, :C]
+            qp, kp = cfg.qpos[:, a:b], cfg.kpos[:, :C]
+            if fused is not None:
+                # position term (+ causal -inf) as the fused kernel's additive mask
+                if tv is not None:
+                    mask = toeplitz_block(tv, cfg.lo, -(cfg.qo + b - 1), b - a, C)[None]  # (1, H, R, C) view
+                elif cfg.gen_bias:
+                    mask = enc.bias(qp, kp).to(cd)  # (B|1, H, R, C)
+                else:  # no position term inside attention: only the causal mask
+                    mask = torch.zeros(1, 1, b - a, C, dtype=cd, device=q.device)
+                if cfg.causal and cfg.qo + a + 1 < C:
+                    mask = mask.clone() if tv is not None else mask
+                    _mask_block(mask, cfg, a, b, C)
+                o, l = fused[0](qb, kr, vr, 0.0, False, attn_mask=mask, scale=cfg.scale)
+                out[:, :, a:b] = o
+                lse[:, :, a:b] = l
+                continue
+            s = _block_base(cfg, qb, kr, tv, a, b, C)
+            if cfg.gen_bias:
+                s += enc.bias(qp, kp).to(cd)
+            if cfg.has_score:
+                s += enc.score(qb, kr, qp, kp, cfg.scale).to(cd)
+            _mask_block(s, cfg, a, b, C)
+            m = s.amax(-1, keepdim=True)
+            empty = m == -math.inf  # rows with no allowed key
+            m = torch.where(empty, torch.zeros_like(m), m)
+            p = exp_(s.sub_(m))
+            if cfg.kpm is not None:
+                p.masked_fill_(empty, 0.0)
+            l = p.sum(-1, keepdim=True)  # (B, H, R, 1)
+            if cfg.has_value:
+                p.div_(l.clamp_min(tiny))
+                o = p @ vr + enc.value(p, qp, kp).to(cd)
+            else:
+                o = (p @ vr).div_(l.clamp_min(tiny))
+            out[:, :, a:b] = o
+            lse[:, :, a:b] = torch.where(l > 0, m + l.log(), torch.full_like(l, math.inf)).squeeze(-1)
+        ctx.cfg = cfg
+        ctx.in_dtypes = (q.dtype, k.dtype, v.dtype)
+        ctx.tvals_dtype = None if tvals is None else tvals.dtype
+        ctx.save_for_backward(qc, kc, vc, tv, out, lse, *leaves)
+        return out.to(q.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        cfg: _BlockCfg = ctx.cfg
+        enc, cd = cfg.enc, cfg.cd
+        qc, kc, vc, tv, out, lse, *leaves = ctx.saved_tensors
+        need_q, need_k, need_v = ctx.needs_input_grad[1:4]
+        need_t = ctx.needs_input_grad[4]
+        do = dout.to(cd)
+        dq = torch.zeros_like(qc)
+        dk = torch.zeros_like(kc)
+        dv = torch.zeros_like(vc)
+        dtv = torch.zeros_like(tv) if (tv is not None and need_t) else None
+        dleaves: list = [None] * len(leaves)
+        delta = (do * out).sum(-1)  # (B, H, Nq)
+        B, H = cfg.B, cfg.H
+        for a, b, C in cfg.blocks():
+            R = b - a
+            qb, kr, vr = qc[:, :, a:b], kc[:, :, :C], vc[:, :, :C]
+            qp, kp = cfg.qpos[:, a:b], cfg.kpos[:, :C]
+            dob = do[:, :, a:b]
+            s = _block_base(cfg, qb, kr, tv, a, b, C)
+            sc = qleaf = kleaf = bb = None
+            if cfg.gen_bias:
+                with torch.enable_grad():  # evaluated once: its value now, its gradient below
+                    bb = enc.bias(qp, kp)  # (B|1, H, R, C)
+                s += bb.detach().to(cd)
+            if cfg.has_score:
+                with torch.enable_grad():
+                    qleaf = qb.detach().requires_grad_(True)
+                    kleaf = kr.detach().requires_grad_(True)
+                    sc = enc.score(qleaf, kleaf, qp, kp, cfg.scale)
+                s += sc.detach().to(cd)
+            _mask_block(s, cfg, a, b, C)
+            lb = lse[:, :, a:b, None]
+            p = exp_(s.sub_(lb))  # normalised probabilities
+            if cfg.kpm is not None:
+                p.masked_fill_(lb == math.inf, 0.0)  # rows with no allowed key
+            dp = torch.matmul(dob, vr.transpose(-1, -2))  # (B, H, R, C)
+            if cfg.has_value:
+                with torch.enable_grad():
+                    pleaf = p.detach().requires_grad_(True)
+                    val = enc.value(pleaf, qp, kp)
+                    g = torch.autograd.grad(val, [pleaf, *leaves], dob.to(val.dtype), allow_unused=True)
+                dp += g[0].to(cd)
+                add_grads(dleaves, g[1:])
+                d_row = (p * dp).sum(-1, keepdim=True)
+            else:
+                d_row = delta[:, :, a:b, None]
+            if need_v:
+                dv[:, :, :C] += torch.matmul(p.transpose(-1, -2), dob)
+            ds = dp.sub_(d_row).mul_(p)  # (B, H, R, C)
+            if need_q:
+                dq[:, :, a:b] += torch.matmul(ds, kr).mul_(cfg.scale)
+            if need_k:
+                dk[:, :, :C] += torch.matmul(ds.transpose(-1, -2), qb).mul_(cfg.scale)
+            if dtv is not None:
+                d_min = -(cfg.qo + b - 1)
+                s0 = d_min - cfg.lo
+                dtv[:, s0 : s0 + R + C - 1] += diag_sums(ds.sum(0))
+            if bb is not None and bb.requires_grad:
+                gb = ds if bb.shape[0] == B else ds.sum(0, keepdim=True)
+                g = torch.autograd.grad(bb, leaves, gb.to(bb.dtype), allow_unused=True)
+                add_grads(dleaves, g)
+            if sc is not None:
+                g = torch.autograd.grad(sc, [qleaf, kleaf, *leaves], ds.to(sc.dtype), allow_unused=True)
+                if g[0] is not None and need_q:
+                    dq[:, :, a:b] += g[0].to(cd)
+                if g[1] is not None and need_k:
+                    dk[:, :, :C] += g[1].to(cd)
+                add_grads(dleaves, g[2:])
+        q_dt, k_dt, v_dt = ctx.in_dtypes
+        grads = [
+            None,
+            dq.to(q_dt) if need_q else None,
+            dk.to(k_dt) if need_k else None,
+            dv.to(v_dt) if need_v else None,
+            None if dtv is None else dtv.to(ctx.tvals_dtype),
+        ]
+        for i, g in enumerate(dleaves):
+            if g is not None:
+                g = g.to(leaves[i].dtype)
+            grads.append(g)
+        return tuple(grads)
+

@@ -1,0 +1,145 @@
+"""The ``"relkey"`` engine: relative keys, e.g. Transformer-XL (Dai et al. 2019).
+
+Serves any scheme whose :meth:`~relpos.encodings.base.Encoding.relative_keys`
+describes its score as ``scale (u . k_j + (q_i + v) . r(j - i))``, on CPU in
+float32/float64 with contiguous positions, no key padding and ``Dv == D``.
+``u . k_j`` is folded into the queries (``(q + u) . k``); the position term
+``(q + v) . r`` is one ``(rows, Nq + Nk)`` matmul per query block against the
+relative keys on the distinct offsets, and the ``(rows, keys)`` term is a
+zero-copy strided view of it, passed to the fused kernel as its mask. The
+backward recomputes it and writes ``dS`` through the same skew
+(:func:`~relpos.attention.chunked.kernels.block_backward`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from relpos.attention import Request
+from relpos.attention.chunked.kernels import block_backward, cpu_flash_ok, flash_ops, knob, skewed
+from relpos.distance import offsets_range
+
+NAME = "relkey"
+#: Below this many pairs per head ``auto`` prefers ``"dense"`` on CPU (see :mod:`relpos.attention.auto`).
+DENSE_BELOW_PAIRS = 768 * 768
+
+
+def eligible(req: Request) -> bool:
+    """The score is the scheme's only term and has the relative-key form, served by the CPU flash kernel."""
+    enc = req.encoding
+    return enc.acts_on - {"embedding", "qk"} == {"score"} and cpu_flash_ok(req) and enc.relative_keys() is not None
+
+
+def run(req: Request, q: Tensor, k: Tensor, tvals: Tensor | None, lo: int) -> Tensor:
+    """``scale * ((q + u) . k_j + (q + v) . r[j - i])`` with ``r`` on the offsets ``lo..`` (``q, k`` rotated)."""
+    B, H, Nq, Nk, D = req.shape
+    rk = req.encoding.relative_keys()
+    offs = offsets_range(Nq, Nk, req.q_offset).to(q.device)
+    rtab = rk.keys(offs)  # (H, L, D) float32, autograd to the scheme's parameters
+    qu = q if rk.u is None else q + rk.u.to(q.dtype)[None, :, None, :]
+    qv = q if rk.v is None else q + rk.v.to(q.dtype)[None, :, None, :]
+    return _RelKeyFn.apply(_RelKeyCfg(req, lo), qu, qv, k, req.v, rtab)
+
+
+class _RelKeyCfg:
+    """Logits ``scale * (q_u . k_j + q_v . r[j - i])`` with ``r`` given on every offset ``lo..hi``."""
+
+    def __init__(self, req: Request, lo: int) -> None:
+        B, H, Nq, Nk, D = req.shape
+        self.B, self.H, self.Nq, self.Nk = B, H, Nq, Nk
+        self.scale, self.causal, self.qo, self.lo = req.scale, req.causal, req.q_offset, lo
+        itemsize = torch.finfo(req.q.dtype).bits // 8
+        if knob("FORCE_ROWS") is not None:
+            self.fwd_rows = self.rows = int(knob("FORCE_ROWS"))
+        else:
+            self.fwd_rows = int(max(knob("MIN_ROWS"), min(512, knob("BLOCK_BYTES") // max(1, B * H * (Nk + 256) * itemsize))))
+            self.rows = int(max(knob("MIN_ROWS"), min(256, knob("BLOCK_BYTES") // max(1, B * H * Nk * itemsize))))
+        self.heads_per_block = H  # measured: all heads per block is fastest here (8 matmuls per block)
+
+    def keys(self, b: int) -> int:
+        return min(self.Nk, self.qo + b) if self.causal else self.Nk
+
+
+def _relkey_pd(cfg: _RelKeyCfg, qv: Tensor, rtab: Tensor, a: int, b: int, C: int) -> tuple[Tensor, Tensor]:
+    """Per-offset position logits of rows ``[a, b)`` and their ``(rows, C)`` strided view.
+
+    ``pd[..., t, m] = scale * qv_t . r[d_min + m]`` with ``d_min = -(qo + b - 1)``; the
+    pair ``(t, j)`` has offset ``j - qo - a - t`` = column ``j - t + R - 1``, so
+    the ``(R, C)`` term is ``pd`` read with row stride ``W - 1`` (no copy).
+    Future offsets (causal) are set to -inf in ``pd``.
+    """
+    R = b - a
+    W = R + C - 1
+    d_min = -(cfg.qo + b - 1)
+    seg = rtab[:, d_min - cfg.lo : d_min - cfg.lo + W]  # (H, W, D)
+    pd = torch.matmul(qv, seg.transpose(-1, -2)).mul_(cfg.scale)  # (B, H', R, W)
+    if cfg.causal and cfg.qo + b < W:
+        pd[..., cfg.qo + b :] = float("-inf")  # columns m >= qo + b are offsets d > 0
+    st = pd.stride()
+    view = pd.as_strided((pd.shape[0], pd.shape[1], R, C), (st[0], st[1], W - 1, 1), pd.storage_offset() + R - 1)
+    return pd, view
+
+
+class _RelKeyFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cfg: _RelKeyCfg, qu, qv, k, v, rtab):
+        flash, _ = flash_ops()
+        B, H, Nq = cfg.B, cfg.H, cfg.Nq
+        rt = rtab.to(qu.dtype)
+        out = torch.empty(B, H, Nq, v.shape[-1], dtype=qu.dtype, device=qu.device)
+        lse = torch.empty(B, H, Nq, dtype=qu.dtype, device=qu.device)
+        for a in range(0, Nq, cfg.fwd_rows):
+            b = min(Nq, a + cfg.fwd_rows)
+            C = cfg.keys(b)
+            _, view = _relkey_pd(cfg, qv[:, :, a:b], rt, a, b, C)
+            o, l = flash(qu[:, :, a:b], k[:, :, :C], v[:, :, :C], 0.0, False, attn_mask=view, scale=cfg.scale)
+            out[:, :, a:b] = o
+            lse[:, :, a:b] = l
+        ctx.cfg = cfg
+        ctx.rtab_dtype = rtab.dtype
+        ctx.save_for_backward(qu, qv, k, v, rt, out, lse)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        cfg: _RelKeyCfg = ctx.cfg
+        qu, qv, k, v, rt, out, lse = ctx.saved_tensors
+        B, H, Nq = cfg.B, cfg.H, cfg.Nq
+        D, Dv = qu.shape[-1], v.shape[-1]
+        dout = dout.contiguous()
+        delta = (dout * out).sum(-1)  # (B, H, Nq)
+        dqu, dqv, dk, dv = (torch.zeros_like(x) for x in (qu, qv, k, v))
+        drt = torch.zeros_like(rt)
+        G = max(1, min(H, cfg.heads_per_block))
+        for h0 in range(0, H, G):
+            hs = slice(h0, min(H, h0 + G))
+            g = hs.stop - hs.start
+            rth = rt[hs]
+            for a in range(0, Nq, cfg.rows):
+                b = min(Nq, a + cfg.rows)
+                R, C = b - a, cfg.keys(b)
+                W = R + C - 1
+                pd, view = _relkey_pd(cfg, qv[:, hs, a:b], rth, a, b, C)
+                s = torch.empty(B, g, R, C, dtype=qu.dtype, device=qu.device)
+                torch.sub(view, lse[:, hs, a:b, None], out=s)
+                qb = qu[:, hs, a:b].reshape(B * g, R, D)
+                kb = k[:, hs, :C].reshape(B * g, C, D)
+                vb = v[:, hs, :C].reshape(B * g, C, Dv)
+                gb = dout[:, hs, a:b].reshape(B * g, R, Dv)
+                z = pd.new_zeros(B * g, R, W)  # dS laid out by offset, like pd
+                gq, gk, gv = block_backward(s.view(B * g, R, C), qb, kb, vb, gb,
+                                            delta[:, hs, a:b, None].reshape(B * g, R, 1), cfg.scale,
+                                            skewed(z, R, C, anti=False))
+                dv[:, hs, :C] += gv.view(B, g, C, Dv)
+                dqu[:, hs, a:b] += gq.view(B, g, R, D)
+                dk[:, hs, :C] += gk.view(B, g, C, D)
+                d_min = -(cfg.qo + b - 1)
+                seg = rth[:, d_min - cfg.lo : d_min - cfg.lo + W]  # (g, W, D)
+                z4 = z.view(B, g, R, W)
+                dqv[:, hs, a:b] += torch.matmul(z4, seg).mul_(cfg.scale)
+                drt[hs, d_min - cfg.lo : d_min - cfg.lo + W] += torch.matmul(
+                    z4.transpose(-1, -2), qv[:, hs, a:b]).sum(0).mul_(cfg.scale)
+        return None, dqu, dqv, dk, dv, drt.to(ctx.rtab_dtype)

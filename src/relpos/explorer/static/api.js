@@ -1,0 +1,71 @@
+/* The API client: a live page asks the server; an exported page looks answers up in its snapshot
+ * by the same key (route + JSON of the sorted [name, value] pairs). */
+import { $, fmtNum } from './dom.js';
+import { t, hasIn } from './i18n.js';
+import { SNAP, state } from './state.js';
+
+export function snapKey(route, params) {
+  const entries = Object.keys(params).sort().map((k) => [k, String(params[k])]);
+  return route + '?' + JSON.stringify(entries);
+}
+export class ApiFailure extends Error {
+  constructor(info) { super((info && info.error) || 'error'); this.info = info || {}; }
+}
+export async function api(route, params, body) {
+  params = params || {};
+  if (SNAP) {
+    if (body) throw new ApiFailure({ error: t('snapshot_readonly'), code: 'snapshot_miss' });
+    const hit = SNAP.responses[snapKey(route, params)];
+    if (!hit) throw new ApiFailure({ error: t('snapshot_miss'), code: 'snapshot_miss' });
+    if (hit.error) throw new ApiFailure(hit.error);
+    return hit.data;
+  }
+  const qs = new URLSearchParams(Object.keys(params).sort().map((k) => [k, String(params[k])])).toString();
+  const url = 'api/' + route + (qs ? '?' + qs : '');
+  const init = body ? { method: 'POST', body: body, headers: { 'Content-Type': 'application/json' } } : {};
+  const res = await fetch(url, init);
+  let data = null;
+  try { data = await res.json(); } catch (e) { data = { error: 'HTTP ' + res.status }; }
+  if (!res.ok) throw new ApiFailure(data);
+  return data;
+}
+
+// one in-flight request per view: later answers win, stale ones are dropped
+export function latest() {
+  let n = 0;
+  return async (fn) => {
+    const mine = ++n;
+    const out = await fn();
+    return mine === n ? out : undefined;
+  };
+}
+
+// The page's text for an API error. English shows the server's message (it names the field and
+// the accepted range); other languages build the sentence from the error's code, field, limit
+// and value, so no English text appears inside a translated page.
+export function errorText(err) {
+  const info = (err && err.info) || { error: String(err) };
+  const msg = info.error || String(err);
+  if (!info.code || info.code === 'snapshot_miss') return msg;  // made by the page: already translated
+  const num = (v) => (typeof v === 'number' ? fmtNum(v, 4) : v);
+  const vars = {
+    msg, field: info.field || '', fields: (info.fields || []).join(', '), limit: num(info.limit),
+    unit: info.unit ? t('unit.' + info.unit) : '', value: num(info.value)
+  };
+  const withValue = info.value !== null && info.value !== undefined;
+  for (const key of ['err.' + info.code + (withValue ? '_v' : ''), 'err.' + info.code]) {
+    if (hasIn(state.lang, key)) return t(key, vars);
+  }
+  if (state.lang !== 'en' && info.field) return t('err.field', vars);
+  return msg;
+}
+export function showError(view, err) {
+  const box = $('#' + view + '-error');
+  if (!box) return;
+  // while a view shows an error its plots are from an earlier answer: fade them so none is read as current
+  const vis = box.closest('.visual');
+  if (vis) vis.classList.toggle('stale', !!err);
+  if (!err) { box.hidden = true; box.textContent = ''; return; }
+  box.textContent = errorText(err);
+  box.hidden = false;
+}

@@ -1,0 +1,109 @@
+/* View 5: attention maps of a loaded checkpoint.
+ * create() wires the view to its DOM and returns { show, relabel, redraw }. */
+import { $, el, svg, fmtInt, fmtNum, debounce, clampInt, MINUS } from '../dom.js';
+import { t, has } from '../i18n.js';
+import { state, SNAP } from '../state.js';
+import { api, ApiFailure, latest, showError } from '../api.js';
+import { Heatmap } from '../heatmap.js';
+import { lineChart, marker } from '../linechart.js';
+import { OKABE, DASHES, MARKERS, scaleFor, colourOf, rgbCss } from '../colours.js';
+
+export function create() {
+  const run = latest();
+  let data = null, loaded = false;
+  const ckpt = $('#v5-ckpt'), text = $('#v5-text'), layer = $('#v5-layer'), head = $('#v5-head');
+  const hm = Heatmap($('#v5-heatmap'), { onCell: cell, maxSize: 460 });
+
+  function init() {
+    ckpt.replaceChildren();
+    for (const c of state.info.checkpoints) ckpt.append(el('option', { value: String(c.index) }, c.label));
+    if (!state.info.checkpoints.length) ckpt.append(el('option', { value: '', disabled: true }, '—'));
+    ckpt.disabled = !state.info.checkpoints.length;
+    ckpt.addEventListener('change', () => { fillLayers(); load(); });
+    layer.addEventListener('change', load);
+    head.addEventListener('change', render);
+    text.addEventListener('input', loadSoon);
+    text.maxLength = state.info.limits.max_text_chars;
+    if (SNAP) { text.readOnly = true; text.title = t('snapshot_readonly'); }
+    $('#v5-form').addEventListener('submit', (ev) => ev.preventDefault());
+    fillLayers();
+  }
+  function current() { return state.info.checkpoints[Number(ckpt.value)] || null; }
+  function fillLayers() {
+    const c = current();
+    layer.replaceChildren(); head.replaceChildren();
+    if (!c) return;
+    for (let l = 0; l < c.n_layers; l++) layer.append(el('option', { value: String(l) }, t('layer_n', { l: l + 1 })));
+    for (let h = 0; h < c.n_heads; h++) head.append(el('option', { value: String(h) }, t('v2.head_n', { h: h + 1 })));
+    $('#v5-ckpt-info').textContent = t('v5.ckpt_info', { scheme: c.scheme, layers: c.n_layers, heads: c.n_heads, max: c.max_len });
+  }
+  async function load() {
+    const c = current();
+    if (!c) { showError('v5', new ApiFailure({ error: t('v5.none') })); return; }
+    try {
+      const d = await run(() => api('attention', { checkpoint: ckpt.value, text: text.value, layer: layer.value || '0' }));
+      if (d === undefined) return;
+      showError('v5', null);
+      data = d;
+      render();
+    } catch (err) { showError('v5', err); }
+  }
+  const loadSoon = debounce(load, 250);
+  // top of the colour scale: the largest probability outside the first row
+  // (in a causal model query 0 can only attend to itself, so its p is always 1)
+  function topOf(mat) {
+    let top = 0;
+    mat.forEach((r, i) => r.forEach((v, j) => {
+      if ((data.causal && (j > i || i === 0)) || v === null) return;
+      if (v > top) top = v;
+    }));
+    return top || 1;
+  }
+  function cell(i, j) {
+    if (!data) return;
+    const p = data.maps[Number(head.value) || 0][i][j];
+    $('#v5-readout').textContent = t('v5.cell', { i, j, a: data.tokens[i], b: data.tokens[j], p: data.causal && j > i ? '0 (masked)' : fmtNum(p, 4) });
+  }
+  function render() {
+    if (!data) return;
+    const h = Number(head.value) || 0;
+    $('#v5-cap').textContent = t('v5.cap', { l: data.layer + 1, h: h + 1, n: data.tokens.length });
+    const top = topOf(data.maps[h]);
+    let peak = 0;
+    data.maps[h].forEach((r, i) => r.forEach((v, j) => { if (!(data.causal && j > i) && v !== null && v > peak) peak = v; }));
+    hm.draw({ matrix: data.maps[h], labels: data.tokens, scale: { kind: 'sequential', lo: 0, hi: top || 1 }, clippedAbove: peak > (top || 1) + 1e-9, masked: data.causal ? (i, j) => j > i : null, aria: $('#v5-cap').textContent });
+    if (hm.cursor) cell(hm.cursor[0], hm.cursor[1]);
+    const thumbs = $('#v5-thumbs');
+    thumbs.replaceChildren();
+    data.maps.forEach((m, k) => {
+      const b = el('button', { type: 'button', class: 'thumb', 'aria-pressed': String(k === h), 'data-head': String(k) });
+      const cv = el('canvas', { 'aria-hidden': 'true' });
+      const mx = topOf(m);
+      const n = m.length, px = Math.max(1, Math.floor(96 / n)), S = px * n;
+      cv.width = S; cv.height = S; cv.style.width = S + 'px'; cv.style.height = S + 'px';
+      const ctx = cv.getContext('2d');
+      for (let i = 0; i < n; i++) for (let j = 0; j < n; j++) {
+        ctx.fillStyle = data.causal && j > i ? '#d4d4d4' : rgbCss(colourOf(m[i][j], { kind: 'sequential', lo: 0, hi: mx || 1 }));
+        ctx.fillRect(j * px, i * px, px, px);
+      }
+      b.append(cv, el('span', {}, t('v5.thumb', { h: k + 1 })));
+      b.addEventListener('click', () => { head.value = String(k); render(); });
+      thumbs.append(b);
+    });
+  }
+  return {
+    show() { if (!loaded) { loaded = true; init(); if (state.info.checkpoints.length) load(); else showError('v5', new ApiFailure({ error: t('v5.none') })); } else render(); },
+    relabel() {
+      if (!loaded) return;
+      if (!state.info.checkpoints.length) showError('v5', new ApiFailure({ error: t('v5.none') }));
+      const c = current();
+      if (c) {
+        layer.querySelectorAll('option').forEach((o) => { o.textContent = t('layer_n', { l: Number(o.value) + 1 }); });
+        head.querySelectorAll('option').forEach((o) => { o.textContent = t('v2.head_n', { h: Number(o.value) + 1 }); });
+        $('#v5-ckpt-info').textContent = t('v5.ckpt_info', { scheme: c.scheme, layers: c.n_layers, heads: c.n_heads, max: c.max_len });
+      }
+      render();
+    },
+    redraw() { if (loaded) render(); }
+  };
+}

@@ -1,0 +1,113 @@
+/* View 3: the same content at shifted positions, absolute against relative.
+ * create() wires the view to its DOM and returns { show, relabel, redraw }. */
+import { $, el, svg, fmtInt, fmtNum, debounce, clampInt, MINUS } from '../dom.js';
+import { t, has } from '../i18n.js';
+import { state, SNAP } from '../state.js';
+import { api, ApiFailure, latest, showError } from '../api.js';
+import { Heatmap } from '../heatmap.js';
+import { lineChart, marker } from '../linechart.js';
+import { OKABE, DASHES, MARKERS, scaleFor, colourOf, rgbCss } from '../colours.js';
+
+export function create() {
+  const run = latest();
+  let data = null, loaded = false;
+  const abs = $('#v3-abs'), rel = $('#v3-rel'), c = $('#v3-c'), cNum = $('#v3-c-num'), nIn = $('#v3-n'), head = $('#v3-head'), seed = $('#v3-seed');
+  const maps = {};
+
+  function init() {
+    const av = state.info.schemes.filter((s) => s.available);
+    for (const [sel, want] of [[abs, false], [rel, true]]) {
+      sel.replaceChildren();
+      // each option says what the scheme is; "not purely relative" covers schemes whose term also
+      // depends on i or on the length (FIRE's normaliser, dynamic RoPE scaling) as well as absolute ones
+      for (const s of av.filter((x) => x.relative === want)) {
+        const what = s.relative ? t('v3.kind_rel') : (s.acts_on || []).includes('embedding') ? t('v3.kind_abs') : t('v3.kind_mixed');
+        sel.append(el('option', { value: s.name }, s.name + ' · ' + what));
+      }
+    }
+    abs.value = state.info.shift_defaults.absolute;
+    rel.value = state.info.shift_defaults.relative;
+    head.replaceChildren(el('option', { value: '0' }, '1'), el('option', { value: '1' }, '2'));
+    cNum.max = String(state.info.limits.max_shift);
+    nIn.max = String(state.info.limits.max_shift_len);
+    [abs, rel, head].forEach((x) => x.addEventListener('change', load));
+    c.addEventListener('input', () => { cNum.value = c.value; loadSoon(); });
+    cNum.addEventListener('input', () => { if (Number(cNum.value) <= Number(c.max)) c.value = cNum.value; loadSoon(); });
+    [nIn, seed].forEach((x) => x.addEventListener('input', loadSoon));
+    $('#v3-form').addEventListener('submit', (ev) => ev.preventDefault());
+  }
+  function params() {
+    return { absolute: abs.value, relative: rel.value, n: nIn.value, c: cNum.value, seed: seed.value, head: head.value };
+  }
+  async function load() {
+    try {
+      const d = await run(() => api('shift', params()));
+      if (d === undefined) return;
+      showError('v3', null);
+      data = d;
+      render();
+    } catch (err) { showError('v3', err); }
+  }
+  const loadSoon = debounce(load, 200);
+
+  function render() {
+    if (!data) return;
+    const host = $('#v3-rows');
+    const keep = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.key : null;
+    host.replaceChildren();
+    // one colour scale for both difference maps, so "unchanged" looks white next to "changed"
+    // one colour scale for both difference maps, floored at the rounding tolerance: a difference
+    // within float32 rounding draws white, so noise never shows as full red or blue
+    const tolOf = (r) => r.tolerance || 0;
+    const quiet = (r) => r.diff.map((row) => row.map((v) => (v !== null && Math.abs(v) <= tolOf(r) ? 0 : v)));
+    const shown = { absolute: quiet(data.absolute), relative: quiet(data.relative) };
+    const dsc = scaleFor([].concat(...shown.absolute, ...shown.relative), 'diverging');
+    dsc.m = Math.max(dsc.m, 10 * Math.max(tolOf(data.absolute), tolOf(data.relative)));
+    for (const slot of ['absolute', 'relative']) {
+      const r = data[slot];
+      const row = el('div', { class: 'shift-row', 'data-slot': slot });
+      const isSame = r.unchanged === true;
+      row.append(el('h3', {}, r.scheme + ' · ' + t(r.relative ? 'v3.kind_rel' : 'v3.kind_abs')));
+      const verdict = el('p', { class: 'verdict ' + (isSame ? 'same' : 'changed'), id: 'v3-verdict-' + slot },
+        (isSame ? '= ' : '≠ ') + t(isSame ? 'v3.same' : 'v3.changed', { v: fmtNum(r.max_abs_diff, 3), tol: fmtNum(r.tolerance, 2) }));
+      row.append(verdict);
+      if (!r.relative) {  // say why a scheme that is not purely relative may still come out unchanged
+        const note = has('v3.note.' + r.scheme) ? t('v3.note.' + r.scheme) : (isSame ? t('v3.note_same') : '');
+        if (note) row.append(el('p', { class: 'hint', id: 'v3-note-' + slot }, note));
+      }
+      const grid = el('div', { class: 'triple' });
+      const flat = [].concat(...r.base, ...r.shifted);
+      const sc = scaleFor(flat, 'diverging');
+      const readout = el('p', { class: 'readout', 'aria-live': 'polite', id: 'v3-readout-' + slot });
+      const e = data.n - 1;
+      const panels = [
+        ['base', t('v3.base', { e: e }), r.base, sc],
+        ['shifted', t('v3.shifted', { c: data.c, e: data.c + e }), r.shifted, sc],
+        ['diff', t('v3.diff'), shown[slot], dsc]
+      ];
+      const hms = [];
+      for (const [key, cap, mat, scale] of panels) {
+        const fig = el('figure', { class: 'fig small' }, el('figcaption', {}, cap));
+        const box = el('div', { class: 'hm-host' });
+        fig.append(box); grid.append(fig);
+        const h = Heatmap(box, {
+          maxSize: 300, onCell: (i, j) => {
+            readout.textContent = t('v3.cell', { i, j, a: fmtNum(r.base[i][j], 5), b: fmtNum(r.shifted[i][j], 5), d: fmtNum(r.diff[i][j], 3) });
+          }
+        });
+        h.canvas.dataset.key = slot + '-' + key;
+        hms.push([h, mat, scale, cap]);
+      }
+      row.append(grid, readout);
+      host.append(row);
+      hms.forEach(([h, mat, scale, cap], k) => h.draw({ matrix: mat, scale: scale, unit: 'logit', aria: r.scheme + ': ' + cap, tickOffset: k === 1 ? data.c : 0 }));
+      maps[slot] = hms.map((x) => x[0]);
+    }
+    if (keep) { const f = host.querySelector(`[data-key="${keep}"]`); if (f) f.focus(); }
+  }
+  return {
+    show() { if (!loaded) { loaded = true; init(); load(); } else if (data) render(); },
+    relabel() { if (loaded) render(); },
+    redraw() { if (loaded && data) render(); }
+  };
+}

@@ -1,0 +1,162 @@
+"""View 0, "compose": content score + position term = logit -> softmax, on one short sentence.
+
+For the tokens of a typed text (seeded random vectors and projections, as the
+content views use, :func:`relpos.explorer.content.content_qk`), one head of one
+scheme:
+
+* ``content[i][j] = scale * q_i . k_j`` -- the score without positions;
+* ``logits[i][j]`` -- the scheme's logit, formed as relpos's dense attention forms
+  it (rotation, then the bias and score terms);
+* ``position = logits - content`` -- the whole position term: the bias ``B(i, j)``
+  of a bias scheme, ``scale * q_i . a^K[clip(j - i)]`` for a clipped table, the
+  effect of a rotation;
+* ``probs`` -- softmax of each row of the logits (causal mask applied), and
+  ``probs_content`` -- the same without the position term, for the on/off toggle.
+
+For a clicked cell the page walks ``d = j - i`` -> clip or bucket -> the table row
+-> ``B(i, j)`` from ``offsets``, ``steps`` and ``rows``. A scheme with a value
+site (Shaw's value table) also gets ``value_norms``: ``|| sum_j p_ij a^V[clip(j - i)] ||``
+per query. ``params`` compares the sizes of a learned absolute table, a clipped
+relative table and a bucketed table for the sizes asked (``p.*`` parameters).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from relpos.encodings import get_scheme, make_encoding, scheme_names
+from relpos.explorer.adapters import hints_for, option_specs, view_kind
+from relpos.explorer.content import content_qk, qk_logits
+from relpos.explorer.errors import ApiError
+from relpos.explorer.params import get_bool, get_choice, get_int, sig, tolist
+from relpos.explorer.views.offsets import tokens_of
+from relpos.validation import MAX_TABLE
+
+ROUTE = "compose"
+
+#: Heads and head dimension of the composed example (small enough to print every number).
+HEADS = 2
+HEAD_DIM = 16
+#: At most this many tokens (every cell value is printed).
+MAX_TOKENS = 16
+
+
+def _position_kind(cls) -> str:
+    kind = view_kind(cls)
+    if kind in ("bias", "bucketed"):
+        return kind
+    if kind == "table":
+        return "table"
+    if kind == "content":
+        return "score"
+    if "qk" in cls.acts_on:
+        return "rotation"
+    if "embedding" in cls.acts_on:
+        return "embedding"
+    return "none"
+
+
+def schemes() -> list[dict]:
+    """Every scheme the compose view can show, with the kind of its position term."""
+    out = []
+    for name in scheme_names():
+        cls, _ = get_scheme(name)
+        out.append({"name": name, "position": _position_kind(cls), "causal_only": bool(cls.causal_only),
+                    "value": "value" in cls.acts_on})
+    return out
+
+
+def _softmax_rows(x: torch.Tensor, causal: bool) -> torch.Tensor:
+    if causal:
+        n = x.shape[-1]
+        x = x.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(x.double(), dim=-1)
+
+
+def param_panel(ex, params: dict) -> dict:
+    """Learned absolute ``L_max x d_model`` against a clipped relative table and a bucketed table,
+    counted by relpos (each scheme built on the meta device)."""
+    L = get_int(params, "p.max_len", 512, 1, MAX_TABLE, cap=True, unit="positions")
+    C = get_int(params, "p.d_model", 512, 1, 1 << 16, cap=True, unit="dims")
+    k = get_int(params, "p.k", 8, 0, MAX_TABLE, cap=True)
+    d = get_int(params, "p.head_dim", 64, 1, 1 << 16, cap=True, unit="dims")
+    H = get_int(params, "p.n_heads", 8, 1, 1024, cap=True, unit="heads")
+    b = get_int(params, "p.buckets", 32, 2, MAX_TABLE, cap=True)
+    rows = []
+    wanted = (("absolute", {"max_len": L, "d_model": C}), ("table", {"k": k, "head_dim": d, "n_heads": H}),
+              ("bucketed", {"num_buckets": b, "n_heads": H}))
+    for role, kw in wanted:
+        for name in scheme_names():
+            cls, _ = get_scheme(name)
+            fits = (role == "absolute" and not cls.relative and "embedding" in cls.acts_on) or view_kind(cls) == role
+            if not fits:
+                continue
+            try:
+                with torch.device("meta"):
+                    enc = make_encoding(name, **kw)
+            except (TypeError, ValueError):
+                continue
+            n = enc.num_params()
+            if role == "absolute" and n == 0:
+                continue  # a fixed (sinusoidal) table: look for the learned one
+            rows.append({"role": role, "scheme": name, "params": n, "sizes": kw})
+            break
+    return {"max_len": L, "d_model": C, "k": k, "head_dim": d, "n_heads": H, "buckets": b, "rows": rows}
+
+
+def answer(ex, params: dict) -> dict:
+    """The composed logits of one head for the tokens of ``text``; see the module docstring."""
+    L = ex.limits
+    tokens = tokens_of(ex, params, "text")
+    if len(tokens) > MAX_TOKENS:
+        raise ApiError(f"the text has {len(tokens)} tokens; the compose view prints every number and takes at most "
+                       f"{MAX_TOKENS}", code="too_large", field="text", limit=MAX_TOKENS, unit="tokens",
+                       value=len(tokens))
+    names = scheme_names()
+    first = next((s["name"] for s in schemes() if s["position"] == "bucketed"), names[0])
+    name = get_choice(params, "scheme", first, names)
+    cls, _ = get_scheme(name)
+    head = get_int(params, "head", 0, 0, HEADS - 1)
+    seed = get_int(params, "seed", 0, 0, 2**31 - 1)
+    causal = True if cls.causal_only else get_bool(params, "causal", False)
+    n = len(tokens)
+    # the view's starting values where a scheme's own would hide its term (CoPE's zero table)
+    accepted = {o["name"] for o in option_specs(name)}
+    opts = tuple((k, v) for k, v in hints_for(name).defaults if k in accepted)
+    ex.encodings.check_cost(name, opts, HEADS, HEAD_DIM, causal, max(n, 64), n, n, fields=["scheme"])
+    enc = ex.encodings.get(name, opts, HEADS, HEAD_DIM, causal, seed, max(n, 64))
+    q, k = content_qk(tokens, seed, HEADS, HEAD_DIM)  # (1, H, N, D)
+    pos = torch.arange(n)[None]  # (1, N)
+    scale = float(enc.attention_scale(HEAD_DIM))
+    with torch.no_grad():
+        content = (scale * (q @ k.transpose(-1, -2)))[0, head]  # (N, N)
+        if "embedding" in enc.acts_on:  # an absolute scheme: its term enters through x, not the logit
+            logits = content.clone()
+        else:
+            logits = qk_logits(enc, q, k, pos, scale)[0, head]  # (N, N)
+        position = logits - content
+        probs = _softmax_rows(logits, causal)
+        probs_content = _softmax_rows(content, causal)
+        delta = pos[0][None, :] - pos[0][:, None]  # (N, N): d = j - i
+        out = {
+            "scheme": name, "position_kind": _position_kind(cls), "tokens": tokens, "n": n, "causal": causal,
+            "n_heads": HEADS, "head": head, "head_dim": HEAD_DIM, "seed": seed, "scale": sig(scale),
+            "content": tolist(content), "position": tolist(position), "logits": tolist(logits),
+            "probs": tolist(probs), "probs_content": tolist(probs_content), "offsets": delta.tolist(),
+            "steps": [], "rows": None, "k": None, "learned_params": enc.num_params(), "paper": cls.paper,
+            "options": dict(opts),
+        }
+        kind = out["position_kind"]
+        if kind == "table":
+            out["k"] = int(enc.k)
+            out["steps"] = [{"name": "clip", "matrix": delta.clamp(-enc.k, enc.k).tolist()}]
+            out["rows"] = enc.rel_index(pos, pos)[0].tolist()
+        elif kind == "bucketed":
+            out["steps"] = [{"name": "bucket", "matrix": enc.buckets(delta).tolist()}]
+            out["rows"] = out["steps"][0]["matrix"]
+        if "value" in enc.acts_on:  # Shaw's value side: sum_j p_ij aV[clip(j - i)] is added to the output
+            p = probs.float()[None, None].expand(1, HEADS, n, n)
+            v = enc.value(p, pos, pos)[0, head]  # (N, D)
+            out["value_norms"] = tolist(v.norm(dim=-1))
+    out["params"] = param_panel(ex, params)
+    return out

@@ -1,0 +1,68 @@
+"""Model layers and config checks: one default attention impl, one rule for bad input (TypeError vs ValueError)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from relpos.model import DEFAULT_ATTN_IMPL, ModelConfig, MultiHeadAttention, TransformerLM
+
+
+def test_mha_default_impl_agrees_with_model_config():
+    assert inspect.signature(MultiHeadAttention).parameters["impl"].default == DEFAULT_ATTN_IMPL
+    assert ModelConfig().attn_impl == DEFAULT_ATTN_IMPL == "auto"
+    assert MultiHeadAttention(16, 2).impl == TransformerLM(ModelConfig.preset("tiny")).blocks[0].attn.impl
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"d_model": "32"}, TypeError, "d_model must be an int"),
+    ({"d_model": 1 << 30}, ValueError, "d_model must be in"),
+    ({"n_layers": 2.0}, TypeError, "n_layers must be an int"),
+    ({"max_len": 10**12}, ValueError, "max_len must be in"),
+    ({"causal": "yes"}, TypeError, "causal must be a bool"),
+    ({"dropout": float("nan")}, ValueError, "dropout must be a finite number"),
+    ({"dropout": 1.0}, ValueError, "dropout must be"),
+    ({"share_encoding": 1}, TypeError, "share_encoding must be a bool"),
+    ({"random_positions": 10**12}, ValueError, "random_positions must be in"),
+    ({"attn_impl": 3}, TypeError, "attn_impl"),
+])
+def test_config_bad_input(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        ModelConfig(**kw)
+
+
+@pytest.mark.parametrize("args, kw, exc, match", [
+    ((16, 0), {}, ValueError, "n_heads must be in"),
+    ((16.0, 2), {}, TypeError, "d_model must be an int"),
+    ((16, 2), {"causal": "yes"}, TypeError, "causal must be a bool"),
+    ((16, 2), {"impl": "magic"}, ValueError, "impl must be one of"),
+])
+def test_mha_bad_input(args, kw, exc, match):
+    with pytest.raises(exc, match=match):
+        MultiHeadAttention(*args, **kw)
+
+
+def test_generate_bad_input():
+    m = TransformerLM(ModelConfig.preset("tiny", scheme="alibi"))
+    x = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        m.generate(x, 2, temperature=0.0)
+    with pytest.raises(ValueError, match="temperature must be a finite"):
+        m.generate(x, 2, temperature=float("nan"))
+    with pytest.raises(TypeError, match="max_new_tokens must be an int"):
+        m.generate(x, 2.0)
+    with pytest.raises(ValueError, match="max_new_tokens must be in"):
+        m.generate(x, 10**12)
+    with pytest.raises(TypeError, match="greedy must be a bool"):
+        m.generate(x, 2, greedy="yes")
+
+
+def test_public_names_still_import():
+    import relpos.model as M
+
+    for name in ("ModelConfig", "PRESETS", "MultiHeadAttention", "Block", "TransformerLM", "TransformerEncoder",
+                 "KVCache", "Memory", "position_limit"):
+        assert hasattr(M, name), name
+    assert M.TransformerLM.logits is M.TransformerEncoder.logits  # one tied output layer
