@@ -86,7 +86,21 @@ def test_local_window_and_cost():
     assert v["rows"]["local"]["local"] is True and v["rows"]["good"]["local"] is False
     assert v["rows"]["good"]["cost"] == pytest.approx((12.0 * 3 + 10.0 * 3) / 6 / 10.0)
     assert any("Local window" in n and "local" in n for n in v["notes"])
-    assert any("Did not hold" in n and "nope" in n for n in v["notes"])
+    assert any(n.startswith("LM") and "degraded: nope" in n for n in v["notes"])
+    assert "copy at 2L: no fitted scheme held; best good 0.81 exact match." in v["notes"]
+
+
+def test_unflattened_lm_runs_are_shown_in_parentheses_and_not_ranked():
+    res = _results()
+    for r in res["runs"]:
+        if r["label"] == "local" and r["task"] == "lm":
+            r["train"]["fit"]["fitted"] = False
+    v = verdict(res)
+    assert v["rows"]["local"]["lm"] == {} and v["rows"]["local"]["lm_provisional"][16][0] == pytest.approx(1.0)
+    assert {lab: rk for lab, _, rk in v["ranking"]}["local"]["lm"] is None
+    assert any("still improving" in n and "local" in n for n in v["notes"])
+    row = next(line for line in verdict_markdown(res).splitlines() if line.startswith("| local "))
+    assert "(1.00±0.00)" in row
 
 
 def test_rendering_and_smoke_label():

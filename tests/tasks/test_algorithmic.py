@@ -74,8 +74,9 @@ def test_training_batches(name):
         assert all(v == t.PAD for v in row[len(seq) - 1 :])
 
 
-def test_mqar_format_and_fixed_key_alphabet():
-    t = MQAR(train_len=4, eval_lengths=[4, 8], n_keys=16, n_values=5, n_eval=30)
+@pytest.mark.parametrize("queries", ["each-once", "random"])
+def test_mqar_format_and_fixed_key_alphabet(queries):
+    t = MQAR(train_len=4, eval_lengths=[4, 8], n_keys=16, n_values=5, n_eval=30, queries=queries)
     assert t.n_keys == 16 and t.vocab_size == 16 + 5 + 3
     # the key alphabet does not follow the evaluation lengths (the training task stays the same)
     assert MQAR(train_len=4, eval_lengths=[4, 12], n_keys=16).options()["n_keys"] == 16
@@ -85,14 +86,19 @@ def test_mqar_format_and_fixed_key_alphabet():
         for p, a in zip(P.tolist(), A.tolist()):
             keys, vals = p[1 : 2 * n + 1 : 2], p[2 : 2 * n + 2 : 2]
             assert len(set(keys)) == n and max(keys) < 16 and min(vals) >= 16
-            queries, answers = a[0::2], a[1::2]
-            assert sorted(queries) == sorted(keys)  # every key queried once
-            assert answers == [vals[keys.index(q)] for q in queries]
+            qs, answers = a[0::2], a[1::2]
+            if queries == "each-once":
+                assert sorted(qs) == sorted(keys)  # every key queried once
+            else:
+                assert set(qs) <= set(keys)
+            assert answers == [vals[keys.index(q)] for q in qs]
             assert t.check(p, n, a)
             bad = list(a)
             bad[1] = 16 + (bad[1] - 16 + 1) % 5
             assert not t.check(p, n, bad)
     assert t.answer_mask(3) == [False, True] * 3
+    with pytest.raises(ValueError, match="queries must be one of"):
+        MQAR(train_len=4, eval_lengths=[4], n_keys=16, queries="all")
 
 
 def test_mqar_trains_only_on_values():

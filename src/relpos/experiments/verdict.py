@@ -88,7 +88,8 @@ def verdict(results: dict) -> dict:
         nope_ms[t] = _ms(xs)[0]
     rows = {}
     for lab, per_task in by.items():
-        row: dict = {"fitted": {}, "lm": {}, "acc": {}, "span": None, "local": None, "cost": None}
+        row: dict = {"fitted": {}, "lm": {}, "lm_provisional": {}, "acc": {}, "span": None, "local": None,
+                     "cost": None}
         costs = []
         for t, rs in per_task.items():
             fit = [r for r in rs if _fitted(r)]
@@ -99,13 +100,16 @@ def verdict(results: dict) -> dict:
                 if ms and nope_ms.get(t) and math.isfinite(nope_ms[t]):
                     costs.append(ms / nope_ms[t])
             if t == "lm":
-                lens = sorted({m["eval_len"] for r in fit for m in r["metrics"]})
+                # runs that never flattened still show their ratios, in parentheses, unranked
+                src = fit or rs
+                key = "lm" if fit else "lm_provisional"
+                lens = sorted({m["eval_len"] for r in src for m in r["metrics"]})
                 for f in (4, 16):
                     if L * f in lens:
-                        row["lm"][f] = _ms([(_metric(r, L * f, "bpb") or math.nan) / (_metric(r, L, "bpb") or math.nan)
-                                            for r in fit])
+                        row[key][f] = _ms([(_metric(r, L * f, "bpb") or math.nan) / (_metric(r, L, "bpb") or math.nan)
+                                           for r in src])
                 spans = []
-                for r in fit:
+                for r in src:
                     sp = r.get("span") or {}
                     if sp:
                         longest = max(sp, key=int)
@@ -155,23 +159,44 @@ def _ranking(rows: dict, tasks: list[str]) -> list[tuple[str, float, dict]]:
 
 
 def _notes(rows: dict, tasks: list[str]) -> list[str]:
-    held, failed, local = [], [], []
-    for lab, row in rows.items():
-        if row["lm"]:
-            m = row["lm"][max(row["lm"])][0]
-            if math.isfinite(m):
-                (held if m <= HOLD_RATIO else failed).append(f"{lab} (LM x{m:.2f})")
-        if row["local"]:
-            local.append(lab)
-        for t, acc in row["acc"].items():
-            base, two = acc.get("1x"), acc.get("2x")
-            if base and two and base[2] and math.isfinite(base[0]) and base[0] > 0:
-                (held if two[0] >= HOLD_ACC * base[0] else failed).append(f"{lab} ({t} {two[0]:.2f} at 2L)")
+    """One line per task: who held past the training length, who did not (fitted runs only)."""
     out = []
-    if held:
-        out.append("Held past the training length: " + ", ".join(held) + ".")
-    if failed:
-        out.append("Did not hold: " + ", ".join(failed) + ".")
+    if "lm" in tasks:
+        held, failed = [], []
+        for lab, row in sorted(rows.items()):
+            if row["lm"]:
+                m = row["lm"][max(row["lm"])][0]
+                if math.isfinite(m):
+                    (held if m <= HOLD_RATIO else failed).append(f"{lab} x{m:.2f}")
+        if held or failed:
+            out.append(f"LM, loss ratio at the longest length (holds when <= {HOLD_RATIO}): held: "
+                       + (", ".join(held) or "none") + "; degraded: " + (", ".join(failed) or "none") + ".")
+        prov = sorted(lab for lab, row in rows.items() if row["lm_provisional"] and not row["lm"])
+        if prov:
+            out.append("LM runs still improving at the end of their step budget (not fitted): "
+                       + ", ".join(prov) + "; their ratios are shown in parentheses and are not ranked.")
+    for t in tasks:
+        if t == "lm":
+            continue
+        held, best = [], None
+        for lab, row in sorted(rows.items()):
+            acc = row["acc"].get(t, {})
+            base, two = acc.get("1x"), acc.get("2x")
+            if not (base and two and base[2] and math.isfinite(base[0]) and base[0] > 0):
+                continue
+            if two[0] >= HOLD_ACC * base[0]:
+                held.append(f"{lab} {two[0]:.2f}")
+            if best is None or two[0] > best[1]:
+                best = (lab, two[0])
+        if best is None:
+            out.append(f"{t}: no scheme fitted.")
+        elif held:
+            out.append(f"{t} at 2L: held (>= {HOLD_ACC:.0%} of its accuracy at L) by " + ", ".join(held) + ".")
+        elif best[1] > 0:
+            out.append(f"{t} at 2L: no fitted scheme held; best {best[0]} {best[1]:.2f} exact match.")
+        else:
+            out.append(f"{t} at 2L: no fitted scheme held; every one scores 0.00 exact match.")
+    local = sorted(lab for lab, row in rows.items() if row["local"])
     if local:
         out.append("Local window (effective span below the training length; flat loss without using far "
                    "context): " + ", ".join(local) + ".")
@@ -183,6 +208,10 @@ def _f(x: tuple[float, float, int] | None, digits: int = 2) -> str:
         return "-"
     m, s, n = x
     return f"{m:.{digits}f}" + (f"±{s:.{digits}f}" if n > 1 else "")
+
+
+def _paren(cell: str) -> str:
+    return cell if cell == "-" else f"({cell})"
 
 
 def _table(results: dict) -> tuple[list[str], list[list[str]]]:
@@ -203,7 +232,11 @@ def _table(results: dict) -> tuple[list[str], list[list[str]]]:
         cells = [lab, fitted]
         if "lm" in tasks:
             span = "-" if row["span"] is None else f"{row['span']:.0f}" + (" (local)" if row["local"] else "")
-            cells += [_f(row["lm"].get(4)), _f(row["lm"].get(16)), span]
+            if row["lm"]:
+                cells += [_f(row["lm"].get(4)), _f(row["lm"].get(16)), span]
+            else:
+                prov = row["lm_provisional"]
+                cells += [_paren(_f(prov.get(4))), _paren(_f(prov.get(16))), _paren(span)]
         for t in algo:
             acc = row["acc"].get(t, {})
             cells += [_f(acc.get("1.5x")), _f(acc.get("2x"))]
@@ -225,7 +258,7 @@ def verdict_markdown(results: dict) -> str:
     out += ["", "Rows are ordered by mean reciprocal rank (MRR) over tasks, from fitted runs only. `±` is the "
             "standard deviation over fitted seeds; schemes whose scores differ by less than that spread share a "
             "rank (a tie). LM columns divide bits per byte at 4x and 16x the training length by bits per byte "
-            "at 1x (1.00 = no degradation). `span` is the effective attention span in bytes at the longest "
+            "at 1x (1.00 = no degradation); in parentheses: from runs whose loss had not flattened (not fitted, not ranked). `span` is the effective attention span in bytes at the longest "
             "length (mass beyond it < 1%). Cost is time per training step relative to NoPE on the same task.", ""]
     return "\n".join(out)
 

@@ -26,7 +26,11 @@ import numpy as np
 
 from relpos.tasks.algorithmic import AlgorithmicTask, _check_int
 
-__all__ = ["MQAR"]
+__all__ = ["MQAR", "QUERY_MODES"]
+
+#: ``"random"``: each query is a key of the prompt drawn with replacement (the default);
+#: ``"each-once"``: every key is queried exactly once, in a random order.
+QUERY_MODES = ("random", "each-once")
 
 
 class MQAR(AlgorithmicTask):
@@ -50,8 +54,12 @@ class MQAR(AlgorithmicTask):
     name = "mqar"
     teacher_forced = True
 
-    def __init__(self, train_len: int = 16, eval_lengths=None, *, n_keys: int = 64, n_values: int = 16, **kw):
+    def __init__(self, train_len: int = 16, eval_lengths=None, *, n_keys: int = 64, n_values: int = 16,
+                 queries: str = "random", **kw):
         super().__init__(train_len, eval_lengths, **kw)
+        if queries not in QUERY_MODES:
+            raise ValueError(f"queries must be one of {', '.join(QUERY_MODES)}, got {queries!r}")
+        self.queries = queries
         longest = max(max(self.eval_lengths), self.train_len)
         self.n_keys = _check_int("n_keys", n_keys, 1)
         if self.n_keys < longest:
@@ -80,7 +88,7 @@ class MQAR(AlgorithmicTask):
         keys = rng.choice(self.n_keys, size=n, replace=False)
         vals = rng.integers(0, self.n_values, size=n) + self.n_keys
         p = [self.BOS] + np.stack([keys, vals], axis=1).reshape(-1).tolist() + [self.SEP]
-        order = rng.permutation(n)
+        order = rng.permutation(n) if self.queries == "each-once" else rng.integers(0, n, size=n)
         queries = [int(keys[i]) for i in order]
         return p, self._answers(p, n, queries)
 
@@ -103,4 +111,4 @@ class MQAR(AlgorithmicTask):
         return answer == self._answers(list(prompt), n, answer[0::2])
 
     def options(self) -> dict:
-        return {**super().options(), "n_keys": self.n_keys, "n_values": self.n_values}
+        return {**super().options(), "n_keys": self.n_keys, "n_values": self.n_values, "queries": self.queries}
