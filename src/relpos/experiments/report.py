@@ -448,7 +448,7 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
         f"{cfg.get('steps')} steps of batch {cfg.get('batch_size')}, peak learning rate {cfg.get('lr')}"
         + "".join(f"; {t}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in o.items())
                   for t, o in (cfg.get("task_train") or {}).items()),
-        f"- seeds {cfg.get('seeds')}; RoPE scalings evaluated on the trained RoPE model: "
+        f"- seeds {sorted({r['seed'] for r in runs}) or cfg.get('seeds')}; RoPE scalings evaluated on the trained RoPE model: "
         f"{', '.join(cfg.get('rope_variants') or []) or 'none'}; randomized positions for: "
         f"{', '.join(cfg.get('randomized') or []) or 'none'}",
         f"- total training time {train_s / 60:.1f} min (summed over runs)"

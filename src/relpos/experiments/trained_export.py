@@ -9,7 +9,8 @@ Only the position scheme's own parameters are stored.
 
 Usage::
 
-    python -m relpos.experiments.trained_export runs/compare-default src/relpos/data/trained_positions.json
+    python -m relpos.experiments.trained_export [--include-unfitted] runs/compare-default \
+        src/relpos/data/trained_positions.json
 """
 
 from __future__ import annotations
@@ -22,8 +23,16 @@ from pathlib import Path
 __all__ = ["trained_positions", "main"]
 
 
-def trained_positions(out_dir: str | Path, *, task: str = "lm", seed: int = 0) -> dict:
-    """The trained-values document of a compare folder (schemes with learned position parameters only)."""
+def trained_positions(out_dir: str | Path, *, task: str = "lm", seed: int = 0, fitted_only: bool = True) -> dict:
+    """The trained-values document of a compare folder (schemes with learned position parameters only).
+
+    Args:
+        out_dir: a ``relpos compare`` output folder whose models were kept.
+        task, seed: which runs to export.
+        fitted_only: skip runs that missed the fit gate; with False they are exported and
+            ``made_by`` says so (language-modelling runs that were still improving at their
+            step budget still show what training made of the position parameters).
+    """
     from relpos.checkpoint import load
 
     out_dir = Path(out_dir)
@@ -33,7 +42,8 @@ def trained_positions(out_dir: str | Path, *, task: str = "lm", seed: int = 0) -
         if r["task"] != task or r["seed"] != seed or r["variant"] or r["scheme"] in schemes:
             continue
         train = r.get("train") or {}
-        if not (train.get("fit") or {}).get("fitted") or not train.get("checkpoint"):
+        fitted = bool((train.get("fit") or {}).get("fitted"))
+        if (fitted_only and not fitted) or not train.get("checkpoint"):
             continue
         model, mcfg = load(out_dir / train["checkpoint"])
         enc = model.layer_encoding(0) if callable(getattr(model, "layer_encoding", None)) else None
@@ -45,19 +55,24 @@ def trained_positions(out_dir: str | Path, *, task: str = "lm", seed: int = 0) -
             "head_dim": mcfg.d_model // mcfg.n_heads,
             "options": dict(mcfg.scheme_options),
             "state": state,
+            "fitted": fitted,
         }
     cfg = results.get("config", {})
-    made_by = (f"relpos compare --preset {cfg.get('preset', '?')}, task {task}, seed {seed}, fitted models only, "
+    made_by = (f"relpos compare --preset {cfg.get('preset', '?')}, task {task}, seed {seed}, "
+               + ("fitted models only, " if fitted_only else "every trained model (see each entry's 'fitted'), ") +
                f"exported {_dt.date.today().isoformat()}")
     return {"version": 1, "made_by": made_by, "schemes": schemes}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    fitted_only = "--include-unfitted" not in argv
+    argv = [a for a in argv if a != "--include-unfitted"]
     if len(argv) != 2:
-        print("usage: python -m relpos.experiments.trained_export COMPARE_DIR OUT.json", file=sys.stderr)
+        print("usage: python -m relpos.experiments.trained_export [--include-unfitted] COMPARE_DIR OUT.json",
+              file=sys.stderr)
         return 2
-    doc = trained_positions(argv[0])
+    doc = trained_positions(argv[0], fitted_only=fitted_only)
     Path(argv[1]).write_text(json.dumps(doc, separators=(",", ":")))
     print(f"wrote {argv[1]}: {', '.join(sorted(doc['schemes'])) or 'no scheme'}")
     return 0

@@ -36,7 +36,7 @@ __all__ = ["verdict", "verdict_markdown", "verdict_text", "is_smoke_test", "SMOK
 
 SMOKE_NOTE = (
     "SMOKE TEST: the `ci` preset trains for a few steps only, so its models have not fitted and its numbers "
-    "carry no conclusion. For real numbers run `relpos compare` (the default preset, about 10 minutes) or "
+    "carry no conclusion. For real numbers run `relpos compare` (the default preset, about 15 minutes on 2 cores) or "
     "`relpos compare --preset full`."
 )
 

@@ -28,9 +28,10 @@ from relpos.tasks.algorithmic import AlgorithmicTask, _check_int
 
 __all__ = ["MQAR", "QUERY_MODES"]
 
-#: ``"random"``: each query is a key of the prompt drawn with replacement (the default);
-#: ``"each-once"``: every key is queried exactly once, in a random order.
-QUERY_MODES = ("random", "each-once")
+#: ``"each-once"``: every key is queried exactly once, in a random order (the default, as in Zoology);
+#: ``"random"``: each query is a key of the prompt drawn with replacement (no answer can be
+#: guessed by elimination of the values already asked for).
+QUERY_MODES = ("each-once", "random")
 
 
 class MQAR(AlgorithmicTask):
@@ -55,7 +56,7 @@ class MQAR(AlgorithmicTask):
     teacher_forced = True
 
     def __init__(self, train_len: int = 16, eval_lengths=None, *, n_keys: int = 64, n_values: int = 16,
-                 queries: str = "random", **kw):
+                 queries: str = "each-once", **kw):
         super().__init__(train_len, eval_lengths, **kw)
         if queries not in QUERY_MODES:
             raise ValueError(f"queries must be one of {', '.join(QUERY_MODES)}, got {queries!r}")
@@ -111,4 +112,7 @@ class MQAR(AlgorithmicTask):
         return answer == self._answers(list(prompt), n, answer[0::2])
 
     def options(self) -> dict:
-        return {**super().options(), "n_keys": self.n_keys, "n_values": self.n_values, "queries": self.queries}
+        out = {**super().options(), "n_keys": self.n_keys, "n_values": self.n_values}
+        if self.queries != "each-once":  # the default stays out, so earlier fingerprints stay valid
+            out["queries"] = self.queries
+        return out
