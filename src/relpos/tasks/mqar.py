@@ -18,6 +18,12 @@ evaluation lengths, so changing the lengths evaluated never changes the training
 task; it must be at least the longest length so that keys can be distinct.
 Past the training length the key-value section is longer, so queries reach
 farther back than in training.
+
+Solving it takes a two-layer lookup (a previous-token head that writes each key
+into its value, then a query-key match). The compare presets' 2-layer, width-64
+model does not learn that within 4,000 steps: it stalls at answering with a
+prompt value not yet asked for (about 0.93 nats per answer); see
+``docs/results.md`` for the probes.
 """
 
 from __future__ import annotations
