@@ -112,3 +112,47 @@ def test_a_run_that_cannot_fit_is_marked():
     res = run_job(Job("copy", "alibi", 0).to_dict(), cfg.to_dict())
     fit = res["train"]["fit"]
     assert fit["fitted"] is False and fit["score"] < 0.95 and not fit["stopped_early"]
+
+
+def test_randomized_position_models_are_validated_at_sampled_positions():
+    """A model trained with randomized positions is validated as it was trained, not at 0..N-1."""
+    import torch
+
+    from relpos.model import ModelConfig, TransformerLM
+
+    task = make_task("copy", train_len=4, eval_lengths=[4, 8], n_val=8)
+    cfg = ModelConfig(vocab_size=task.vocab_size, d_model=16, n_layers=1, n_heads=2, scheme="rope",
+                      max_len=64, random_positions=64)
+    model = TransformerLM(cfg)
+    seen = []
+    forward = model.forward
+
+    def spy(idx, *a, positions=None, **kw):
+        seen.append(positions)
+        return forward(idx, *a, positions=positions, **kw)
+
+    model.forward = spy
+    FitMonitor(task, FitConfig(val_every=1), steps=1)(_step(1, model))
+    assert seen and all(p is not None for p in seen)
+    pos = seen[0].reshape(-1)
+    assert pos.shape[0] == task.train_seq_len() and bool((pos[1:] > pos[:-1]).all()) and int(pos.max()) < 64
+    assert not torch.equal(pos, torch.arange(pos.shape[0]))  # sampled, not 0..N-1
+
+    plain = TransformerLM(ModelConfig(vocab_size=task.vocab_size, d_model=16, n_layers=1, n_heads=2, scheme="rope",
+                                      max_len=64))
+    seen.clear()
+    fwd2 = plain.forward
+    plain.forward = lambda idx, *a, positions=None, **kw: (seen.append(positions), fwd2(idx, *a, **kw))[1]
+    FitMonitor(task, FitConfig(val_every=1), steps=1)(_step(1, plain))
+    assert seen and all(p is None for p in seen)
+
+
+def test_the_fit_gate_of_a_randomized_run_uses_its_sampled_position_evaluation():
+    from relpos.experiments.job import _fit_record
+
+    task = make_task("copy", train_len=4, eval_lengths=[4, 8], n_val=8)
+    mon = FitMonitor(task, FitConfig(val_every=1), steps=1)
+    runs = [{"variant": "randomized", "measurements": [{"eval_len": 4, "accuracy": 0.04}]},
+            {"variant": "randomized-sampled", "measurements": [{"eval_len": 4, "accuracy": 0.97}]}]
+    assert _fit_record(task, mon, runs, 1e-3, [], 0.95)["fitted"] is True
+    assert _fit_record(task, mon, runs[:1], 1e-3, [], 0.95)["fitted"] is False

@@ -106,8 +106,41 @@ def lm_validation_loss(model, x, y) -> float:
     return float(loss)
 
 
+class SampledPositions:
+    """``model`` run at one fixed, sorted draw of positions from ``[0, R)`` (``R`` =
+    ``model.cfg.random_positions``): how a randomized-position model sees its inputs in training.
+
+    Everything else (``parameters``, ``train``, ``eval``, ``training``) is the model's own.
+    """
+
+    def __init__(self, model, width: int, seed: int = 0) -> None:
+        import torch
+
+        self.model = model
+        R = int(model.cfg.random_positions)
+        g = torch.Generator().manual_seed(int(seed) & 0x7FFFFFFF)
+        self.pos = torch.randperm(R, generator=g)[: min(width, R)].sort().values  # (width,)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def __call__(self, idx):
+        return self.model(idx, positions=self.pos[: idx.shape[1]].to(idx.device))
+
+
+def _as_trained(model, width: int):
+    """The model as training feeds it: at sampled positions when it was trained with randomized ones."""
+    if getattr(getattr(model, "cfg", None), "random_positions", None):
+        return SampledPositions(model, width, seed=width)
+    return model
+
+
 class FitMonitor:
     """A training callback that validates, keeps the history, and says when to stop.
+
+    A model trained with randomized positions is validated at one fixed sampled draw of
+    positions, as it was trained (Ruoss et al. 2023 sample at evaluation too); validating it at
+    ``0..N-1`` would gate it on positions it never saw together.
 
     Args:
         task: the task being trained (``task.kind`` is ``"lm"`` or ``"algorithmic"``).
@@ -126,6 +159,7 @@ class FitMonitor:
         self._streak = 0
 
     def score(self, model) -> dict[str, float]:
+        model = _as_trained(model, self.x.shape[1])
         if self.kind == "lm":
             return {"val_loss": lm_validation_loss(model, self.x, self.y)}
         from relpos.tasks.algorithmic import validation_score

@@ -313,7 +313,9 @@ def _fit_record(task, mon, runs: list[dict], lr: float, tries: list[dict], targe
         rec.update(fitted=mon.fitted_by_validation(), score=mon.history[-1]["val_loss"] if mon.history else None,
                    score_kind="validation loss (nats) at the training length; fitted = it flattened")
         return rec
-    at_l = [m for m in runs[0]["measurements"] if m["eval_len"] == task.train_len]
+    # a randomized-position model is gated as it was trained: at sampled positions
+    gate_run = next((r for r in runs if r.get("variant") == "randomized-sampled"), runs[0])
+    at_l = [m for m in gate_run["measurements"] if m["eval_len"] == task.train_len]
     if at_l:
         score, kind = at_l[0]["accuracy"], "held-out exact match at L (greedy decoding)"
     else:
