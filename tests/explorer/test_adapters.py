@@ -127,3 +127,21 @@ def test_bundled_results_are_offered_after_the_users_own(monkeypatch, tmp_path):
     (tmp_path / "results.json").write_text(_json.dumps(data))
     mine = Explorer(results=[tmp_path])
     assert [r["label"] for r in mine.get("info", {})["results"]] == [tmp_path.name, "documented (bundled)"]
+
+
+@pytest.mark.shipped_trained_values
+def test_the_shipped_trained_values_load_into_their_schemes():
+    """relpos/data/trained_positions.json (exported from the documented sweep) fits the schemes it names,
+    and the bias view shows it by default."""
+    from relpos.encodings import make_encoding
+    from relpos.explorer import trained as trained_mod
+
+    trained_mod.trained_values.cache_clear()
+    shipped = trained_mod.trained_values()
+    assert shipped["path"] and {"t5", "shaw"} <= set(shipped["schemes"])
+    for name, entry in shipped["schemes"].items():
+        enc = make_encoding(name, n_heads=entry["n_heads"], head_dim=entry["head_dim"], **entry["options"])
+        trained_mod.load_into(enc, entry, name)  # raises if a shape does not fit
+        assert all(torch.isfinite(v).all() for v in enc.state_dict().values() if v.is_floating_point())
+    out = Explorer().get("bias", {"scheme": "t5", "n": "8", "head": "0"})
+    assert out["values_from"] == "trained" and out["n_heads"] == shipped["schemes"]["t5"]["n_heads"]
