@@ -449,3 +449,18 @@ def test_trained_position_values_export_for_the_explorer(tmp_path):
     t5 = doc["schemes"]["t5"]
     assert (t5["n_heads"], t5["head_dim"]) == (2, 8) and t5["options"]["max_distance"] == 17
     assert len(t5["state"]["table"]) == 32 and len(t5["state"]["table"][0]) == 2
+    # unfitted runs are exported on request and marked; the slim results keep metrics, drop curves
+    assert trained_positions(out, fitted_only=True)["schemes"]["t5"]["fitted"] is True
+    for r in d["runs"]:
+        r["train"]["fit"]["fitted"] = False
+    (out / "results.json").write_text(json.dumps(d))
+    assert trained_positions(out)["schemes"] == {}
+    assert export_main(["--include-unfitted", str(out), str(target), "--results", str(tmp_path / "slim.json")]) == 0
+    doc = json.loads(target.read_text())
+    assert doc["schemes"]["t5"]["fitted"] is False and "every trained model" in doc["made_by"]
+    slim = json.loads((tmp_path / "slim.json").read_text())
+    assert [r["metrics"] for r in slim["runs"]] == [r["metrics"] for r in d["runs"]]
+    assert all("loss_curve" not in r["train"] and "history" not in r["train"]["fit"] for r in slim["runs"])
+    from relpos.explorer.results import check_results, parse_results
+
+    check_results(parse_results((tmp_path / "slim.json").read_bytes(), "slim.json"), "slim.json")

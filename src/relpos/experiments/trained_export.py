@@ -7,6 +7,10 @@ This module writes that file from the models a sweep kept (``OUT/models/``): for
 every scheme, the first layer's position module of one fitted language model.
 Only the position scheme's own parameters are stored.
 
+With ``--results FILE`` it also writes the folder's ``results.json`` without training
+curves and validation histories: the explorer offers it as the documented results
+when the package ships it as ``relpos/data/results-documented.json``.
+
 Usage::
 
     python -m relpos.experiments.trained_export [--include-unfitted] runs/compare-default \
@@ -20,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["trained_positions", "main"]
+__all__ = ["trained_positions", "slim_results", "main"]
 
 
 def trained_positions(out_dir: str | Path, *, task: str = "lm", seed: int = 0, fitted_only: bool = True) -> dict:
@@ -64,17 +68,48 @@ def trained_positions(out_dir: str | Path, *, task: str = "lm", seed: int = 0, f
     return {"version": 1, "made_by": made_by, "schemes": schemes}
 
 
+def slim_results(results: dict) -> dict:
+    """A compare ``results.json`` without the training curves and validation histories (what the
+    explorer's extrapolation view needs: metrics, spans and the fit verdicts), for bundling."""
+    out = {k: v for k, v in results.items() if k != "runs"}
+    out["runs"] = []
+    for r in results["runs"]:
+        r = dict(r)
+        train = dict(r.get("train") or {})
+        train.pop("loss_curve", None)
+        fit = dict(train.get("fit") or {})
+        for k in ("history", "lr_tries"):
+            fit.pop(k, None)
+        if fit:
+            train["fit"] = fit
+        r["train"] = train
+        out["runs"].append(r)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     fitted_only = "--include-unfitted" not in argv
     argv = [a for a in argv if a != "--include-unfitted"]
+    results_out = None
+    if "--results" in argv:
+        i = argv.index("--results")
+        if i + 1 >= len(argv):
+            print("--results needs a file name", file=sys.stderr)
+            return 2
+        results_out = argv[i + 1]
+        argv = argv[:i] + argv[i + 2 :]
     if len(argv) != 2:
-        print("usage: python -m relpos.experiments.trained_export [--include-unfitted] COMPARE_DIR OUT.json",
-              file=sys.stderr)
+        print("usage: python -m relpos.experiments.trained_export [--include-unfitted] COMPARE_DIR OUT.json "
+              "[--results RESULTS.json]", file=sys.stderr)
         return 2
     doc = trained_positions(argv[0], fitted_only=fitted_only)
     Path(argv[1]).write_text(json.dumps(doc, separators=(",", ":")))
     print(f"wrote {argv[1]}: {', '.join(sorted(doc['schemes'])) or 'no scheme'}")
+    if results_out:
+        slim = slim_results(json.loads((Path(argv[0]) / "results.json").read_text()))
+        Path(results_out).write_text(json.dumps(slim, separators=(",", ":")))
+        print(f"wrote {results_out}: {len(slim['runs'])} runs")
     return 0
 
 
