@@ -462,7 +462,10 @@ def test_narrow_window_has_no_horizontal_scroll(view, name):
     assert sw <= 401, f"page is {sw}px wide in a 400px window"
 
 
-def test_views_without_results_or_checkpoint_explain_what_to_do(browser):
+def test_views_without_results_or_checkpoint_explain_what_to_do(browser, monkeypatch):
+    from relpos.explorer import api as api_mod
+
+    monkeypatch.setattr(api_mod, "bundled_results", lambda: None)  # as if no results ship with the package
     srv = make_server(Explorer())
     serve_in_thread(srv)
     ctx, page, watch = _open_context(browser)
