@@ -116,3 +116,16 @@ def test_passkey_is_reported_but_not_ranked():
     res["runs"].append(_run("good", "passkey", 0, True, {256: 0.0}))
     v = verdict(res)
     assert "passkey" not in v["tasks"] and "passkey" not in v["rows"]["good"]["fitted"]
+
+
+def test_algorithmic_tasks_are_ranked_by_per_token_accuracy_at_2l_when_reported():
+    res = _results()
+    for r in res["runs"]:
+        if r["task"] == "copy":
+            for m in r["metrics"]:
+                # exact match 0 past L for everyone; per-token accuracy tells "local" ahead of "good"
+                if m["eval_len"] > 8:
+                    m["accuracy"] = 0.0
+                m["token_accuracy"] = {"good": 0.3, "local": 0.6, "nope": 0.1}.get(r["label"], 0.0)
+    ranks = {lab: rk for lab, _, rk in verdict(res)["ranking"]}
+    assert ranks["local"]["copy"] == 1 and ranks["good"]["copy"] == 2 and ranks["nope"]["copy"] == 3

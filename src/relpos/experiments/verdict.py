@@ -19,7 +19,9 @@ with YaRN):
 * training cost: milliseconds per step relative to NoPE on the same task.
 
 **Ranking.** Per task, one score: the LM ratio at the longest length (lower is
-better) or the exact match at 2x L. A scheme's rank on a task is 1 plus the
+better) or the per-token accuracy at 2x L (exact match where a task reports no
+per-token accuracy; exact match past L is 0 for nearly every scheme at the
+presets' scale, while per-token accuracy still tells them apart). A scheme's rank on a task is 1 plus the
 number of schemes that beat it by more than the larger of their two spreads
 (standard deviations over seeds): differences inside the spread are ties. The
 overall ranking is the mean reciprocal rank over tasks (Kazemnejad et al.
@@ -88,7 +90,7 @@ def verdict(results: dict) -> dict:
         nope_ms[t] = _ms(xs)[0]
     rows = {}
     for lab, per_task in by.items():
-        row: dict = {"fitted": {}, "lm": {}, "lm_provisional": {}, "acc": {}, "span": None, "local": None,
+        row: dict = {"fitted": {}, "lm": {}, "lm_provisional": {}, "acc": {}, "tok": {}, "span": None, "local": None,
                      "cost": None}
         costs = []
         for t, rs in per_task.items():
@@ -122,6 +124,7 @@ def verdict(results: dict) -> dict:
                     n = L * f
                     if n == int(n):
                         row["acc"].setdefault(t, {})[key] = _ms([_metric(r, int(n), "accuracy") for r in fit])
+                        row["tok"].setdefault(t, {})[key] = _ms([_metric(r, int(n), "token_accuracy") for r in fit])
         row["cost"] = statistics.fmean(costs) if costs else None
         rows[lab] = row
     ranking = _ranking(rows, tasks)
@@ -135,6 +138,9 @@ def _task_score(row: dict, task: str) -> tuple[float, float, int] | None:
             return None
         m, s, n = row["lm"][max(row["lm"])]
         return (-m, s, n) if n else None
+    tok = row["tok"].get(task, {}).get("2x")
+    if tok and tok[2] and math.isfinite(tok[0]):
+        return tok
     acc = row["acc"].get(task, {}).get("2x")
     return acc if acc and acc[2] else None
 
@@ -255,7 +261,8 @@ def verdict_markdown(results: dict) -> str:
     out += [f"- {n}" for n in v["notes"]] + [""]
     out += ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
-    out += ["", "Rows are ordered by mean reciprocal rank (MRR) over tasks, from fitted runs only. `±` is the "
+    out += ["", "Rows are ordered by mean reciprocal rank (MRR) over tasks, from fitted runs only (per task: the "
+            "LM ratio at the longest length, or per-token accuracy at 2L). `±` is the "
             "standard deviation over fitted seeds; schemes whose scores differ by less than that spread share a "
             "rank (a tie). LM columns divide bits per byte at 4x and 16x the training length by bits per byte "
             "at 1x (1.00 = no degradation); in parentheses: from runs whose loss had not flattened (not fitted, not ranked). `span` is the effective attention span in bytes at the longest "
