@@ -10,16 +10,34 @@ import torch
 SCHEMES = ("alibi", "rope", "sinusoidal")
 
 
-@pytest.fixture(autouse=True)
-def _no_shipped_trained_values(request, monkeypatch):
-    """The views' tests compare with freshly initialised schemes, so the trained values the package
-    ships (relpos/data/trained_positions.json) are hidden from them; tests marked
-    ``shipped_trained_values`` see the real file."""
-    if request.node.get_closest_marker("shipped_trained_values"):
-        return
+_REAL: dict = {}
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _no_shipped_data():
+    """The views' tests compare with freshly initialised schemes and their own results files, so what
+    the package ships (relpos/data/trained_positions.json, relpos/data/results-documented.json) is
+    hidden from them (package scope: module-scoped explorers are built with it hidden too); tests
+    marked ``shipped_data`` see the real files."""
+    from relpos.explorer import api as api_mod
     from relpos.explorer import trained as trained_mod
 
-    monkeypatch.setattr(trained_mod, "trained_values", lambda: {"made_by": "", "schemes": {}, "path": None})
+    _REAL.update(trained=trained_mod.trained_values, bundled=api_mod.bundled_results)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(trained_mod, "trained_values", lambda: {"made_by": "", "schemes": {}, "path": None})
+    mp.setattr(api_mod, "bundled_results", lambda: None)
+    yield
+    mp.undo()
+
+
+@pytest.fixture(autouse=True)
+def _shipped_data(request, monkeypatch):
+    if request.node.get_closest_marker("shipped_data"):
+        from relpos.explorer import api as api_mod
+        from relpos.explorer import trained as trained_mod
+
+        monkeypatch.setattr(trained_mod, "trained_values", _REAL["trained"])
+        monkeypatch.setattr(api_mod, "bundled_results", _REAL["bundled"])
 
 
 def make_results() -> dict:

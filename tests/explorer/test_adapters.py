@@ -129,7 +129,7 @@ def test_bundled_results_are_offered_after_the_users_own(monkeypatch, tmp_path):
     assert [r["label"] for r in mine.get("info", {})["results"]] == [tmp_path.name, "documented (bundled)"]
 
 
-@pytest.mark.shipped_trained_values
+@pytest.mark.shipped_data
 def test_the_shipped_trained_values_load_into_their_schemes():
     """relpos/data/trained_positions.json (exported from the documented sweep) fits the schemes it names,
     and the bias view shows it by default."""
@@ -145,3 +145,14 @@ def test_the_shipped_trained_values_load_into_their_schemes():
         assert all(torch.isfinite(v).all() for v in enc.state_dict().values() if v.is_floating_point())
     out = Explorer().get("bias", {"scheme": "t5", "n": "8", "head": "0"})
     assert out["values_from"] == "trained" and out["n_heads"] == shipped["schemes"]["t5"]["n_heads"]
+
+
+@pytest.mark.shipped_data
+def test_the_documented_results_ship_and_are_offered():
+    from relpos.explorer import api as api_mod
+
+    label, res = api_mod.bundled_results()
+    assert "bundled" in label and len(res["runs"]) > 100
+    assert {r["task"] for r in res["runs"]} >= {"lm", "copy", "reverse"}
+    out = Explorer().get("results", {})
+    assert out["series"]
