@@ -163,8 +163,9 @@ def test_cli_serves_on_loopback_and_stops_on_ctrl_c():
     import urllib.request
 
     env = dict(os.environ, BROWSER="false")  # a stray webbrowser.open would run `false`, not a browser
-    proc = subprocess.Popen([sys.executable, "-m", "relpos.cli", "explore"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    # -X faulthandler: if it ever hangs, SIGABRT below prints every thread's stack into the failure
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "relpos.cli", "explore"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = proc.stdout.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
@@ -175,7 +176,14 @@ def test_cli_serves_on_loopback_and_stops_on_ctrl_c():
         with urllib.request.urlopen(url + "api/offsets?text=a%20b", timeout=10) as r:
             assert json.loads(r.read())["offsets"] == [[0, 1], [-1, 0]]
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=10)
+        try:
+            # stopping takes 0.5 s on an idle machine and 2 s beside two busy processes; a loaded CI
+            # machine (two test workers, Chromium) gets a generous limit
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"relpos explore did not stop within 60 s of Ctrl+C; its threads:\n{err[-6000:]}")
         assert proc.returncode == 0 and "stopped" in out, err
     finally:
         if proc.poll() is None:
