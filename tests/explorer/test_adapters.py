@@ -101,14 +101,17 @@ def test_trained_values_are_the_default_when_shipped_and_initial_stays_available
     ex = Explorer()
     entry = next(b for b in ex.get("info", {})["bias_schemes"] if b["key"] == "t5")
     assert entry["trained"] is True
-    out = ex.get("bias", {"scheme": "t5", "n": "8", "head": "1"})
+    assert entry["trained_causal"] is True  # an LM's values: shown causally
+    out = ex.get("bias", {"scheme": "t5", "n": "8", "head": "1", "causal": "false"})
     assert out["values_from"] == "trained" and out["made_by"] == "a test" and out["n_heads"] == 2
-    # offsets d = j - i land in buckets; the trained table gives B = table[bucket][head]
-    ids = distance.t5_bucket(torch.arange(8)[None, :] - torch.arange(8)[:, None], bidirectional=True)
+    assert out["causal"] is True  # trained in a causal LM: causal buckets, whatever the switch says
+    # offsets d = j - i land in (causal) buckets; the trained table gives B = table[bucket][head]
+    ids = distance.t5_bucket(torch.arange(8)[None, :] - torch.arange(8)[:, None], bidirectional=False)
     want = [[table[b][1] for b in row] for row in ids.tolist()]
     torch.testing.assert_close(torch.tensor(out["matrix"], dtype=torch.float64), torch.tensor(want, dtype=torch.float64))
-    initial = ex.get("bias", {"scheme": "t5", "n": "8", "head": "1", "values": "initial"})
+    initial = ex.get("bias", {"scheme": "t5", "n": "8", "head": "1", "values": "initial", "causal": "false"})
     assert initial["values_from"] == "initial" and initial["matrix"] != out["matrix"]
+    assert initial["causal"] is False  # initial values follow the switch
     with pytest.raises(Exception, match="no trained values"):
         ex.get("bias", {"scheme": "alibi", "values": "trained"})
 

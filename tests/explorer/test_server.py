@@ -434,3 +434,31 @@ def test_methods_and_upload_limits(server):
     assert status == 405
     status, _, _ = _raw(server, "POST", "/", body=b"{}")
     assert status == 405
+
+
+def test_ctrl_c_while_a_handler_thread_starts_stops_the_server_and_frees_the_slot_once(monkeypatch):
+    """Ctrl+C arriving inside Thread.start (after the handler ran) must reach serve_forever; it used to
+    release the connection slot a second time, and the ValueError that raised replaced the
+    KeyboardInterrupt, so `relpos explore` kept serving."""
+    srv = make_server(Explorer())
+    real_start = threading.Thread.start
+
+    def start_then_interrupt(self):
+        real_start(self)
+        if getattr(self, "_target", None) is not None and getattr(self._target, "__name__", "") == "_serve_one":
+            self.join(10)  # the handler has run and released its slot
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_interrupt)
+    try:
+        c = socket.create_connection(srv.server_address[:2], timeout=5)
+        host, port = srv.server_address[:2]
+        c.sendall(f"GET /api/offsets?text=a HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+        with pytest.raises(KeyboardInterrupt):
+            srv._handle_request_noblock()
+        assert b"200" in c.recv(100)
+        c.close()
+        assert srv._slots._value == srv.explorer.limits.max_connections  # released exactly once
+    finally:
+        monkeypatch.undo()
+        srv.server_close()

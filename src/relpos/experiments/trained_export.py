@@ -60,6 +60,7 @@ def trained_positions(out_dir: str | Path, *, task: str = "lm", seed: int = 0, f
             "options": dict(mcfg.scheme_options),
             "state": state,
             "fitted": fitted,
+            "causal": True,  # compare trains decoder-only (causal) language models
         }
     cfg = results.get("config", {})
     made_by = (f"relpos compare --preset {cfg.get('preset', '?')}, task {task}, seed {seed}, "

@@ -215,7 +215,10 @@ class Explorer:
                 item["summary"] = adapters.label_of(e.registry)
                 built = next((x for x in schemes if x["name"] == e.registry), {})
                 item["learned"] = bool(built.get("params", 1))  # False: nothing random to seed
-                item["trained"] = trained_mod.trained_entry(e.registry) is not None
+                tr = trained_mod.trained_entry(e.registry)
+                item["trained"] = tr is not None
+                # values trained in a causal LM are only meaningful (and bucketed) causally
+                item["trained_causal"] = bool(tr is not None and tr.get("causal", True))
             bias_view.append(item)
         absolute, relative = default_pair()
         return {

@@ -129,6 +129,20 @@ def resolve(host: str, port: int) -> tuple[int, tuple]:
     return family, sockaddr
 
 
+class _Once:
+    """Call ``fn`` on the first call only (thread-safe)."""
+
+    def __init__(self, fn) -> None:
+        self.fn, self.done, self.lock = fn, False, threading.Lock()
+
+    def __call__(self) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+        self.fn()
+
+
 class ExplorerServer(ThreadingHTTPServer):
     """``ThreadingHTTPServer`` carrying the :class:`Explorer` it answers for, with the limits above."""
 
@@ -186,18 +200,24 @@ class ExplorerServer(ThreadingHTTPServer):
                 pass
             self.shutdown_request(request)
             return
+        # the slot is released exactly once: by the handler thread when it ends, or here if starting
+        # it was interrupted (Ctrl+C can arrive while Thread.start waits for the thread; releasing
+        # twice raised ValueError, which socketserver logged in place of the KeyboardInterrupt, and
+        # the server kept running)
+        release = _Once(self._slots.release)
+        t = threading.Thread(target=self._serve_one, args=(request, client_address, release), daemon=True)
         try:
-            super().process_request(request, client_address)
+            t.start()
         except BaseException:
-            self._slots.release()
+            release()
             raise
 
-    def process_request_thread(self, request, client_address) -> None:
+    def _serve_one(self, request, client_address, release) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            self.process_request_thread(request, client_address)
         finally:
             self.unwatch(request)
-            self._slots.release()
+            release()
 
     def watch(self, sock: socket.socket, seconds: float) -> None:
         """Drop ``sock`` unless :meth:`unwatch` is called within ``seconds``."""

@@ -72,6 +72,12 @@ def answer(ex, params: dict) -> dict:
     L = ex.limits
     n = get_int(params, "n", 32, 2, L.max_len, cap=True, unit="tokens")
     causal = get_bool(params, "causal", False)
+    trained = trained_mod.trained_entry(entry.registry) if entry.kind != "log2" else None
+    values = get_choice(params, "values", "trained" if trained else "initial", ("trained", "initial"))
+    if values == "trained" and trained is not None and trained.get("causal", True):
+        # trained in a causal language model: only offsets d <= 0 were ever trained, and causal
+        # schemes bucket offsets differently (T5), so these values are shown causally
+        causal = True
     offs = torch.arange(-(n - 1), 1 if causal else n)  # offsets d = j - i shown on the curve
     idx = torch.arange(n)[None]  # (1, N) positions 0..N-1
     delta = idx[0][None, :] - idx[0][:, None]  # (N, N): j - i
@@ -81,8 +87,6 @@ def answer(ex, params: dict) -> dict:
         return _log2(ex, params, out, delta, offs, causal)
 
     n_heads, head, head_dim, seed, opts, changed = scheme_args(ex, entry, params)
-    trained = trained_mod.trained_entry(entry.registry)
-    values = get_choice(params, "values", "trained" if trained else "initial", ("trained", "initial"))
     if values == "trained":
         if trained is None:
             raise ApiError(f"no trained values of {entry.key} ship with this build; choose values=initial",

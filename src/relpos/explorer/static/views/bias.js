@@ -53,12 +53,7 @@ export function create() {
     // content-dependent schemes read a typed text instead of a length
     $('#v2-n-wrap').hidden = isContent();
     $('#v2-text-wrap').hidden = !isContent();
-    if (entry.causal_only) {
-      if (!causal.disabled) userCausal = causal.checked;
-      causal.checked = true; causal.disabled = true;
-    } else if (causal.disabled) {
-      causal.disabled = false; causal.checked = userCausal;
-    }
+    syncCausal();
     for (const o of entry.options || []) {
       const id = 'v2-opt-' + o.name;
       const label = el('label', { for: id, 'data-key': 'opt.' + o.name }, has('opt.' + o.name) ? t('opt.' + o.name) : o.name);
@@ -86,6 +81,16 @@ export function create() {
       optList.append(label, input);
     }
     $('#v2-options').hidden = !optList.childElementCount;
+  }
+  // causal-only schemes, and values trained in a causal LM, force the switch on (and restore it after)
+  function syncCausal() {
+    const forced = entry && (entry.causal_only || (entry.trained && entry.trained_causal && $('#v2-values').value === 'trained'));
+    if (forced) {
+      if (!causal.disabled) userCausal = causal.checked;
+      causal.checked = true; causal.disabled = true;
+    } else if (causal.disabled) {
+      causal.disabled = false; causal.checked = userCausal;
+    }
   }
   function params() {
     const p = { scheme: scheme.value, causal: causal.checked ? 'true' : 'false' };
@@ -265,7 +270,10 @@ export function create() {
       ps.append(el('p', { 'data-scalar': sc.attribute }, has(key) ? t(key, { v }) : t('v2.values.other', { name: sc.attribute, v })));
     }
     if (data.values_from === 'trained') ps.append(el('p', { class: 'hint', id: 'v2-made-by' }, t('v2.made_by', { how: data.made_by || '' })));
-    if (data.learned_params !== undefined) ps.append(el('p', { class: 'hint' }, data.learned_params > 0 ? t('v2.learned', { seed: data.seed, p: data.learned_params }) : t('v2.fixed')));
+    if (data.learned_params !== undefined) {
+      const key = data.learned_params > 0 ? (data.values_from === 'trained' ? 'v2.learned_trained' : 'v2.learned') : 'v2.fixed';
+      ps.append(el('p', { class: 'hint', id: 'v2-learned' }, t(key, { seed: data.seed, p: data.learned_params })));
+    }
     if (data.paper) ps.append(el('p', { class: 'hint' }, t('v2.paper') + ': ', el('a', { href: data.paper, rel: 'noopener noreferrer', target: '_blank' }, data.paper)));
     // bucket table
     const bt = $('#v2-buckets');
@@ -315,6 +323,7 @@ export function create() {
     scheme.addEventListener('change', () => { buildOptions(); relabel(); load(); });
     heads.addEventListener('input', () => { fillHeads(); loadSoon(); });
     [nIn, headDim, seed, textIn].forEach((x) => x.addEventListener('input', loadSoon));
+    $('#v2-values').addEventListener('change', syncCausal);
     [causal, head, show, $('#v2-values')].forEach((x) => x.addEventListener('change', load));
     causal.addEventListener('change', () => { if (!causal.disabled) userCausal = causal.checked; });
     textIn.maxLength = state.info.limits.max_text_chars;
