@@ -118,10 +118,12 @@ def test_positions_grow_into_the_past(n, seed, std):
     assert ((p > 0) | ~past).all() and ((p <= (i - j + 1)) | ~past).all()
     diag = p.diagonal(dim1=-2, dim2=-1)
     assert ((diag > 0) & (diag <= 1)).all()  # a gate is sigmoid(.): 1.0 once saturated in float64
-    # along a row, stepping one key back adds one gate in (0, 1]: p never decreases
+    # along a row, stepping one key back adds one gate in (0, 1]: p never decreases (a gate as small
+    # as sigmoid(-40) ~ 4e-18 is lost when added to a running sum of a few units, so the step may
+    # round to 0 but never below it)
     step = p[:, :, :-1] - p[:, :, 1:]  # p_ij - p_i(j+1)
     inner = past[:, 1:]  # both j and j+1 visible
-    assert ((step > 0) & (step <= 1 + 1e-12))[:, inner].all()
+    assert ((step >= 0) & (step <= 1 + 1e-12))[:, inner].all()
 
 
 @given(st.integers(2, 10), st.integers(0, 1000))

@@ -164,8 +164,11 @@ def test_cli_serves_on_loopback_and_stops_on_ctrl_c():
 
     env = dict(os.environ, BROWSER="false")  # a stray webbrowser.open would run `false`, not a browser
     # -X faulthandler: if it ever hangs, SIGABRT below prints every thread's stack into the failure
+    # SIGINT back to its default in the child: a test runner's worker (pytest-xdist) may ignore it, and
+    # an ignored SIGINT is inherited, so Python would never raise KeyboardInterrupt
     proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "relpos.cli", "explore"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
