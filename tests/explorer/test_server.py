@@ -444,8 +444,10 @@ def test_ctrl_c_while_a_handler_thread_starts_stops_the_server_and_frees_the_slo
     real_start = threading.Thread.start
 
     def start_then_interrupt(self):
+        # read the target first: Thread.run deletes it when the thread ends
+        handler = getattr(getattr(self, "_target", None), "__name__", "") == "_serve_one"
         real_start(self)
-        if getattr(self, "_target", None) is not None and getattr(self._target, "__name__", "") == "_serve_one":
+        if handler:
             self.join(10)  # the handler has run and released its slot
             raise KeyboardInterrupt
 
