@@ -499,3 +499,29 @@ def test_numbers_shown_use_real_minus_and_finite_values(view):
     # ALiBi's bias is all <= 0: a one-sided scale from its minimum up to 0 (issue 14)
     assert labels[0].startswith(MINUS) and labels[2].startswith("0")
     assert all(math.isfinite(num(x.split()[0])) for x in labels if x)
+
+
+@pytest.mark.shipped_data
+def test_bias_view_shows_the_shipped_trained_values_by_default(browser):
+    """With the trained values the package ships, view 2 opens on them (T5), says where they come from,
+    shows them causally (a causal LM trained only d <= 0), and switches back to the initial values."""
+    srv = make_server(Explorer())
+    serve_in_thread(srv)
+    ctx, page, watch = _open_context(browser)
+    try:
+        page.goto(srv.url + "#bias")
+        page.wait_for_selector("body[data-ready=true]")
+        page.wait_for_function("() => document.querySelector('#v2-made-by') !== null")
+        assert page.input_value("#v2-scheme") == "t5" and page.input_value("#v2-values") == "trained"
+        assert "relpos compare" in page.text_content("#v2-made-by")
+        assert page.is_checked("#v2-causal") and page.is_disabled("#v2-causal")
+        assert "trained ones" in page.text_content("#v2-learned")
+        page.select_option("#v2-values", "initial")
+        page.wait_for_function("() => document.querySelector('#v2-made-by') === null")
+        assert not page.is_disabled("#v2-causal")
+        assert "seeded random initialisation" in page.text_content("#v2-learned")
+    finally:
+        ctx.close()
+        srv.shutdown()
+        srv.server_close()
+    watch.check()
