@@ -7,6 +7,8 @@ of errors.
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 import os
 import re
@@ -462,27 +464,32 @@ def test_narrow_window_has_no_horizontal_scroll(view, name):
     assert sw <= 401, f"page is {sw}px wide in a 400px window"
 
 
-def test_views_without_results_or_checkpoint_explain_what_to_do(browser, monkeypatch):
-    from relpos.explorer import api as api_mod
-
-    monkeypatch.setattr(api_mod, "bundled_results", lambda: None)  # as if no results ship with the package
+@contextlib.contextmanager
+def _own_server(browser, fragment: str):
+    """A page on a fresh server (no results, no checkpoint) opened at ``#fragment``; closed after."""
     srv = make_server(Explorer())
     serve_in_thread(srv)
     ctx, page, watch = _open_context(browser)
     try:
-        page.goto(srv.url + "#extrap")
+        page.goto(srv.url + "#" + fragment)
         page.wait_for_selector("body[data-ready=true]")
+        yield page
+    finally:
+        ctx.close()
+        srv.shutdown()
+        srv.server_close()
+    watch.check()
+
+
+def test_views_without_results_or_checkpoint_explain_what_to_do(browser):
+    # the package's shipped results are hidden from explorer tests (conftest), as if none shipped
+    with _own_server(browser, "extrap") as page:
         page.wait_for_function("() => document.querySelector('#v4-chart').textContent.includes('--results')")
         page.click("#tab-attn")
         page.wait_for_selector("#v5-error:not([hidden])")
         assert "--checkpoint" in page.text_content("#v5-error")
         page.click(".lang button[data-lang=zh]")
         assert "检查点" in page.text_content("#v5-error")
-    finally:
-        ctx.close()
-        srv.shutdown()
-        srv.server_close()
-    watch.check()
 
 
 # ------------------------------------------------------------------- export
@@ -505,12 +512,7 @@ def test_numbers_shown_use_real_minus_and_finite_values(view):
 def test_bias_view_shows_the_shipped_trained_values_by_default(browser):
     """With the trained values the package ships, view 2 opens on them (T5), says where they come from,
     shows them causally (a causal LM trained only d <= 0), and switches back to the initial values."""
-    srv = make_server(Explorer())
-    serve_in_thread(srv)
-    ctx, page, watch = _open_context(browser)
-    try:
-        page.goto(srv.url + "#bias")
-        page.wait_for_selector("body[data-ready=true]")
+    with _own_server(browser, "bias") as page:
         page.wait_for_function("() => document.querySelector('#v2-made-by') !== null")
         assert page.input_value("#v2-scheme") == "t5" and page.input_value("#v2-values") == "trained"
         assert "relpos compare" in page.text_content("#v2-made-by")
@@ -520,8 +522,3 @@ def test_bias_view_shows_the_shipped_trained_values_by_default(browser):
         page.wait_for_function("() => document.querySelector('#v2-made-by') === null")
         assert not page.is_disabled("#v2-causal")
         assert "seeded random initialisation" in page.text_content("#v2-learned")
-    finally:
-        ctx.close()
-        srv.shutdown()
-        srv.server_close()
-    watch.check()

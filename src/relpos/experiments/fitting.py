@@ -107,19 +107,19 @@ def lm_validation_loss(model, x, y) -> float:
 
 
 class SampledPositions:
-    """``model`` run at one fixed, sorted draw of positions from ``[0, R)`` (``R`` =
-    ``model.cfg.random_positions``): how a randomized-position model sees its inputs in training.
+    """``model`` run at one fixed, sorted draw of ``width`` positions from ``[0, R)``: how a
+    randomized-position model sees its inputs in training. Inputs shorter than ``width`` use a
+    prefix of the draw (greedy decoding).
 
     Everything else (``parameters``, ``train``, ``eval``, ``training``) is the model's own.
     """
 
-    def __init__(self, model, width: int, seed: int = 0) -> None:
+    def __init__(self, model, R: int, width: int, seed: int = 0) -> None:
         import torch
 
         self.model = model
-        R = int(model.cfg.random_positions)
         g = torch.Generator().manual_seed(int(seed) & 0x7FFFFFFF)
-        self.pos = torch.randperm(R, generator=g)[: min(width, R)].sort().values  # (width,)
+        self.pos = torch.randperm(int(R), generator=g)[: min(width, int(R))].sort().values  # (width,)
 
     def __getattr__(self, name):
         return getattr(self.model, name)
@@ -130,9 +130,8 @@ class SampledPositions:
 
 def _as_trained(model, width: int):
     """The model as training feeds it: at sampled positions when it was trained with randomized ones."""
-    if getattr(getattr(model, "cfg", None), "random_positions", None):
-        return SampledPositions(model, width, seed=width)
-    return model
+    R = getattr(getattr(model, "cfg", None), "random_positions", None)
+    return SampledPositions(model, R, width, seed=width) if R else model
 
 
 class FitMonitor:

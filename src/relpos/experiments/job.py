@@ -160,33 +160,16 @@ def rope_variant_model_for(model, train_seq_len: int, scaling: str, fixed_factor
     return model_for
 
 
-class _WithPositions:
-    """A model whose forward passes use fixed sampled positions (a prefix of ``pos`` for shorter inputs)."""
-
-    def __init__(self, model, pos) -> None:
-        self.model, self.pos = model, pos
-
-    def parameters(self):
-        return self.model.parameters()
-
-    def __call__(self, idx):
-        N = idx.shape[1]
-        return self.model(idx, positions=self.pos[:N].to(idx.device))
-
-
 def sampled_positions_model_for(model, R: int, draw: int, seed: int):
     """``model_for(seq_len)``: the model run on a sorted random subset of ``[0, R)`` (draw ``draw``).
 
     The positions are drawn as in training (Ruoss et al. 2023 sample them at
     evaluation too), deterministically from ``(seed, draw, seq_len)``.
     """
-    import torch
+    from relpos.experiments.fitting import SampledPositions
 
     def model_for(seq_len: int):
-        g = torch.Generator().manual_seed(hash((int(seed), int(draw), int(seq_len))) & 0x7FFFFFFF)
-        n = min(seq_len + 1, R)
-        pos = torch.randperm(R, generator=g)[:n].sort().values
-        return _WithPositions(model, pos)
+        return SampledPositions(model, R, min(seq_len + 1, R), seed=hash((int(seed), int(draw), int(seq_len))))
 
     return model_for
 

@@ -89,28 +89,22 @@ def slim_results(results: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    fitted_only = "--include-unfitted" not in argv
-    argv = [a for a in argv if a != "--include-unfitted"]
-    results_out = None
-    if "--results" in argv:
-        i = argv.index("--results")
-        if i + 1 >= len(argv):
-            print("--results needs a file name", file=sys.stderr)
-            return 2
-        results_out = argv[i + 1]
-        argv = argv[:i] + argv[i + 2 :]
-    if len(argv) != 2:
-        print("usage: python -m relpos.experiments.trained_export [--include-unfitted] COMPARE_DIR OUT.json "
-              "[--results RESULTS.json]", file=sys.stderr)
-        return 2
-    doc = trained_positions(argv[0], fitted_only=fitted_only)
-    Path(argv[1]).write_text(json.dumps(doc, separators=(",", ":")))
-    print(f"wrote {argv[1]}: {', '.join(sorted(doc['schemes'])) or 'no scheme'}")
-    if results_out:
-        slim = slim_results(json.loads((Path(argv[0]) / "results.json").read_text()))
-        Path(results_out).write_text(json.dumps(slim, separators=(",", ":")))
-        print(f"wrote {results_out}: {len(slim['runs'])} runs")
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m relpos.experiments.trained_export",
+                                 description="export what the explorer ships from a relpos compare folder")
+    ap.add_argument("compare_dir", help="a relpos compare output folder whose models were kept")
+    ap.add_argument("out", help="the trained-values JSON file to write")
+    ap.add_argument("--include-unfitted", action="store_true", help="also export runs that missed the fit gate")
+    ap.add_argument("--results", metavar="RESULTS.json", help="also write the folder's results.json, slimmed")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    doc = trained_positions(args.compare_dir, fitted_only=not args.include_unfitted)
+    Path(args.out).write_text(json.dumps(doc, separators=(",", ":")))
+    print(f"wrote {args.out}: {', '.join(sorted(doc['schemes'])) or 'no scheme'}")
+    if args.results:
+        slim = slim_results(json.loads((Path(args.compare_dir) / "results.json").read_text()))
+        Path(args.results).write_text(json.dumps(slim, separators=(",", ":")))
+        print(f"wrote {args.results}: {len(slim['runs'])} runs")
     return 0
 
 

@@ -217,8 +217,7 @@ class Explorer:
                 item["learned"] = bool(built.get("params", 1))  # False: nothing random to seed
                 tr = trained_mod.trained_entry(e.registry)
                 item["trained"] = tr is not None
-                # values trained in a causal LM are only meaningful (and bucketed) causally
-                item["trained_causal"] = bool(tr is not None and tr.get("causal", True))
+                item["trained_causal"] = trained_mod.shown_causally(tr)
             bias_view.append(item)
         absolute, relative = default_pair()
         return {

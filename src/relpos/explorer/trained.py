@@ -32,7 +32,7 @@ import torch
 
 from relpos.explorer.errors import ApiError
 
-__all__ = ["TRAINED_PATHS", "trained_values", "trained_entry", "load_into"]
+__all__ = ["TRAINED_PATHS", "trained_values", "trained_entry", "shown_causally", "load_into"]
 
 TRAINED_PATHS = ("explorer/static/trained.json", "data/trained_positions.json")
 _MAX_BYTES = 16 * 1024 * 1024
@@ -65,6 +65,12 @@ def trained_entry(name: str) -> dict | None:
     """The trained entry of one scheme, or None."""
     entry = trained_values()["schemes"].get(name)
     return entry if isinstance(entry, dict) else None
+
+
+def shown_causally(entry: dict | None) -> bool:
+    """Whether trained values must be shown causally: a causal language model (what ``relpos
+    compare`` trains) trained only offsets d <= 0, and causal schemes bucket offsets differently."""
+    return bool(entry is not None and entry.get("causal", True))
 
 
 def load_into(enc: torch.nn.Module, entry: dict, name: str) -> None:

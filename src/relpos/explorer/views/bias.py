@@ -74,9 +74,7 @@ def answer(ex, params: dict) -> dict:
     causal = get_bool(params, "causal", False)
     trained = trained_mod.trained_entry(entry.registry) if entry.kind != "log2" else None
     values = get_choice(params, "values", "trained" if trained else "initial", ("trained", "initial"))
-    if values == "trained" and trained is not None and trained.get("causal", True):
-        # trained in a causal language model: only offsets d <= 0 were ever trained, and causal
-        # schemes bucket offsets differently (T5), so these values are shown causally
+    if values == "trained" and trained_mod.shown_causally(trained):
         causal = True
     offs = torch.arange(-(n - 1), 1 if causal else n)  # offsets d = j - i shown on the curve
     idx = torch.arange(n)[None]  # (1, N) positions 0..N-1
