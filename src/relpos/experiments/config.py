@@ -389,6 +389,16 @@ class ExperimentConfig:
 _ALGO = {"train_len": 8, "eval_lengths": [8, 12, 16, 24, 32], "n_eval": 256, "n_val": 256}
 #: The algorithmic recipe: batch 64, peak lr 2e-3, at most 4000 steps (early stopping ends most runs sooner).
 _ALGO_TRAIN = {"steps": 4000, "batch_size": 64, "lr": 2e-3, "warmup": 100}
+#: Reverse gets a longer budget (ALiBi, NoPE, Sandwich still rose at 4,000 steps); early stopping ends most sooner.
+_REVERSE_TRAIN = {**_ALGO_TRAIN, "steps": 16000}
+
+
+def _algo_train(tasks) -> dict:
+    """The per-task recipes of the default and full presets."""
+    out = {t: dict(_ALGO_TRAIN) for t in tasks}
+    out["reverse"] = dict(_REVERSE_TRAIN)
+    out["parity"] = {**_ALGO_TRAIN, "steps": 1000}
+    return out
 
 
 #: Task options shared by the default and full presets (parity trains at 12 bits, so that a held-out set exists).
@@ -428,7 +438,7 @@ def _default() -> ExperimentConfig:
         warmup=50,
         # every algorithmic task gets the algorithmic recipe, so `--tasks reverse,mqar` (or more seeds) can
         # be added to a default folder: the fingerprint covers them already
-        task_train={**{t: dict(_ALGO_TRAIN) for t in ALGORITHMIC}, "parity": {**_ALGO_TRAIN, "steps": 1000}},
+        task_train=_algo_train(ALGORITHMIC),
         lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
         algorithmic=dict(_ALGO),
         task_options=dict(_TASK_OPTIONS),
@@ -450,7 +460,7 @@ def _full() -> ExperimentConfig:
         batch_size=16,
         lr=3e-3,
         warmup=50,
-        task_train={**{t: dict(_ALGO_TRAIN) for t in algo}, "parity": {**_ALGO_TRAIN, "steps": 1000}},
+        task_train=_algo_train(algo),
         lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
         algorithmic=dict(_ALGO),
         task_options=dict(_TASK_OPTIONS),

@@ -444,6 +444,8 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
     lines += [
         f"- configuration fingerprint `{results['fingerprint']}`; {len(runs)} evaluated models "
         f"({len({r['job'] for r in runs})} trainings)",
+        *[f"- merged: {', '.join(s['tasks'])} from `{s['folder']}` (fingerprint `{s['fingerprint']}`)"
+          for s in results.get("sources") or [] if s.get("tasks")],
         f"- model: d_model {cfg.get('d_model')}, {cfg.get('n_layers')} layers, {cfg.get('n_heads')} heads; "
         f"{cfg.get('steps')} steps of batch {cfg.get('batch_size')}, peak learning rate {cfg.get('lr')}"
         + "".join(f"; {t}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in o.items())

@@ -1,0 +1,154 @@
+"""Merge ``relpos compare`` folders into one report, task by task.
+
+A sweep is sometimes rerun for one task only (a longer step budget for
+``reverse``, say). The rerun has its own configuration fingerprint, so it lives
+in its own folder. This module writes one report from several folders: each
+task's runs come from the **last** folder given that holds that task, and the
+report names, for every task, the folder and fingerprint it came from.
+
+Only folders that trained the same model can be merged: the settings every task
+shares (width, depth, heads, embedding scale, scheme ranges, the fit gate, the
+algorithmic lengths, weight decay) must agree, or the merge is refused with the
+differences listed. Task-specific settings (``task_train[task]``,
+``task_options[task]``) are taken from the folder the task came from.
+
+Nothing in the source folders is changed; the output folder follows the
+``--out`` rule of :mod:`relpos.outdir` (new, empty, or an earlier merge).
+
+Command line::
+
+    python -m relpos.experiments.merge OUT FOLDER [FOLDER ...] [--no-plots]
+
+Example:
+    >>> a = {"fingerprint": "a", "config": {"d_model": 64, "tasks": ["copy", "reverse"]},
+    ...      "runs": [{"task": "copy", "job": "c"}, {"task": "reverse", "job": "r4"}], "failures": []}
+    >>> b = {"fingerprint": "b", "config": {"d_model": 64, "tasks": ["reverse"]},
+    ...      "runs": [{"task": "reverse", "job": "r16"}], "failures": []}
+    >>> m = merge_results([("A", a), ("B", b)])
+    >>> [r["job"] for r in m["runs"]], m["fingerprint"]
+    (['c', 'r16'], 'a+b')
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+from relpos.experiments.config import config_diff
+from relpos.outdir import prepare_output_dir, write_json_atomic
+
+__all__ = ["SHARED_KEYS", "merge_results", "merge_folders", "main"]
+
+#: Configuration keys every merged folder must agree on (they change every task's model or gate).
+SHARED_KEYS = ("d_model", "n_layers", "n_heads", "weight_decay", "embed_scale", "scheme_ranges", "fit",
+               "algorithmic", "lm", "corpus", "random_positions_factor", "scheme_options")
+
+_MANIFEST = "merged.json"
+
+
+def merge_results(sources: list[tuple[str, dict]]) -> dict:
+    """One ``results.json`` document from several: each task from the last source that holds it.
+
+    Args:
+        sources: ``(name, results document)`` pairs, in order of precedence (later wins).
+
+    Returns:
+        A results document whose ``fingerprint`` joins the sources' (``a+b``) and whose
+        ``sources`` lists, per source, its name, fingerprint and the tasks taken from it.
+
+    Raises:
+        ValueError: no sources, or sources whose shared settings differ.
+    """
+    if not sources:
+        raise ValueError("merge needs at least one results folder")
+    base_name, base = sources[0]
+    base_cfg = base.get("config") or {}
+    for name, res in sources[1:]:
+        cfg = res.get("config") or {}
+        diff = config_diff({k: base_cfg.get(k) for k in SHARED_KEYS}, {k: cfg.get(k) for k in SHARED_KEYS})
+        if diff:
+            raise ValueError(f"cannot merge {name} into {base_name}: their models or fit gates differ ("
+                             + "; ".join(diff) + ")")
+    owner: dict[str, int] = {}
+    for i, (_, res) in enumerate(sources):
+        for r in res.get("runs") or []:
+            owner[r["task"]] = i
+    cfg = copy.deepcopy(base_cfg)
+    for key in ("task_train", "task_options"):
+        cfg[key] = {t: copy.deepcopy((sources[i][1].get("config") or {}).get(key, {}).get(t))
+                    for t, i in owner.items() if (sources[i][1].get("config") or {}).get(key, {}).get(t) is not None}
+    cfg["tasks"] = [t for t in dict.fromkeys(t for _, res in sources for t in (res.get("config") or {}).get("tasks", []))
+                    if t in owner]
+    runs, failures, listed = [], [], []
+    for i, (name, res) in enumerate(sources):
+        mine = sorted(t for t, j in owner.items() if j == i)
+        runs += [r for r in res.get("runs") or [] if owner.get(r["task"]) == i]
+        failures += [f for f in res.get("failures") or [] if f.get("job", "").split("/")[0] in mine]
+        listed.append({"folder": name, "fingerprint": res.get("fingerprint"), "tasks": mine})
+    fps = list(dict.fromkeys(s["fingerprint"] for s in listed if s["tasks"]))
+    return {**{k: v for k, v in base.items() if k not in ("runs", "failures", "config", "fingerprint")},
+            "fingerprint": "+".join(str(f) for f in fps), "config": cfg, "runs": runs, "failures": failures,
+            "sources": listed}
+
+
+def _load(folder: Path) -> dict:
+    path = folder / "results.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{folder} holds no results.json (run `relpos compare --out {folder} "
+                                f"--report-only` to write it from results.sqlite)") from None
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not a relpos results file: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list) or "fingerprint" not in data:
+        raise ValueError(f"{path} is not a relpos results file (no fingerprint or runs)")
+    return data
+
+
+def _owns(path: Path) -> bool:
+    return (path / _MANIFEST).is_file()
+
+
+def merge_folders(out: str | Path, folders: list[str | Path], *, plots: bool = True) -> dict:
+    """Merge compare folders into ``out``: ``results.json``, ``report.md``, plots and a ``merged.json`` manifest.
+
+    Returns:
+        The merged results document.
+    """
+    from relpos.experiments.report import make_plots, write_report
+
+    srcs = [(str(f), _load(Path(f))) for f in folders]
+    merged = merge_results(srcs)
+    dest = prepare_output_dir(out, owns=_owns, what="merged compare report", flag="OUT")
+    write_json_atomic(dest / _MANIFEST, {"sources": merged["sources"]})
+    write_json_atomic(dest / "results.json", merged)
+    names = make_plots(merged, dest) if plots and merged["runs"] else []
+    write_report(merged, dest, names, command="python -m relpos.experiments.merge " + " ".join(
+        [str(out)] + [str(f) for f in folders]))
+    return merged
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m relpos.experiments.merge",
+                                 description="merge relpos compare folders into one report (each task from the "
+                                             "last folder that holds it)")
+    ap.add_argument("out", help="output folder (new, empty, or an earlier merge)")
+    ap.add_argument("folders", nargs="+", help="compare folders, in order of precedence (later wins)")
+    ap.add_argument("--no-plots", action="store_true", help="write results.json and report.md only")
+    a = ap.parse_args(argv)
+    try:
+        merged = merge_folders(a.out, a.folders, plots=not a.no_plots)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for s in merged["sources"]:
+        print(f"{s['folder']} ({s['fingerprint']}): {', '.join(s['tasks']) or 'nothing taken'}")
+    print(f"wrote {a.out}/report.md ({len(merged['runs'])} evaluated models)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

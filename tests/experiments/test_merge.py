@@ -1,0 +1,93 @@
+"""Merging compare folders: each task from the last folder that holds it; refused when the models differ."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from relpos.experiments.merge import main, merge_folders, merge_results
+
+
+def _run(task, label, seed, acc):
+    return {"scheme": label, "variant": None, "label": label, "task": task, "seed": seed, "train_len": 8,
+            "job": f"{task}/{label}/seed{seed}", "metrics": [{"eval_len": 8, "accuracy": acc, "bpb": None},
+                                                             {"eval_len": 16, "accuracy": acc / 2, "bpb": None}],
+            "position_loss": [], "fixed_target": [], "span": None,
+            "train": {"ms_per_step": 10.0, "seconds": 1.0, "fit": {"fitted": acc >= 0.95, "score": acc}}}
+
+
+def _res(fp, tasks, runs, *, d_model=64, reverse_steps=4000, failures=()):
+    cfg = {"preset": "default", "d_model": d_model, "n_layers": 2, "n_heads": 4, "tasks": tasks,
+           "task_train": {"copy": {"steps": 4000}, "reverse": {"steps": reverse_steps}},
+           "task_options": {"copy": {"alphabet": 8}, "reverse": {"alphabet": 8}},
+           "fit": {"target": 0.95}, "algorithmic": {"train_len": 8}}
+    return {"version": 2, "fingerprint": fp, "config": cfg, "runs": runs, "failures": list(failures)}
+
+
+def _sources():
+    old = _res("aaa", ["copy", "reverse"], [_run("copy", "rope", 0, 1.0), _run("reverse", "nope", 0, 0.6)],
+               failures=[{"job": "reverse/alibi/seed0", "error": "x"}, {"job": "copy/t5/seed0", "error": "y"}])
+    new = _res("bbb", ["reverse"], [_run("reverse", "nope", 0, 0.99)], reverse_steps=16000)
+    return [("old", old), ("new", new)]
+
+
+def test_each_task_comes_from_the_last_folder_that_holds_it():
+    m = merge_results(_sources())
+    by_task = {r["task"]: r for r in m["runs"]}
+    assert by_task["copy"]["train"]["fit"]["score"] == 1.0
+    assert by_task["reverse"]["train"]["fit"]["score"] == 0.99  # the rerun wins
+    assert len(m["runs"]) == 2
+    assert m["fingerprint"] == "aaa+bbb"
+    assert m["sources"] == [{"folder": "old", "fingerprint": "aaa", "tasks": ["copy"]},
+                            {"folder": "new", "fingerprint": "bbb", "tasks": ["reverse"]}]
+    # task settings follow the task's folder; the failure of a replaced task is dropped
+    assert m["config"]["task_train"]["reverse"]["steps"] == 16000
+    assert m["config"]["task_train"]["copy"]["steps"] == 4000
+    assert m["config"]["tasks"] == ["copy", "reverse"]
+    assert [f["job"] for f in m["failures"]] == ["copy/t5/seed0"]
+
+
+def test_folders_with_different_models_are_refused():
+    srcs = _sources()
+    srcs[1][1]["config"]["d_model"] = 128
+    with pytest.raises(ValueError, match=r"d_model: 64 -> 128"):
+        merge_results(srcs)
+    with pytest.raises(ValueError, match="at least one"):
+        merge_results([])
+
+
+def _write(folder, res):
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps(res))
+
+
+def test_merge_folders_writes_a_report_and_leaves_sources_alone(tmp_path):
+    (a, ra), (b, rb) = _sources()
+    _write(tmp_path / "a", ra)
+    _write(tmp_path / "b", rb)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    out = tmp_path / "merged"
+    merge_folders(out, [tmp_path / "a", tmp_path / "b"], plots=False)
+    report = (out / "report.md").read_text()
+    assert "merged: reverse from" in report and "fingerprint `bbb`" in report
+    assert json.loads((out / "results.json").read_text())["fingerprint"] == "aaa+bbb"
+    assert {p: p.read_bytes() for p in before} == before
+    merge_folders(out, [tmp_path / "a"], plots=False)  # an earlier merge may be replaced
+
+
+def test_cli_errors_are_one_line_and_foreign_output_is_refused(tmp_path, capsys):
+    (_, ra), _ = _sources()
+    _write(tmp_path / "a", ra)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    assert main([str(mine), str(tmp_path / "a"), "--no-plots"]) == 2
+    assert (mine / "notes.txt").read_text() == "keep" and not (mine / "results.json").exists()
+    assert main([str(tmp_path / "out"), str(tmp_path / "missing")]) == 2
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "results.json").write_text("[1, 2]")
+    assert main([str(tmp_path / "out"), str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+    assert main([str(tmp_path / "out"), str(tmp_path / "a"), "--no-plots"]) == 0
