@@ -74,9 +74,10 @@ def test_training_batches(name):
         assert all(v == t.PAD for v in row[len(seq) - 1 :])
 
 
+@pytest.mark.parametrize("order", ["key-value", "value-key"])
 @pytest.mark.parametrize("queries", ["each-once", "random"])
-def test_mqar_format_and_fixed_key_alphabet(queries):
-    t = MQAR(train_len=4, eval_lengths=[4, 8], n_keys=16, n_values=5, n_eval=30, queries=queries)
+def test_mqar_format_and_fixed_key_alphabet(queries, order):
+    t = MQAR(train_len=4, eval_lengths=[4, 8], n_keys=16, n_values=5, n_eval=30, queries=queries, order=order)
     assert t.n_keys == 16 and t.vocab_size == 16 + 5 + 3
     # the key alphabet does not follow the evaluation lengths (the training task stays the same)
     assert MQAR(train_len=4, eval_lengths=[4, 12], n_keys=16).options()["n_keys"] == 16
@@ -85,6 +86,8 @@ def test_mqar_format_and_fixed_key_alphabet(queries):
         assert P.shape == (30, 2 * n + 2) and A.shape == (30, 2 * n)
         for p, a in zip(P.tolist(), A.tolist()):
             keys, vals = p[1 : 2 * n + 1 : 2], p[2 : 2 * n + 2 : 2]
+            if order == "value-key":
+                keys, vals = vals, keys
             assert len(set(keys)) == n and max(keys) < 16 and min(vals) >= 16
             qs, answers = a[0::2], a[1::2]
             if queries == "each-once":
@@ -99,6 +102,11 @@ def test_mqar_format_and_fixed_key_alphabet(queries):
     assert t.answer_mask(3) == [False, True] * 3
     with pytest.raises(ValueError, match="queries must be one of"):
         MQAR(train_len=4, eval_lengths=[4], n_keys=16, queries="all")
+    with pytest.raises(ValueError, match="order must be one of key-value, value-key"):
+        MQAR(train_len=4, eval_lengths=[4], n_keys=16, order="kv")
+    # a non-default order is part of the task's identity (and so of a compare fingerprint); the default is not
+    assert "order" not in MQAR(train_len=4, n_keys=16).options()
+    assert MQAR(train_len=4, n_keys=16, order="value-key").options()["order"] == "value-key"
 
 
 def test_mqar_trains_only_on_values():

@@ -20,10 +20,11 @@ Past the training length the key-value section is longer, so queries reach
 farther back than in training.
 
 Solving it takes a two-layer lookup (a previous-token head that writes each key
-into its value, then a query-key match). The compare presets' 2-layer, width-64
-model does not learn that within 4,000 steps: it stalls at answering with a
-prompt value not yet asked for (about 0.93 nats per answer); see
-``docs/results.md`` for the probes.
+into its value, then a query-key match); ``order="value-key"`` puts the value
+first, so the query matches a key token directly and reads the value written
+into it. The compare presets' 2-layer, width-64 model does not learn either order
+within their budgets: it stalls at answering with a prompt value not yet asked
+for (about 0.93 nats per answer); see ``docs/results.md`` for the probes.
 """
 
 from __future__ import annotations
@@ -32,12 +33,16 @@ import numpy as np
 
 from relpos.tasks.algorithmic import AlgorithmicTask, _check_int
 
-__all__ = ["MQAR", "QUERY_MODES"]
+__all__ = ["MQAR", "QUERY_MODES", "PAIR_ORDERS"]
 
 #: ``"each-once"``: every key is queried exactly once, in a random order (the default, as in Zoology);
 #: ``"random"``: each query is a key of the prompt drawn with replacement (no answer can be
 #: guessed by elimination of the values already asked for).
 QUERY_MODES = ("each-once", "random")
+
+#: ``"key-value"``: ``k v`` pairs in the prompt, as in Zoology; ``"value-key"``: ``v k`` pairs (the value
+#: comes first), so the query matches a key token directly and the value is one position before it.
+PAIR_ORDERS = ("key-value", "value-key")
 
 
 class MQAR(AlgorithmicTask):
@@ -48,6 +53,8 @@ class MQAR(AlgorithmicTask):
         eval_lengths: pair counts to evaluate.
         n_keys: key alphabet (fixed; >= the longest length).
         n_values: value alphabet.
+        queries: ``"each-once"`` or ``"random"`` (see :data:`QUERY_MODES`).
+        order: ``"key-value"`` or ``"value-key"`` pairs in the prompt (see :data:`PAIR_ORDERS`).
         **kw: the options of :class:`~relpos.tasks.algorithmic.AlgorithmicTask`.
 
     Example:
@@ -62,11 +69,13 @@ class MQAR(AlgorithmicTask):
     teacher_forced = True
 
     def __init__(self, train_len: int = 16, eval_lengths=None, *, n_keys: int = 64, n_values: int = 16,
-                 queries: str = "each-once", **kw):
+                 queries: str = "each-once", order: str = "key-value", **kw):
         super().__init__(train_len, eval_lengths, **kw)
         if queries not in QUERY_MODES:
             raise ValueError(f"queries must be one of {', '.join(QUERY_MODES)}, got {queries!r}")
-        self.queries = queries
+        if order not in PAIR_ORDERS:
+            raise ValueError(f"order must be one of {', '.join(PAIR_ORDERS)}, got {order!r}")
+        self.queries, self.order = queries, order
         longest = max(max(self.eval_lengths), self.train_len)
         self.n_keys = _check_int("n_keys", n_keys, 1)
         if self.n_keys < longest:
@@ -94,13 +103,15 @@ class MQAR(AlgorithmicTask):
     def sample(self, rng: np.random.Generator, n: int, *, evaluation: bool = False):
         keys = rng.choice(self.n_keys, size=n, replace=False)
         vals = rng.integers(0, self.n_values, size=n) + self.n_keys
-        p = [self.BOS] + np.stack([keys, vals], axis=1).reshape(-1).tolist() + [self.SEP]
+        pairs = [keys, vals] if self.order == "key-value" else [vals, keys]
+        p = [self.BOS] + np.stack(pairs, axis=1).reshape(-1).tolist() + [self.SEP]
         order = rng.permutation(n) if self.queries == "each-once" else rng.integers(0, n, size=n)
         queries = [int(keys[i]) for i in order]
         return p, self._answers(p, n, queries)
 
     def _answers(self, prompt: list[int], n: int, queries: list[int]) -> list[int]:
-        table = {prompt[1 + 2 * i]: prompt[2 + 2 * i] for i in range(n)}
+        k, v = (1, 2) if self.order == "key-value" else (2, 1)
+        table = {prompt[k + 2 * i]: prompt[v + 2 * i] for i in range(n)}
         out = []
         for q in queries:
             if q not in table:
@@ -119,6 +130,8 @@ class MQAR(AlgorithmicTask):
 
     def options(self) -> dict:
         out = {**super().options(), "n_keys": self.n_keys, "n_values": self.n_values}
-        if self.queries != "each-once":  # the default stays out, so earlier fingerprints stay valid
+        if self.queries != "each-once":  # the defaults stay out, so earlier fingerprints stay valid
             out["queries"] = self.queries
+        if self.order != "key-value":
+            out["order"] = self.order
         return out

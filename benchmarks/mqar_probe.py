@@ -1,0 +1,148 @@
+"""MQAR probe: does a small model learn multi-query associative recall, and is relpos the reason if not?
+
+Trains one model on :class:`relpos.tasks.MQAR` with a plain AdamW loop and prints the
+held-out validation loss and per-token accuracy every 250 steps. Two models:
+
+* ``--model relpos``: the compare model (:class:`relpos.model.TransformerLM`, any scheme);
+* ``--model plain``: an independent pre-LayerNorm Transformer written here in a few
+  lines of PyTorch (RoPE, learned absolute positions or none; MLPs optional), so that
+  a plateau can be told apart from a relpos defect.
+
+The numbers quoted in docs/results.md ("MQAR is not learned") come from runs like::
+
+    python benchmarks/mqar_probe.py --model plain --order value-key --queries random --min-len 8 --no-mlp --lr 3e-3
+    python benchmarks/mqar_probe.py --model relpos --scheme rope --order value-key --queries random --min-len 8
+
+Each takes 2-12 minutes on one CPU core (3,000-8,000 steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from relpos.tasks.mqar import MQAR
+
+
+class _Block(nn.Module):
+    def __init__(self, d: int, heads: int, mlp: bool) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.qkv, self.out = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)) if mlp else None
+
+    def forward(self, x, cos, sin):
+        B, N, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)  # (B, H, N, D)
+        if cos is not None:  # RoPE on interleaved pairs
+            def rot(u):
+                u1, u2 = u[..., ::2], u[..., 1::2]
+                return torch.stack([u1 * cos - u2 * sin, u1 * sin + u2 * cos], -1).flatten(-2)
+            q, k = rot(q), rot(k)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, N, C)
+        x = x + self.out(y)
+        return x + self.mlp(x) if self.mlp is not None else x
+
+
+class PlainLM(nn.Module):
+    """An independent 2-layer causal Transformer with tied embeddings (PyTorch default init)."""
+
+    def __init__(self, vocab: int, d: int, heads: int, layers: int, pos: str, mlp: bool, max_len: int = 128) -> None:
+        super().__init__()
+        self.pos, self.hd = pos, d // heads
+        self.emb, self.pemb = nn.Embedding(vocab, d), nn.Embedding(max_len, d)
+        nn.init.normal_(self.emb.weight, std=0.02)
+        nn.init.normal_(self.pemb.weight, std=0.02)
+        self.blocks = nn.ModuleList(_Block(d, heads, mlp) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, idx):
+        N = idx.shape[1]
+        h, cos, sin = self.emb(idx), None, None
+        if self.pos == "absolute":
+            h = h + self.pemb(torch.arange(N))
+        elif self.pos == "rope":
+            ang = torch.arange(N)[:, None] * 10000 ** (-torch.arange(0, self.hd, 2) / self.hd)  # (N, D/2)
+            cos, sin = ang.cos(), ang.sin()
+        for b in self.blocks:
+            h = b(h, cos, sin)
+        return self.ln(h) @ self.emb.weight.T
+
+
+def build(args, task: MQAR) -> nn.Module:
+    if args.model == "plain":
+        return PlainLM(task.vocab_size, args.d_model, args.heads, args.layers, args.pos, args.mlp)
+    from relpos.model import ModelConfig, TransformerLM
+
+    return TransformerLM(ModelConfig(vocab_size=task.vocab_size, d_model=args.d_model, n_layers=args.layers,
+                                     n_heads=args.heads, max_len=256, scheme=args.scheme))
+
+
+def run(args) -> list[tuple[int, float, float]]:
+    """Train and return ``(step, validation loss, per-token accuracy)`` every 250 steps."""
+    torch.set_num_threads(1)
+    task = MQAR(train_len=args.pairs, eval_lengths=[args.pairs], n_keys=args.n_keys, n_values=args.n_values,
+                queries=args.queries, order=args.order, min_len=args.min_len)
+    torch.manual_seed(args.seed)
+    model = build(args, task)
+    src = task.train_source(args.batch_size, args.seed)
+    xv, yv = task.validation_batch()
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.95))
+    history, t0 = [], time.time()
+    for step in range(args.steps + 1):
+        if step % 250 == 0:
+            model.eval()
+            with torch.no_grad():
+                logits, mask = model(xv), yv != -100
+                loss = F.cross_entropy(logits[mask], yv[mask]).item()
+                acc = (logits.argmax(-1)[mask] == yv[mask]).float().mean().item()
+            history.append((step, loss, acc))
+            print(f"step {step:6d}  val loss {loss:.3f}  per-token acc {acc:.3f}  {time.time() - t0:.0f}s", flush=True)
+            model.train()
+        if step == args.steps:
+            break
+        x, y = src.batch(step)
+        for g in opt.param_groups:
+            g["lr"] = args.lr * min(1.0, (step + 1) / 100)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    return history
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=["relpos", "plain"], default="relpos")
+    ap.add_argument("--scheme", default="rope", help="relpos model: the position scheme")
+    ap.add_argument("--pos", choices=["rope", "absolute", "none"], default="rope", help="plain model: positions")
+    ap.add_argument("--no-mlp", dest="mlp", action="store_false", help="plain model: attention-only blocks")
+    ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--pairs", type=int, default=8, help="key-value pairs at the training length L")
+    ap.add_argument("--min-len", type=int, default=1, help="fewest pairs in a training example")
+    ap.add_argument("--n-keys", type=int, default=64)
+    ap.add_argument("--n-values", type=int, default=16)
+    ap.add_argument("--queries", choices=["each-once", "random"], default="each-once")
+    ap.add_argument("--order", choices=["key-value", "value-key"], default="key-value")
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    run(parse(argv))
+
+
+if __name__ == "__main__":
+    main()
