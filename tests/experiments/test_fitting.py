@@ -156,3 +156,43 @@ def test_the_fit_gate_of_a_randomized_run_uses_its_sampled_position_evaluation()
             {"variant": "randomized-sampled", "measurements": [{"eval_len": 4, "accuracy": 0.97}]}]
     assert _fit_record(task, mon, runs, 1e-3, [], 0.95)["fitted"] is True
     assert _fit_record(task, mon, runs[:1], 1e-3, [], 0.95)["fitted"] is False
+
+
+def test_greedy_decoding_at_sampled_positions_runs_at_the_draw_not_at_0_to_n():
+    """The sampled-position evaluation decodes greedily through the wrapper's forward pass (regression:
+    the wrapper once forwarded ``generate`` to the model, whose cached decoding runs at 0..N-1, so the
+    "sampled" numbers and the fit gate of randomized reverse runs were the 0..N-1 numbers)."""
+    import torch
+
+    from relpos.experiments.fitting import SampledPositions
+    from relpos.experiments.job import sampled_positions_model_for
+    from relpos.model import ModelConfig, TransformerLM
+    from relpos.tasks import greedy_decode
+
+    torch.manual_seed(0)
+    task = make_task("reverse", train_len=4, eval_lengths=[4], n_eval=16)
+    model = TransformerLM(ModelConfig(vocab_size=task.vocab_size, d_model=16, n_layers=1, n_heads=2,
+                                      scheme="rope", max_len=64, random_positions=64)).eval()
+    wrapped = sampled_positions_model_for(model, 64, draw=0, seed=0)(task.seq_len(4))
+    assert isinstance(wrapped, SampledPositions)
+    for name in ("generate", "step", "init_cache"):
+        assert not hasattr(wrapped, name)
+    prompts, answers = task.examples(4)
+    n_new = answers.shape[1]
+    with torch.no_grad():
+        got = greedy_decode(wrapped, prompts, n_new)
+        seq = prompts
+        for _ in range(n_new):  # the oracle: full forward passes at a prefix of the draw
+            logits = model(seq, positions=wrapped.pos[: seq.shape[1]])
+            seq = torch.cat([seq, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(got, seq[:, prompts.shape[1]:])
+    # every forward pass of the wrapped greedy decoding ran at a prefix of the draw (not at 0..N-1)
+    seen, forward = [], model.forward
+    model.forward = lambda idx, *a, positions=None, **kw: (seen.append((idx.shape[1], positions)),
+                                                           forward(idx, *a, positions=positions, **kw))[1]
+    with torch.no_grad():
+        greedy_decode(wrapped, prompts, n_new)
+    assert len(seen) == n_new
+    for n, pos in seen:
+        assert pos is not None and torch.equal(pos, wrapped.pos[:n])
+    assert not torch.equal(wrapped.pos[: seen[-1][0]], torch.arange(seen[-1][0]))

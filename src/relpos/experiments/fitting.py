@@ -111,7 +111,8 @@ class SampledPositions:
     randomized-position model sees its inputs in training. Inputs shorter than ``width`` use a
     prefix of the draw (greedy decoding).
 
-    Everything else (``parameters``, ``train``, ``eval``, ``training``) is the model's own.
+    Everything else (``parameters``, ``train``, ``eval``, ``training``) is the model's own, except
+    cached decoding (``generate``, ``step``): it would run at ``0..N-1``.
     """
 
     def __init__(self, model, R: int, width: int, seed: int = 0) -> None:
@@ -121,7 +122,13 @@ class SampledPositions:
         g = torch.Generator().manual_seed(int(seed) & 0x7FFFFFFF)
         self.pos = torch.randperm(int(R), generator=g)[: min(width, int(R))].sort().values  # (width,)
 
+    #: Cached decoding would run at 0..N-1, not at the draw: hidden, so greedy decoding falls back to
+    #: full forward passes through :meth:`__call__`.
+    _HIDDEN = frozenset({"generate", "step", "init_cache", "forward_with_memory"})
+
     def __getattr__(self, name):
+        if name in SampledPositions._HIDDEN:
+            raise AttributeError(f"{name!r} is not available at sampled positions (it would decode at 0..N-1)")
         return getattr(self.model, name)
 
     def __call__(self, idx):
