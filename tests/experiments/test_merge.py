@@ -91,3 +91,22 @@ def test_cli_errors_are_one_line_and_foreign_output_is_refused(tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("error: ") for line in err)
     assert main([str(tmp_path / "out"), str(tmp_path / "a"), "--no-plots"]) == 0
+
+
+def test_same_task_settings_combine_seeds_and_the_later_folder_wins_a_shared_job():
+    (_, old), (_, new) = _sources()
+    new["runs"] += [_run("copy", "rope", 1, 0.97), _run("copy", "rope", 0, 0.5)]  # seed 1 new; seed 0 redone
+    new["failures"] = [{"job": "copy/t5/seed1", "error": "z"}]
+    m = merge_results([("old", old), ("new", new)])
+    copy = {r["seed"]: r["train"]["fit"]["score"] for r in m["runs"] if r["task"] == "copy"}
+    assert copy == {0: 0.5, 1: 0.97}  # both folders' seeds; the later folder's seed 0
+    assert [r["train"]["fit"]["score"] for r in m["runs"] if r["task"] == "reverse"] == [0.99]  # settings differ
+    assert m["sources"] == [{"folder": "old", "fingerprint": "aaa", "tasks": ["copy"]},
+                            {"folder": "new", "fingerprint": "bbb", "tasks": ["copy", "reverse"]}]
+    assert sorted(f["job"] for f in m["failures"]) == ["copy/t5/seed0", "copy/t5/seed1"]
+    # a changed copy setting in the later folder leaves the earlier folder's copy runs out
+    new["config"]["task_options"]["copy"] = {"alphabet": 16}
+    m = merge_results([("old", old), ("new", new)])
+    assert {r["seed"] for r in m["runs"] if r["task"] == "copy"} == {0, 1}
+    assert [r["train"]["fit"]["score"] for r in m["runs"] if r["task"] == "copy" and r["seed"] == 0] == [0.5]
+    assert m["sources"][0]["tasks"] == []

@@ -3,8 +3,11 @@
 A sweep is sometimes rerun for one task only (a longer step budget for
 ``reverse``, say). The rerun has its own configuration fingerprint, so it lives
 in its own folder. This module writes one report from several folders: each
-task's runs come from the **last** folder given that holds that task, and the
-report names, for every task, the folder and fingerprint it came from.
+task's settings come from the **last** folder given that holds that task, and so
+do its runs, joined by the runs of that task in earlier folders whose settings
+for it are identical (more seeds or schemes of the same task; where two folders
+hold the same training job, the later one wins). The report names, for every
+task, the folders and fingerprints it came from.
 
 Only folders that trained the same model can be merged: the settings every task
 shares (width, depth, heads, embedding scale, scheme ranges, the fit gate, the
@@ -20,13 +23,13 @@ Command line::
     python -m relpos.experiments.merge OUT FOLDER [FOLDER ...] [--no-plots]
 
 Example:
-    >>> a = {"fingerprint": "a", "config": {"d_model": 64, "tasks": ["copy", "reverse"]},
-    ...      "runs": [{"task": "copy", "job": "c"}, {"task": "reverse", "job": "r4"}], "failures": []}
-    >>> b = {"fingerprint": "b", "config": {"d_model": 64, "tasks": ["reverse"]},
-    ...      "runs": [{"task": "reverse", "job": "r16"}], "failures": []}
+    >>> a = {"fingerprint": "a", "config": {"d_model": 64, "task_train": {"reverse": {"steps": 4000}}},
+    ...      "runs": [{"task": "copy", "job": "copy/rope/seed0"}, {"task": "reverse", "job": "reverse/rope/seed0"}]}
+    >>> b = {"fingerprint": "b", "config": {"d_model": 64, "task_train": {"reverse": {"steps": 16000}}},
+    ...      "runs": [{"task": "reverse", "job": "reverse/rope/seed0"}, {"task": "copy", "job": "copy/rope/seed1"}]}
     >>> m = merge_results([("A", a), ("B", b)])
-    >>> [r["job"] for r in m["runs"]], m["fingerprint"]
-    (['c', 'r16'], 'a+b')
+    >>> [(r["job"], m["fingerprint"]) for r in m["runs"]]  # copy: both folders' seeds; reverse: B's settings
+    [('copy/rope/seed0', 'a+b'), ('reverse/rope/seed0', 'a+b'), ('copy/rope/seed1', 'a+b')]
 """
 
 from __future__ import annotations
@@ -76,18 +79,33 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
     for i, (_, res) in enumerate(sources):
         for r in res.get("runs") or []:
             owner[r["task"]] = i
+
+    def settings(i: int, task: str) -> tuple:
+        cfg = sources[i][1].get("config") or {}
+        return tuple(json.dumps((cfg.get(k) or {}).get(task), sort_keys=True) for k in ("task_train", "task_options"))
+
+    # folders that contribute each task: its owner and every earlier folder with the same task settings
+    contributes = {t: [i for i in range(o + 1) if settings(i, t) == settings(o, t)] for t, o in owner.items()}
     cfg = copy.deepcopy(base_cfg)
     for key in ("task_train", "task_options"):
         cfg[key] = {t: copy.deepcopy((sources[i][1].get("config") or {}).get(key, {}).get(t))
                     for t, i in owner.items() if (sources[i][1].get("config") or {}).get(key, {}).get(t) is not None}
     cfg["tasks"] = [t for t in dict.fromkeys(t for _, res in sources for t in (res.get("config") or {}).get("tasks", []))
                     if t in owner]
-    runs, failures, listed = [], [], []
+    by_job: dict[str, list[dict]] = {}  # job -> its runs (variants), from the last contributing folder
+    failures, listed = [], []
     for i, (name, res) in enumerate(sources):
-        mine = sorted(t for t, j in owner.items() if j == i)
-        runs += [r for r in res.get("runs") or [] if owner.get(r["task"]) == i]
-        failures += [f for f in res.get("failures") or [] if f.get("job", "").split("/")[0] in mine]
+        mine = sorted(t for t, js in contributes.items() if i in js)
+        jobs: dict[str, list[dict]] = {}
+        for r in res.get("runs") or []:
+            if r["task"] in mine:
+                jobs.setdefault(r["job"], []).append(r)
+        by_job.update(jobs)
+        failures = [f for f in failures if f.get("job") not in jobs]
+        failures += [f for f in res.get("failures") or [] if f.get("job", "").split("/")[0] in mine
+                     and f.get("job") not in by_job]
         listed.append({"folder": name, "fingerprint": res.get("fingerprint"), "tasks": mine})
+    runs = [r for rs in by_job.values() for r in rs]
     fps = list(dict.fromkeys(s["fingerprint"] for s in listed if s["tasks"]))
     return {**{k: v for k, v in base.items() if k not in ("runs", "failures", "config", "fingerprint")},
             "fingerprint": "+".join(str(f) for f in fps), "config": cfg, "runs": runs, "failures": failures,
