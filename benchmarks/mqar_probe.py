@@ -25,7 +25,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from relpos.tasks.mqar import MQAR
+from relpos.tasks import IGNORE
+from relpos.tasks.mqar import MQAR, PAIR_ORDERS, QUERY_MODES
 
 
 class _Block(nn.Module):
@@ -97,7 +98,7 @@ def run(args) -> list[tuple[int, float, float]]:
         if step % 250 == 0:
             model.eval()
             with torch.no_grad():
-                logits, mask = model(xv), yv != -100
+                logits, mask = model(xv), yv != IGNORE
                 loss = F.cross_entropy(logits[mask], yv[mask]).item()
                 acc = (logits.argmax(-1)[mask] == yv[mask]).float().mean().item()
             history.append((step, loss, acc))
@@ -109,7 +110,7 @@ def run(args) -> list[tuple[int, float, float]]:
         for g in opt.param_groups:
             g["lr"] = args.lr * min(1.0, (step + 1) / 100)
         logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -130,8 +131,8 @@ def parse(argv=None):
     ap.add_argument("--min-len", type=int, default=1, help="fewest pairs in a training example")
     ap.add_argument("--n-keys", type=int, default=64)
     ap.add_argument("--n-values", type=int, default=16)
-    ap.add_argument("--queries", choices=["each-once", "random"], default="each-once")
-    ap.add_argument("--order", choices=["key-value", "value-key"], default="key-value")
+    ap.add_argument("--queries", choices=QUERY_MODES, default=QUERY_MODES[0])
+    ap.add_argument("--order", choices=PAIR_ORDERS, default=PAIR_ORDERS[0])
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("train_step", ROOT / "benchmarks" / "train_step.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.bench.scripts import load_script
 
 
 def test_train_step_table(tmp_path):
-    mod = _script()
+    mod = load_script("train_step")
     assert mod.main(["--shapes", "ci-lm", "--schemes", "t5", "cope", "--rounds", "1", "--no-compile",
                      "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "train_step.json").read_text())

@@ -68,9 +68,9 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
     if not sources:
         raise ValueError("merge needs at least one results folder")
     base_name, base = sources[0]
-    base_cfg = base.get("config") or {}
-    for name, res in sources[1:]:
-        cfg = res.get("config") or {}
+    cfgs = [res.get("config") or {} for _, res in sources]
+    base_cfg = cfgs[0]
+    for (name, _), cfg in zip(sources[1:], cfgs[1:]):
         diff = config_diff({k: base_cfg.get(k) for k in SHARED_KEYS}, {k: cfg.get(k) for k in SHARED_KEYS})
         if diff:
             raise ValueError(f"cannot merge {name} into {base_name}: their models or fit gates differ ("
@@ -80,18 +80,18 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
         for r in res.get("runs") or []:
             owner[r["task"]] = i
 
+    def setting(i: int, key: str, task: str):
+        return (cfgs[i].get(key) or {}).get(task)
+
     def settings(i: int, task: str) -> tuple:
-        cfg = sources[i][1].get("config") or {}
-        return tuple(json.dumps((cfg.get(k) or {}).get(task), sort_keys=True) for k in ("task_train", "task_options"))
+        return tuple(json.dumps(setting(i, k, task), sort_keys=True) for k in ("task_train", "task_options"))
 
     # folders that contribute each task: its owner and every earlier folder with the same task settings
     contributes = {t: [i for i in range(o + 1) if settings(i, t) == settings(o, t)] for t, o in owner.items()}
     cfg = copy.deepcopy(base_cfg)
     for key in ("task_train", "task_options"):
-        cfg[key] = {t: copy.deepcopy((sources[i][1].get("config") or {}).get(key, {}).get(t))
-                    for t, i in owner.items() if (sources[i][1].get("config") or {}).get(key, {}).get(t) is not None}
-    cfg["tasks"] = [t for t in dict.fromkeys(t for _, res in sources for t in (res.get("config") or {}).get("tasks", []))
-                    if t in owner]
+        cfg[key] = {t: copy.deepcopy(setting(i, key, t)) for t, i in owner.items() if setting(i, key, t) is not None}
+    cfg["tasks"] = [t for t in dict.fromkeys(t for c in cfgs for t in c.get("tasks", [])) if t in owner]
     by_job: dict[str, list[dict]] = {}  # job -> its runs (variants), from the last contributing folder
     failures, listed = [], []
     for i, (name, res) in enumerate(sources):
