@@ -80,7 +80,8 @@ def build(args, task: MQAR) -> nn.Module:
     from relpos.model import ModelConfig, TransformerLM
 
     return TransformerLM(ModelConfig(vocab_size=task.vocab_size, d_model=args.d_model, n_layers=args.layers,
-                                     n_heads=args.heads, max_len=256, scheme=args.scheme))
+                                     n_heads=args.heads, max_len=256, scheme=args.scheme,
+                                     d_ff=None if args.mlp else 0, init=args.init))
 
 
 def run(args) -> list[tuple[int, float, float]]:
@@ -123,7 +124,8 @@ def parse(argv=None):
     ap.add_argument("--model", choices=["relpos", "plain"], default="relpos")
     ap.add_argument("--scheme", default="rope", help="relpos model: the position scheme")
     ap.add_argument("--pos", choices=["rope", "absolute", "none"], default="rope", help="plain model: positions")
-    ap.add_argument("--no-mlp", dest="mlp", action="store_false", help="plain model: attention-only blocks")
+    ap.add_argument("--no-mlp", dest="mlp", action="store_false", help="attention-only blocks (either model)")
+    ap.add_argument("--init", choices=["gpt2", "fan_in"], default="gpt2", help="relpos model: ModelConfig.init")
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--layers", type=int, default=2)

@@ -10,6 +10,7 @@ from tests.bench.scripts import load_script
 
 
 @pytest.mark.parametrize("extra", [["--model", "relpos", "--scheme", "alibi"],
+                                   ["--model", "relpos", "--scheme", "nope", "--no-mlp", "--init", "fan_in"],
                                    ["--model", "plain", "--pos", "rope", "--no-mlp", "--order", "value-key"],
                                    ["--model", "plain", "--pos", "absolute", "--queries", "random"]])
 def test_probe_trains_and_reports(extra, capsys):

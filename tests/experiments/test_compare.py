@@ -17,7 +17,7 @@ import torch
 
 from relpos.cli import main
 from relpos.experiments.compare import compare, plan
-from relpos.experiments.config import preset
+from relpos.experiments.presets import preset
 from relpos.experiments.runner import Job, SerialRunner, model_config_for, rope_variant_model_for
 from relpos.experiments.store import ConfigMismatchError, Store
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from relpos.experiments.config import DEFAULT_SCHEMES, PRESETS, ExperimentConfig, config_diff, preset
+from relpos.experiments.config import DEFAULT_SCHEMES, ExperimentConfig, config_diff
+from relpos.experiments.presets import PRESETS, preset
 
 
 def test_presets_validate_and_cover_the_issue():
@@ -99,6 +100,30 @@ def test_task_train_overrides():
     assert copy["steps"] == cfg.task_train["copy"]["steps"]
     with pytest.raises(ValueError, match="task_train"):
         preset("ci", task_train={"copy": {"epochs": 3}}).validate()
+
+
+def test_task_model_overrides_one_task_and_are_checked():
+    from relpos.experiments.job import Job, model_config_for
+
+    cfg = preset("ci", task_model={"copy": {"d_ff": 0, "init": "fan_in", "n_layers": 3}}).validate()
+    assert cfg.model_settings("copy") == {"d_model": 32, "n_layers": 3, "n_heads": 2, "d_ff": 0, "init": "fan_in"}
+    assert cfg.model_settings("lm") == {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": None, "init": "gpt2"}
+    for scheme in ("rope", "t5"):
+        m = model_config_for(Job("copy", scheme, 0), cfg, cfg.make_task("copy"))
+        assert (m.d_ff, m.init, m.n_layers) == (0, "fan_in", 3)
+        assert model_config_for(Job("lm", scheme, 0), cfg, cfg.make_task("lm")).d_ff is None
+    # the override enters the fingerprint; without one the fingerprint is what it was before task_model
+    plain = preset("ci").validate()
+    assert "task_model" not in plain.protocol()
+    assert cfg.fingerprint() != plain.fingerprint()
+    with pytest.raises(ValueError, match=r"task_model\['copy'\] must be a dict with keys among"):
+        preset("ci", task_model={"copy": {"width": 3}}).validate()
+    with pytest.raises(ValueError, match="unknown task 'cpy' in task_model"):
+        preset("ci", task_model={"cpy": {"d_ff": 0}}).validate()
+    with pytest.raises(ValueError, match=r"task_model\['copy'\]: .*init must be one of"):
+        preset("ci", task_model={"copy": {"init": "xavier"}}).validate()
+    with pytest.raises(ValueError, match="cannot run with d_model=32, n_heads=32"):
+        preset("ci", task_model={"copy": {"n_heads": 32}}).validate()  # rotary needs an even head dimension
 
 
 def test_scheme_options_are_checked_up_front():

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from relpos.experiments.config import preset
+from relpos.experiments.presets import preset
 from relpos.experiments.fitting import FitConfig, FitMonitor
 from relpos.experiments.job import Job, run_job
 from relpos.tasks import make_task

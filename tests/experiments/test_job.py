@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from relpos.experiments.config import preset
+from relpos.experiments.presets import preset
 from relpos.experiments.fitting import FitConfig
 from relpos.experiments.job import Job, length_options, model_config_for, run_job, sampled_positions_model_for
 from relpos.model import ModelConfig, TransformerLM

@@ -93,3 +93,40 @@ def test_cached_decoding_with_scaled_embeddings():
         a, cache = m.step(x[:, :4], cache)
         b, cache = m.step(x[:, 4:], cache)
         torch.testing.assert_close(torch.cat([a, b], 1), m(x), atol=2e-5, rtol=1e-4)
+
+
+def test_attention_only_blocks_have_no_mlp_and_decode_exactly(tmp_path):
+    m = build("rope", d_ff=0).eval()
+    names = set(dict(m.named_parameters()))
+    assert not any(".fc1." in n or ".fc2." in n or ".ln2." in n for n in names)
+    assert {"blocks.0.attn.qkv.weight", "blocks.1.attn.proj.weight"} <= names
+    full = build("rope")
+    assert sum(p.numel() for p in m.parameters()) < sum(p.numel() for p in full.parameters())
+    x = torch.randint(0, 256, (2, 9))
+    with torch.no_grad():
+        cache = m.init_cache(2)
+        a, cache = m.step(x[:, :5], cache)
+        b, cache = m.step(x[:, 5:], cache)
+        torch.testing.assert_close(torch.cat([a, b], 1), m(x), atol=2e-5, rtol=1e-4)
+    checkpoint.save(tmp_path / "ck", m)
+    m2, cfg = checkpoint.load(tmp_path / "ck")
+    assert cfg.d_ff == 0
+    torch.testing.assert_close(m2(x), m(x))
+    with pytest.raises(ValueError, match="d_ff"):
+        ModelConfig(d_ff=-1)
+
+
+def test_fan_in_init_draws_pytorch_linear_ranges_and_still_pairs():
+    m = build("nope", d_model=64, n_heads=2, init="fan_in")
+    for w in (m.blocks[0].attn.qkv.weight, m.blocks[1].attn.proj.weight, m.blocks[0].fc2.weight):
+        bound = 1 / math.sqrt(w.shape[1])
+        assert float(w.detach().abs().max()) <= bound
+        assert abs(float(w.detach().std()) - bound / math.sqrt(3)) < 0.1 * bound  # U(-b, b) has std b / sqrt(3)
+    assert abs(float(m.tok_emb.weight.detach().std()) - 0.02) < 0.002  # the embedding keeps std 0.02
+    assert float(m.blocks[0].attn.qkv.bias.detach().abs().max()) == 0.0
+    a, b = shared_weights(m), shared_weights(build("t5", d_model=64, n_heads=2, init="fan_in"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    gpt2 = shared_weights(build("nope", d_model=64, n_heads=2))
+    assert not torch.equal(a["blocks.0.attn.qkv.weight"], gpt2["blocks.0.attn.qkv.weight"])
+    with pytest.raises(ValueError, match="init must be one of 'gpt2', 'fan_in'"):
+        ModelConfig(init="xavier")

@@ -114,7 +114,7 @@ def _none_or(items):
 
 def build_config(args: argparse.Namespace):
     """The :class:`ExperimentConfig` that the flags describe (validated)."""
-    from relpos.experiments.config import preset
+    from relpos.experiments.presets import preset
 
     cfg = preset(args.preset)
     if args.schemes is not None:

@@ -1,4 +1,4 @@
-"""Configuration of a ``relpos compare`` sweep: presets, validation, fingerprint.
+"""Configuration of a ``relpos compare`` sweep: fields, validation, fingerprint.
 
 A sweep is the product of *what to run* (schemes, tasks, seeds, which schemes to
 also train with randomized positions) and *how each run is done* (model size,
@@ -8,17 +8,7 @@ comparable runs, so they may share an output folder (a later invocation skips
 what is done and adds what is new); a different fingerprint in the same folder is
 an error. Execution settings (workers, threads, runner) change neither.
 
-Presets:
-
-* ``default`` -- what ``relpos compare`` runs with no arguments: eleven schemes
-  on language modelling and string copying, one seed, a tiny model trained
-  until it fits (early stopping on held-out data); about fifteen minutes on a
-  2-core CPU.
-* ``ci`` -- a **smoke test**: the same schemes, few steps, short lengths; under
-  two minutes. Its numbers come from models that have not fitted and carry no
-  conclusion.
-* ``full`` -- every task, three seeds, a learning rate chosen per scheme from a
-  small grid, randomized positions; the numbers in ``docs/results.md``.
+The named presets (``default``, ``ci``, ``full``) are in :mod:`relpos.experiments.presets`.
 
 Every preset is fair to every scheme in the same way: token embeddings of
 absolute-position models are scaled by sqrt(d_model) (``embed_scale="auto"``), so
@@ -44,11 +34,12 @@ from relpos.experiments.fitting import FitConfig
 
 __all__ = [
     "ExperimentConfig",
-    "PRESETS",
     "DEFAULT_SCHEMES",
     "ROPE_VARIANTS",
     "PROTOCOL_VERSION",
-    "preset",
+    "ALGORITHMIC",
+    "ALL_TASKS",
+    "MODEL_KEYS",
     "config_diff",
 ]
 
@@ -89,6 +80,9 @@ MAX_EVAL_TOKENS = 1 << 15
 
 ALGORITHMIC = ("copy", "copy-hints", "copy-distinct", "reverse", "mqar", "parity")
 ALL_TASKS = ("lm",) + ALGORITHMIC
+
+#: Model settings a task may override (``task_model``); the rest of the model is shared.
+MODEL_KEYS = ("d_model", "n_layers", "n_heads", "d_ff", "init")
 
 
 def _positive_int(name: str, v: Any) -> int:
@@ -132,6 +126,8 @@ class ExperimentConfig:
         algorithmic: options shared by the algorithmic tasks (``train_len``,
             ``eval_factors``, ``n_eval``, ...).
         task_options: extra per-task options (e.g. ``{"copy": {"alphabet": 8}}``).
+        task_model: per-task model overrides (:data:`MODEL_KEYS`), the same for every
+            scheme of the task, e.g. ``{"mqar": {"d_ff": 0, "init": "fan_in"}}``.
         rope_variants: RoPE scalings evaluated on the trained RoPE model
             (keys of :data:`ROPE_VARIANTS`).
         random_positions_factor: randomized runs draw their training positions
@@ -171,6 +167,7 @@ class ExperimentConfig:
     lm: dict = dataclasses.field(default_factory=lambda: {"train_len": 64, "eval_factors": [1, 2, 4, 8, 16]})
     algorithmic: dict = dataclasses.field(default_factory=lambda: {"train_len": 16, "eval_factors": [1, 2, 3, 4]})
     task_options: dict = dataclasses.field(default_factory=dict)
+    task_model: dict = dataclasses.field(default_factory=dict)
     rope_variants: list[str] = dataclasses.field(default_factory=lambda: list(ROPE_VARIANTS))
     random_positions_factor: int = 1
     scheme_options: dict = dataclasses.field(default_factory=dict)
@@ -255,20 +252,22 @@ class ExperimentConfig:
         for t in self.task_options:
             if t not in TASKS:
                 raise ValueError(f"unknown task {t!r} in task_options; known tasks: {', '.join(TASKS)}")
+        self._validate_task_model(TASKS)
         for v in self.rope_variants:
             if v not in ROPE_VARIANTS:
                 raise ValueError(f"unknown RoPE variant {v!r}; known: {', '.join(ROPE_VARIANTS)}")
         from relpos.encodings import make_encoding
 
+        sizes = {(m["d_model"], m["n_heads"]) for m in map(self.model_settings, self.tasks)}
         for s in dict.fromkeys(self.schemes + self.randomized):
             if s in self.scheme_options:
                 continue
-            try:  # each scheme states what it needs (e.g. an even head dimension for rotary schemes)
-                make_encoding(s, n_heads=self.n_heads, head_dim=self.d_model // self.n_heads,
-                              d_model=self.d_model, max_len=8)
-            except (TypeError, ValueError) as e:
-                raise type(e)(f"scheme {s!r} cannot run with d_model={self.d_model}, n_heads={self.n_heads}: {e}") \
-                    from None
+            for d_model, n_heads in sorted(sizes):
+                try:  # each scheme states what it needs (e.g. an even head dimension for rotary schemes)
+                    make_encoding(s, n_heads=n_heads, head_dim=d_model // n_heads, d_model=d_model, max_len=8)
+                except (TypeError, ValueError) as e:
+                    raise type(e)(f"scheme {s!r} cannot run with d_model={d_model}, n_heads={n_heads}: {e}") \
+                        from None
         for s, opts in self.scheme_options.items():
             if normalise_name(s) not in SCHEMES:
                 raise ValueError(f"unknown scheme {s!r} in scheme_options")
@@ -298,7 +297,29 @@ class ExperimentConfig:
                 )
         return self
 
+    def _validate_task_model(self, tasks) -> None:
+        from relpos.model import ModelConfig
+
+        for t, over in self.task_model.items():
+            if t not in tasks:
+                raise ValueError(f"unknown task {t!r} in task_model; known tasks: {', '.join(tasks)}")
+            if not isinstance(over, dict) or set(over) - set(MODEL_KEYS):
+                raise ValueError(f"task_model[{t!r}] must be a dict with keys among {', '.join(MODEL_KEYS)}, "
+                                 f"got {over!r}")
+            try:  # the model's own checks name the setting and its range
+                ModelConfig(vocab_size=2, scheme="nope", **self.model_settings(t))
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"task_model[{t!r}]: {e}") from None
+
     # -------------------------------------------------------------- derived
+    def model_settings(self, task: str) -> dict:
+        """Model size of one task: the shared ``d_model``, ``n_layers``, ``n_heads`` (MLP width 4 d_model,
+        GPT-2 initialisation) plus the task's ``task_model`` overrides."""
+        out = {"d_model": self.d_model, "n_layers": self.n_layers, "n_heads": self.n_heads, "d_ff": None,
+               "init": "gpt2"}
+        out.update(self.task_model.get(task, {}))
+        return out
+
     def train_settings(self, task: str) -> dict:
         """Training settings for one task (shared values plus its overrides)."""
         out = {
@@ -361,6 +382,8 @@ class ExperimentConfig:
             "embed_scale": self.embed_scale,
             "scheme_ranges": self.scheme_ranges,
             **({"passkey": self.passkey} if self.passkey else {}),
+            # only when set, so that folders from before task_model keep their fingerprints
+            **({"task_model": {t: self.model_settings(t) for t in sorted(self.task_model)}} if self.task_model else {}),
         }
 
     def fingerprint(self) -> str:
@@ -383,105 +406,6 @@ class ExperimentConfig:
         d = self.to_dict()
         d.update(changes)
         return ExperimentConfig.from_dict(d)
-
-
-#: Algorithmic problem lengths: L = 8 and 1x, 1.5x, 2x, 3x, 4x L.
-_ALGO = {"train_len": 8, "eval_lengths": [8, 12, 16, 24, 32], "n_eval": 256, "n_val": 256}
-#: The algorithmic recipe: batch 64, peak lr 2e-3, at most 4000 steps (early stopping ends most runs sooner).
-_ALGO_TRAIN = {"steps": 4000, "batch_size": 64, "lr": 2e-3, "warmup": 100}
-#: Reverse gets a longer budget (ALiBi, NoPE, Sandwich still rose at 4,000 steps); early stopping ends most sooner.
-_REVERSE_TRAIN = {**_ALGO_TRAIN, "steps": 16000}
-
-
-def _algo_train(tasks) -> dict:
-    """The per-task recipes of the default and full presets."""
-    out = {t: dict(_ALGO_TRAIN) for t in tasks}
-    out["reverse"] = dict(_REVERSE_TRAIN)
-    out["parity"] = {**_ALGO_TRAIN, "steps": 1000}
-    return out
-
-
-#: Task options shared by the default and full presets (parity trains at 12 bits, so that a held-out set exists).
-_TASK_OPTIONS = {"copy": {"alphabet": 8}, "reverse": {"alphabet": 8}, "copy-hints": {"alphabet": 8},
-                 "mqar": {"n_keys": 64, "n_values": 16}, "parity": {"train_len": 12}}
-
-
-def _ci() -> ExperimentConfig:
-    return ExperimentConfig(
-        preset="ci",
-        tasks=["lm", "copy"],
-        d_model=32,
-        n_layers=2,
-        n_heads=2,
-        steps=100,
-        batch_size=8,
-        lr=3e-3,
-        warmup=10,
-        task_train={"copy": {"steps": 200, "batch_size": 16, "lr": 3e-3}},
-        lm={"train_len": 32, "eval_factors": [1, 2, 4], "eval_tokens": 2048, "train_bytes": 1_000_000, "n_val": 8},
-        algorithmic={"train_len": 6, "eval_factors": [1, 2, 3], "n_eval": 32, "n_val": 64},
-        task_options={"copy": {"alphabet": 8}},
-        fit=FitConfig(val_every=50),
-    )
-
-
-def _default() -> ExperimentConfig:
-    return ExperimentConfig(
-        preset="default",
-        tasks=["lm", "copy"],
-        d_model=64,
-        n_layers=2,
-        n_heads=4,
-        steps=4000,
-        batch_size=16,
-        lr=3e-3,
-        warmup=50,
-        # every algorithmic task gets the algorithmic recipe, so `--tasks reverse,mqar` (or more seeds) can
-        # be added to a default folder: the fingerprint covers them already
-        task_train=_algo_train(ALGORITHMIC),
-        lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
-        algorithmic=dict(_ALGO),
-        task_options=dict(_TASK_OPTIONS),
-        fit=FitConfig(val_every=100, lm_patience=5),
-    )
-
-
-def _full() -> ExperimentConfig:
-    algo = [t for t in ALGORITHMIC]
-    return ExperimentConfig(
-        preset="full",
-        tasks=["lm"] + algo,
-        seeds=[0, 1, 2],
-        randomized=["rope"],
-        d_model=64,
-        n_layers=2,
-        n_heads=4,
-        steps=4000,
-        batch_size=16,
-        lr=3e-3,
-        warmup=50,
-        task_train=_algo_train(algo),
-        lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
-        algorithmic=dict(_ALGO),
-        task_options=dict(_TASK_OPTIONS),
-        fit=FitConfig(val_every=100, lm_patience=5, lr_grid=[2e-3, 1e-3, 3e-3]),
-    )
-
-
-#: preset name -> factory (a fresh config each call).
-PRESETS = {"default": _default, "ci": _ci, "full": _full}
-
-
-def preset(name: str, **overrides) -> ExperimentConfig:
-    """A preset with some fields replaced (not yet validated)."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
-    cfg = PRESETS[name]()
-    for k, v in overrides.items():
-        if not hasattr(cfg, k):
-            raise ValueError(f"unknown configuration key {k!r}")
-        setattr(cfg, k, v)
-    return cfg
 
 
 def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:

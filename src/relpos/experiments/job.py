@@ -91,9 +91,7 @@ def model_config_for(job: Job, cfg, task):
     opts.update(cfg.scheme_options.get(job.scheme, {}))
     return ModelConfig(
         vocab_size=task.vocab_size,
-        d_model=cfg.d_model,
-        n_layers=cfg.n_layers,
-        n_heads=cfg.n_heads,
+        **cfg.model_settings(job.task),  # d_model, n_layers, n_heads, d_ff, init (the task's overrides)
         max_len=max(longest + 1, R or 0),  # +1: generate() counts the last sampled token
         scheme=job.scheme,
         scheme_options=opts,

@@ -13,7 +13,7 @@ Only folders that trained the same model can be merged: the settings every task
 shares (width, depth, heads, embedding scale, scheme ranges, the fit gate, the
 algorithmic lengths, weight decay) must agree, or the merge is refused with the
 differences listed. Task-specific settings (``task_train[task]``,
-``task_options[task]``) are taken from the folder the task came from.
+``task_options[task]``, ``task_model[task]``) are taken from the folder the task came from.
 
 Nothing in the source folders is changed; the output folder follows the
 ``--out`` rule of :mod:`relpos.outdir` (new, empty, or an earlier merge).
@@ -43,8 +43,10 @@ from pathlib import Path
 from relpos.experiments.config import config_diff
 from relpos.outdir import prepare_output_dir, write_json_atomic
 
-__all__ = ["SHARED_KEYS", "merge_results", "merge_folders", "main"]
+__all__ = ["SHARED_KEYS", "TASK_KEYS", "merge_results", "merge_folders", "main"]
 
+#: Settings of one task, taken from the folder the task came from.
+TASK_KEYS = ("task_train", "task_options", "task_model")
 #: Configuration keys every merged folder must agree on (they change every task's model or gate).
 SHARED_KEYS = ("d_model", "n_layers", "n_heads", "weight_decay", "embed_scale", "scheme_ranges", "fit",
                "algorithmic", "lm", "corpus", "random_positions_factor", "scheme_options")
@@ -84,12 +86,12 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
         return (cfgs[i].get(key) or {}).get(task)
 
     def settings(i: int, task: str) -> tuple:
-        return tuple(json.dumps(setting(i, k, task), sort_keys=True) for k in ("task_train", "task_options"))
+        return tuple(json.dumps(setting(i, k, task), sort_keys=True) for k in TASK_KEYS)
 
     # folders that contribute each task: its owner and every earlier folder with the same task settings
     contributes = {t: [i for i in range(o + 1) if settings(i, t) == settings(o, t)] for t, o in owner.items()}
     cfg = copy.deepcopy(base_cfg)
-    for key in ("task_train", "task_options"):
+    for key in TASK_KEYS:
         cfg[key] = {t: copy.deepcopy(setting(i, key, t)) for t, i in owner.items() if setting(i, key, t) is not None}
     cfg["tasks"] = [t for t in dict.fromkeys(t for c in cfgs for t in c.get("tasks", [])) if t in owner]
     by_job: dict[str, list[dict]] = {}  # job -> its runs (variants), from the last contributing folder

@@ -414,6 +414,8 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
 # ------------------------------------------------------------------ report
 
 
+#: How the report names a task's model overrides.
+_MODEL_WORDS = {("d_ff", 0): "attention-only (no MLP)", ("init", "fan_in"): "PyTorch fan-in initialisation"}
 _EMBED_WORDS = {"sqrt_d": "sqrt(d_model)", "none": "1",
                 "auto": "sqrt(d_model) for absolute-position schemes, 1 for the others"}
 
@@ -449,7 +451,10 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
         f"- model: d_model {cfg.get('d_model')}, {cfg.get('n_layers')} layers, {cfg.get('n_heads')} heads; "
         f"{cfg.get('steps')} steps of batch {cfg.get('batch_size')}, peak learning rate {cfg.get('lr')}"
         + "".join(f"; {t}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in o.items())
-                  for t, o in (cfg.get("task_train") or {}).items()),
+                  for t, o in (cfg.get("task_train") or {}).items())
+        + "".join(f"; {t} model: " + ", ".join(_MODEL_WORDS.get((k, v), f"{k.replace('_', ' ')} {v}")
+                                               for k, v in o.items())
+                  for t, o in (cfg.get("task_model") or {}).items()),
         f"- seeds {sorted({r['seed'] for r in runs}) or cfg.get('seeds')}; RoPE scalings evaluated on the trained RoPE model: "
         f"{', '.join(cfg.get('rope_variants') or []) or 'none'}; randomized positions for: "
         f"{', '.join(cfg.get('randomized') or []) or 'none'}",

@@ -156,17 +156,20 @@ class MultiHeadAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm Transformer block: ``h + attn(LN(h))``, then ``h + mlp(LN(h))``."""
+    """Pre-LayerNorm Transformer block: ``h + attn(LN(h))``, then ``h + mlp(LN(h))``
+    (no MLP sublayer when ``cfg.d_ff == 0``: attention-only)."""
 
     def __init__(self, cfg: ModelConfig, causal: bool) -> None:
         super().__init__()
         C = cfg.d_model
         self.ln1 = nn.LayerNorm(C)
         self.attn = MultiHeadAttention(C, cfg.n_heads, None, causal=causal, impl=cfg.attn_impl)
-        self.ln2 = nn.LayerNorm(C)
-        d_ff = cfg.d_ff or 4 * C
-        self.fc1 = nn.Linear(C, d_ff)
-        self.fc2 = nn.Linear(d_ff, C)
+        d_ff = 4 * C if cfg.d_ff is None else cfg.d_ff
+        self.has_mlp = d_ff > 0
+        if self.has_mlp:
+            self.ln2 = nn.LayerNorm(C)
+            self.fc1 = nn.Linear(C, d_ff)
+            self.fc2 = nn.Linear(d_ff, C)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(
@@ -200,5 +203,6 @@ class Block(nn.Module):
         out = self.attn.attend(q, k, v, encoding=encoding, q_offset=L, positions=positions,
                                key_padding_mask=key_padding_mask)
         h = h + self.drop(out)
-        h = h + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(h)))))
+        if self.has_mlp:
+            h = h + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(h)))))
         return h, (k, v)

@@ -54,18 +54,23 @@ class _Stack(nn.Module):
         """Initialise every non-position weight from ``gen`` (a CPU generator: the same on any device)."""
         std = 0.02
 
-        def normal(w: Tensor, s: float) -> None:
+        def draw(w: Tensor, s: float, uniform: bool = False) -> None:
             if w.device.type == "meta":  # shapes only (checkpoint checks): nothing to draw
                 return
-            w.copy_(torch.randn(tuple(w.shape), generator=gen, dtype=torch.float32, device="cpu") * s)
+            r = torch.rand if uniform else torch.randn
+            x = r(tuple(w.shape), generator=gen, dtype=torch.float32, device="cpu")
+            w.copy_((2 * x - 1) * s if uniform else x * s)
 
-        normal(self.tok_emb.weight, std)
+        draw(self.tok_emb.weight, std)
         for b in self.blocks:
-            for lin in (b.attn.qkv, b.fc1):
-                normal(lin.weight, std)
-                nn.init.zeros_(lin.bias)
-            for lin in (b.attn.proj, b.fc2):  # residual projections, GPT-2 style
-                normal(lin.weight, std / math.sqrt(2 * self.cfg.n_layers))
+            lins = [(b.attn.qkv, False), (b.attn.proj, True)]  # (layer, writes to the residual stream)
+            if b.has_mlp:
+                lins += [(b.fc1, False), (b.fc2, True)]
+            for lin, residual in sorted(lins, key=lambda t: t[1]):  # the draw order of earlier versions
+                if self.cfg.init == "fan_in":  # PyTorch's nn.Linear default: U(+-1/sqrt(fan_in)), bias zero
+                    draw(lin.weight, 1.0 / math.sqrt(lin.in_features), uniform=True)
+                else:  # GPT-2: N(0, 0.02^2), residual projections scaled by 1/sqrt(2 L)
+                    draw(lin.weight, std / math.sqrt(2 * self.cfg.n_layers) if residual else std)
                 nn.init.zeros_(lin.bias)
 
     # ---------------------------------------------------------------- helpers
