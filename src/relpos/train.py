@@ -1,4 +1,4 @@
-"""Training as a function: AdamW, warm-up then cosine decay, clipping, accumulation, checkpoints, DDP.
+"""Training as a function: AdamW, schedules (:mod:`relpos.schedule`), clipping, accumulation, checkpoints, DDP.
 
 :func:`train` builds a :class:`~relpos.model.TransformerLM` from a
 :class:`~relpos.model.ModelConfig` (after ``torch.manual_seed(seed)``) and
@@ -37,8 +37,9 @@ from torch import Tensor, nn
 from relpos import distributed as D
 from relpos.data import IGNORE_INDEX, ByteLMSource
 from relpos.model import ModelConfig, TransformerLM
+from relpos.schedule import SCHEDULES, Cooldown, lr_at
 from relpos.train_state import check_train_state, optimizer_tensors, restore_optimizer
-from relpos.validation import MAX_POSITIONS, check_bool, check_float, check_int
+from relpos.validation import MAX_POSITIONS, check_bool, check_choice, check_float, check_int
 
 #: The most optimizer steps a TrainConfig accepts.
 MAX_STEPS = 1 << 40
@@ -61,6 +62,8 @@ class TrainConfig:
         seq_len: tokens per row (used when ``data`` is bytes).
         lr: peak learning rate.
         min_lr_ratio: final learning rate as a fraction of ``lr``.
+        schedule: ``"cosine"`` or ``"constant"`` (until a callback returns a
+            :class:`~relpos.schedule.Cooldown`); see :mod:`relpos.schedule`.
         warmup: linear warm-up steps (from ``lr / warmup`` to ``lr``).
         weight_decay: AdamW decay of weight matrices (not of biases, norms,
             position-scheme parameters).
@@ -81,6 +84,7 @@ class TrainConfig:
     seq_len: int = 128
     lr: float = 3e-3
     min_lr_ratio: float = 0.1
+    schedule: str = "cosine"
     warmup: int = 20
     weight_decay: float = 0.1
     grad_clip: float = 1.0
@@ -117,6 +121,7 @@ class TrainConfig:
         if self.progress is not None:
             check_bool("progress", self.progress)
         check_bool("compile", self.compile)
+        check_choice("schedule", self.schedule, SCHEDULES)
         if self.device is not None and self.device not in ("cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or None, got {self.device!r}")
 
@@ -129,9 +134,8 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
         fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - fields)
-        if unknown:
-            raise ValueError(f"unknown train config field(s) {unknown}; fields: {sorted(fields)}")
+        if set(d) - fields:
+            raise ValueError(f"unknown train config field(s) {sorted(set(d) - fields)}; fields: {sorted(fields)}")
         return cls(**d)
 
 
@@ -166,15 +170,6 @@ class StepInfo:
     tokens_per_s: float
     seconds: float
     model: nn.Module
-
-
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate of optimizer step ``step`` (0-based): linear warm-up, then cosine to ``lr * min_lr_ratio``."""
-    if cfg.warmup and step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    span = max(1, cfg.steps - cfg.warmup)
-    t = min(1.0, (step - cfg.warmup) / span)
-    return cfg.lr * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * t)))
 
 
 def _derived_seed(*parts: int) -> int:
@@ -241,6 +236,7 @@ class Trainer:
             betas=(train_cfg.beta1, train_cfg.beta2),
         )
         self.step_count = 0
+        self.cooldown: tuple[int, int] | None = None  # (first step, length) once a callback asked for one
         self.losses: list[float] = []
         self.tokens = 0
         self.net: nn.Module = self.model
@@ -256,7 +252,7 @@ class Trainer:
 
             opt_t, opt_meta = optimizer_tensors(self.opt)
             extra = {"train": {"step": self.step_count, "losses": self.losses, "train_config": self.cfg.to_dict(),
-                               "optimizer": opt_meta}}
+                               "optimizer": opt_meta, "cooldown": self.cooldown}}
             checkpoint.save(path, self.model, self.model_cfg, extra=extra, tensors={"optimizer": opt_t})
         D.barrier(self.ctx)
         return path
@@ -298,6 +294,8 @@ class Trainer:
             ) from None
         self.step_count = step
         self.losses = [float(x) for x in losses]
+        cd = train_meta.get("cooldown")
+        self.cooldown = (int(cd[0]), int(cd[1])) if isinstance(cd, (list, tuple)) and len(cd) == 2 else None
         return True
 
     # -------------------------------------------------------------------- step
@@ -332,7 +330,7 @@ class Trainer:
         n_valid = int(sum(int((y != IGNORE_INDEX).sum()) for _, y in micro))
         if n_valid == 0:
             raise ValueError(f"step {s}: every target is {IGNORE_INDEX}; nothing to learn from")
-        lr = lr_at(s, cfg)
+        lr = lr_at(s, cfg, self.cooldown)
         for g in self.opt.param_groups:
             g["lr"] = lr
         self.model.train()
@@ -391,9 +389,10 @@ def train(
         model_cfg: the model.
         train_cfg: optimisation, checkpoint and progress settings.
         data: a batch source or bytes (see :class:`Trainer`).
-        callback: called with a :class:`StepInfo` after every step; a truthy
-            return value stops training (after the final checkpoint). Under
-            torchrun it must decide the same on every process.
+        callback: called with a :class:`StepInfo` after every step; a
+            :class:`~relpos.schedule.Cooldown` starts the cooldown (training stops
+            at its end), another truthy return value stops training (after the
+            final checkpoint). Under torchrun it must decide the same on every process.
 
     Returns:
         :class:`TrainResult`.
@@ -444,7 +443,8 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
     tokens0 = tr.tokens
     saved_at = tr.step_count if train_cfg.resume else -1
     try:
-        while tr.step_count < train_cfg.steps:
+        end = train_cfg.steps if tr.cooldown is None else min(train_cfg.steps, sum(tr.cooldown))
+        while tr.step_count < end:
             loss = tr.step()
             elapsed = time.perf_counter() - t0
             tps = (tr.tokens - tokens0) / elapsed if elapsed > 0 else 0.0
@@ -456,8 +456,14 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
                 tr.save()
                 saved_at = tr.step_count
             if callback is not None:
-                info = StepInfo(tr.step_count, loss, lr_at(tr.step_count - 1, train_cfg), tps, elapsed, tr.model)
-                if callback(info):
+                info = StepInfo(tr.step_count, loss, lr_at(tr.step_count - 1, train_cfg, tr.cooldown), tps, elapsed,
+                                tr.model)
+                answer = callback(info)
+                if isinstance(answer, Cooldown):
+                    if tr.cooldown is None:  # the first request wins; training stops at its end
+                        tr.cooldown = (tr.step_count, answer.steps)
+                        end = min(end, tr.step_count + answer.steps)
+                elif answer:
                     break
     finally:
         if bar is not None:
@@ -467,10 +473,8 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
         tr.save()
     tokens = tr.tokens - tokens0
     tr.model.eval()
-    return TrainResult(
-        model=tr.model, losses=list(tr.losses), tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
-        steps=tr.step_count, seconds=seconds,
-    )
+    return TrainResult(model=tr.model, losses=list(tr.losses), tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+                       steps=tr.step_count, seconds=seconds)
 
 
 @torch.no_grad()

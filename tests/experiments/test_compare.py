@@ -174,6 +174,21 @@ def test_dry_run_lists_the_plan(capsys):
     assert f"{len(plan(cfg))} training runs" in out and "mqar/rope+rand/seed2" in out
 
 
+def test_task_len_holds_for_every_algorithmic_task():
+    """--task-len / --task-eval-lengths replace the presets' per-task lengths (parity at 12, MQAR at 4 pairs)."""
+    from relpos.cli import build_parser
+    from relpos.commands.compare import build_config
+
+    base = build_config(build_parser().parse_args(["compare", "--preset", "full"])).validate()
+    assert base.make_task("parity").train_len != base.make_task("copy").train_len
+    cfg = build_config(build_parser().parse_args(["compare", "--preset", "full", "--task-len", "6"])).validate()
+    for t in ("copy", "mqar", "parity", "reverse"):
+        assert cfg.make_task(t).train_len == 6, t
+        assert list(cfg.make_task(t).eval_lengths) == [6, 12, 18, 24], t
+    cfg = build_config(build_parser().parse_args(["compare", "--preset", "full", "--task-eval-lengths", "8,16"]))
+    assert all(list(cfg.validate().make_task(t).eval_lengths) == [8, 16] for t in ("mqar", "parity"))
+
+
 def test_learned_table_covers_the_longest_evaluation():
     cfg = tiny(schemes=["learned"]).validate()
     for task in ("lm", "copy"):

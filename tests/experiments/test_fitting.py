@@ -59,6 +59,68 @@ def test_lm_stops_when_the_validation_loss_flattens():
     assert stop == 6 and mon.flat and mon.fitted_by_validation() and mon.stopped_early
 
 
+def _lm_monitor(losses, steps=100, **fit):
+    task = make_task("lm", train_len=16, eval_lengths=[16], eval_tokens=64, n_val=4)
+    mon = FitMonitor(task, FitConfig(val_every=10, lm_patience=2, lm_tol=0.01, lm_schedule="plateau", **fit),
+                     steps=steps)
+    it = iter(losses)
+    mon.score = lambda model: {"val_loss": next(it)}
+    return mon
+
+
+def test_lm_plateau_cools_down_once_flat_then_stops_at_the_cooldown_end():
+    from relpos.schedule import Cooldown
+
+    mon = _lm_monitor([3.0, 2.5, 2.0, 1.999, 1.998] + [1.9] * 20, steps=1000, lm_cooldown=0.5)
+    answers = {s: a for s in range(1, 200) if (a := mon(_step(s, None)))}
+    # flat at the check of step 50 (1.999, 1.998 improve on 2.0 by < 1 %): a cooldown of 0.5 x 50 steps
+    assert answers == {50: Cooldown(25)}
+    assert mon.flat and mon.fitted_by_validation() and mon.cooldown_from == 50 and mon.end == 75
+    # the cooldown's last step is validated too; further checks never restart or undo it
+    assert [h["step"] for h in mon.history][5:8] == [60, 70, 75]
+    assert mon.stopped_early and mon.summary()["cooldown_from"] == 50 and mon.history[4]["cooldown_steps"] == 25
+
+
+def test_lm_plateau_that_never_flattens_cools_down_in_time_and_is_not_fitted():
+    from relpos.schedule import Cooldown
+
+    mon = _lm_monitor([3.0 - 0.1 * i for i in range(30)], steps=100, lm_cooldown=0.25)
+    answers = {s: a for s in range(1, 101) if (a := mon(_step(s, None)))}
+    assert answers == {80: Cooldown(20)}  # the last start from which 25 % of the steps so far fit: 100 / 1.25
+    assert not mon.flat and not mon.fitted_by_validation() and not mon.stopped_early
+    assert mon.history[-1]["step"] == 100
+
+
+def test_lm_plateau_without_early_stop_uses_the_whole_budget_but_records_the_flattening():
+    from relpos.schedule import Cooldown
+
+    mon = _lm_monitor([3.0, 2.0, 1.999, 1.998] + [1.997] * 20, steps=100, lm_cooldown=0.25, early_stop=False)
+    answers = {s: a for s in range(1, 101) if (a := mon(_step(s, None)))}
+    assert answers == {80: Cooldown(20)} and mon.fitted_by_validation()
+
+
+def test_plateau_cooldown_in_a_real_training_run():
+    """train() honours the monitor's Cooldown: constant rate, then a linear decay, then it stops."""
+    from relpos.model import ModelConfig
+    from relpos.train import TrainConfig, train
+
+    task = make_task("lm", train_len=16, eval_lengths=[16], eval_tokens=64, n_val=4)
+    mon = _lm_monitor([3.0, 2.0, 1.999, 1.998] + [1.9] * 20, steps=200, lm_cooldown=0.5)
+    lrs = []
+    inner = mon.__call__
+
+    def callback(info):
+        lrs.append(info.lr)
+        return inner(info)
+
+    cfg = TrainConfig(steps=200, batch_size=2, seq_len=16, lr=1e-3, warmup=0, min_lr_ratio=0.1, schedule="constant",
+                      progress=False)
+    res = train(ModelConfig.preset("tiny", scheme="nope"), cfg, task.train_source(2, 0), callback=callback)
+    assert res.steps == 60  # flat at 40, cooldown 20
+    assert lrs[:40] == [1e-3] * 40 and lrs[-1] == pytest.approx(1e-4)
+    assert all(a > b for a, b in zip(lrs[40:], lrs[41:]))
+
+
 def test_fit_config_validation():
     with pytest.raises(ValueError, match="fit.target"):
         FitConfig(target=1.5)
@@ -66,6 +128,10 @@ def test_fit_config_validation():
         FitConfig(lr_grid=[1e-3, 0.0])
     with pytest.raises(TypeError, match="fit.early_stop"):
         FitConfig(early_stop="yes")
+    with pytest.raises(ValueError, match="fit.lm_schedule must be one of 'cosine', 'plateau'"):
+        FitConfig(lm_schedule="wsd")
+    with pytest.raises(ValueError, match="fit.lm_cooldown"):
+        FitConfig(lm_cooldown=0.0)
     cfg = preset("ci").replace(fit={"val_every": 7})
     assert cfg.fit.val_every == 7 and cfg.validate().fingerprint() != preset("ci").validate().fingerprint()
 

@@ -153,6 +153,10 @@ def build_config(args: argparse.Namespace):
     if args.task_eval_lengths is not None:
         cfg.algorithmic["eval_lengths"] = list(args.task_eval_lengths)
         cfg.algorithmic.pop("eval_factors", None)
+    if args.task_len is not None or args.task_eval_lengths is not None:
+        for opts in cfg.task_options.values():  # the lengths asked for hold for every algorithmic task
+            for k in ("train_len", "min_len", "eval_lengths"):
+                opts.pop(k, None)
     fit = {}
     if args.lr_grid is not None:
         fit["lr_grid"] = list(args.lr_grid)

@@ -12,14 +12,22 @@ every ``val_every`` steps and stops training once the model is fitted:
   checks (3: the first hit plus two more checks) at ``target + stop_margin``
   (0.97): a little extra training for stability, so the gate is passed with room. ``steps`` is an upper bound, not a fixed count.
 * **Language modelling** -- the loss on fixed validation windows of the
-  training length. The run stops when the best loss of the last ``patience``
-  checks is less than ``lm_tol`` (1 %) lower than the best loss before them:
-  the validation loss has flattened.
+  training length. It has *flattened* when the best loss of the last
+  ``patience`` checks is less than ``lm_tol`` (1 %) lower than the best loss
+  before them. With ``lm_schedule="cosine"`` the run trains on a cosine
+  schedule and stops once flattened. With ``lm_schedule="plateau"`` (the
+  presets) it trains at a constant learning rate until the loss has flattened,
+  then cools down (linear decay to ``min_lr_ratio``) over ``lm_cooldown`` times
+  the steps trained so far, and stops. Flatness is judged at a constant rate
+  because under a cosine it is confounded with the schedule: a 12,000-step
+  cosine run of RoPE looked flat at step 3,000 (loss 1.452) while a 4,000-step
+  one was still improving at its end (1.327).
 
 The **fit gate** then decides whether a run may enter rankings and verdicts: an
 algorithmic run is *fitted* when its held-out exact match at ``L`` is
 ``>= target``; a language-modelling run is fitted when its validation loss
-flattened within the step budget.
+flattened within the step budget (with ``"plateau"``, before the last
+cooldown that fits in the budget had to start).
 
 With ``lr_grid`` set (the full preset), a job tries the learning rates of the
 grid in order and keeps the first that fits; if none fits, the one with the best
@@ -48,6 +56,9 @@ class FitConfig:
         confirm: consecutive checks at ``>= target`` before an algorithmic run stops.
         lm_patience: checks over which the LM validation loss must improve.
         lm_tol: relative improvement below which the LM loss counts as flat.
+        lm_schedule: ``"cosine"`` (stop once flat) or ``"plateau"`` (constant rate until flat,
+            then a cooldown of ``lm_cooldown`` times the steps so far).
+        lm_cooldown: length of the ``"plateau"`` cooldown as a fraction of the steps before it.
         lr_grid: learning rates tried in order (empty: only the task's ``lr``).
         early_stop: False trains every run for its full step budget.
     """
@@ -58,11 +69,13 @@ class FitConfig:
     confirm: int = 3
     lm_patience: int = 3
     lm_tol: float = 0.01
+    lm_schedule: str = "cosine"
+    lm_cooldown: float = 0.25
     lr_grid: list[float] = dataclasses.field(default_factory=list)
     early_stop: bool = True
 
     def __post_init__(self) -> None:
-        from relpos.validation import check_bool, check_float, check_int
+        from relpos.validation import check_bool, check_choice, check_float, check_int
 
         check_float("fit.target", self.target, 0.0, 1.0)
         check_float("fit.stop_margin", self.stop_margin, 0.0, 1.0)
@@ -70,6 +83,8 @@ class FitConfig:
         check_int("fit.confirm", self.confirm, 1)
         check_int("fit.lm_patience", self.lm_patience, 1)
         check_float("fit.lm_tol", self.lm_tol, 0.0, 1.0)
+        check_choice("fit.lm_schedule", self.lm_schedule, ("cosine", "plateau"))
+        check_float("fit.lm_cooldown", self.lm_cooldown, 0.0, 1.0, lo_open=True)
         check_bool("fit.early_stop", self.early_stop)
         if isinstance(self.lr_grid, (str, bytes)) or not hasattr(self.lr_grid, "__iter__"):
             raise TypeError(f"fit.lr_grid must be a list of numbers, got {self.lr_grid!r}")
@@ -78,8 +93,12 @@ class FitConfig:
     def criterion(self, kind: str) -> str:
         """The stopping rule in words (for the report)."""
         if kind == "lm":
-            return (f"validation loss at the training length checked every {self.val_every} steps; "
-                    f"stop when the last {self.lm_patience} checks improve it by less than {self.lm_tol:.0%}")
+            flat = (f"validation loss at the training length checked every {self.val_every} steps; flattened when "
+                    f"the last {self.lm_patience} checks improve it by less than {self.lm_tol:.0%}")
+            if self.lm_schedule == "plateau":
+                return (flat + f", at a constant learning rate; then a linear cooldown over {self.lm_cooldown:.0%} "
+                        "of the steps so far")
+            return flat + "; stop then"
         return (f"held-out exact match at lengths <= L checked every {self.val_every} steps; "
                 f"stop after {self.confirm} consecutive checks >= {self.stop_at:g}")
 
@@ -163,6 +182,8 @@ class FitMonitor:
         self.stopped_early = False
         self.flat = False
         self._streak = 0
+        self.cooldown_from: int | None = None  # "plateau": the step the cooldown began
+        self.end: int | None = None  # "plateau": the step the cooldown ends
 
     def score(self, model) -> dict[str, float]:
         model = _as_trained(model, self.x.shape[1])
@@ -176,27 +197,50 @@ class FitMonitor:
         # the weaker of "at L" and "at lengths <= L": both must pass
         return {"val_exact": min(at_l, rest), "val_exact_at_L": at_l, "val_token_accuracy_at_L": tok}
 
-    def __call__(self, info) -> bool:
+    def __call__(self, info):
+        """Validate when due; True stops training, a :class:`~relpos.schedule.Cooldown` starts the cooldown."""
         if self.progress is not None:
             self.progress(int(info.step))
-        if info.step % self.fit.val_every and info.step != self.steps:
+        step = int(info.step)
+        if step % self.fit.val_every and step not in (self.steps, self.end):
             return False
-        rec = {"step": int(info.step), "train_loss": float(info.loss), **self.score(info.model)}
+        rec = {"step": step, "train_loss": float(info.loss), **self.score(info.model)}
         self.history.append(rec)
+        if self.kind == "lm" and self.fit.lm_schedule == "plateau":
+            return self._plateau(step)
         stop = self._fitted_now()
-        if stop and self.fit.early_stop and info.step < self.steps:
+        if stop and self.fit.early_stop and step < self.steps:
             self.stopped_early = True
             return True
         return False
 
+    def _plateau(self, step: int):
+        """Constant rate until flat (or until the last cooldown that fits must start), then the cooldown."""
+        from relpos.schedule import Cooldown
+
+        if self.cooldown_from is not None:  # cooling down: training stops at its end
+            self.stopped_early = self.stopped_early or (step == self.end and step < self.steps)
+            return False
+        self.flat = self.flat or self._flat_now()
+        last_start = int(self.steps / (1.0 + self.fit.lm_cooldown))  # a cooldown from here just fits
+        if step < self.steps and ((self.flat and self.fit.early_stop) or step >= last_start):
+            length = max(1, min(self.steps - step, round(self.fit.lm_cooldown * step)))
+            self.cooldown_from, self.end = step, step + length
+            rec = self.history[-1]
+            rec["cooldown_steps"] = length
+            return Cooldown(length)
+        return False
+
+    def _flat_now(self) -> bool:
+        p = self.fit.lm_patience
+        losses = [h["val_loss"] for h in self.history]
+        if len(losses) <= p or not all(math.isfinite(v) for v in losses[-p:]):
+            return False
+        return min(losses[-p:]) > min(losses[:-p]) * (1.0 - self.fit.lm_tol)
+
     def _fitted_now(self) -> bool:
         if self.kind == "lm":
-            p = self.fit.lm_patience
-            losses = [h["val_loss"] for h in self.history]
-            if len(losses) <= p or not all(math.isfinite(v) for v in losses[-p:]):
-                return False
-            before, recent = min(losses[:-p]), min(losses[-p:])
-            self.flat = recent > before * (1.0 - self.fit.lm_tol)
+            self.flat = self._flat_now()
             return self.flat
         last = self.history[-1]["val_exact"]
         self._streak = self._streak + 1 if last >= self.fit.stop_at else 0
@@ -220,6 +264,7 @@ class FitMonitor:
         return {
             "criterion": self.fit.criterion(self.kind),
             "stopped_early": self.stopped_early,
+            **({"cooldown_from": self.cooldown_from} if self.cooldown_from is not None else {}),
             "steps_run": self.history[-1]["step"] if self.history else 0,
             "budget": self.steps,
             "history": self.history,
