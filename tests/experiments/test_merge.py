@@ -110,3 +110,16 @@ def test_same_task_settings_combine_seeds_and_the_later_folder_wins_a_shared_job
     assert {r["seed"] for r in m["runs"] if r["task"] == "copy"} == {0, 1}
     assert [r["train"]["fit"]["score"] for r in m["runs"] if r["task"] == "copy" and r["seed"] == 0] == [0.5]
     assert m["sources"][0]["tasks"] == []
+
+
+def test_the_lm_fit_rule_belongs_to_language_modelling_only():
+    old = _res("aaa", ["lm", "copy"], [_run("lm", "rope", 0, 0.5), _run("copy", "rope", 0, 1.0)])
+    old["config"]["fit"] = {"target": 0.95, "lm_patience": 5}  # from before lm_schedule: a cosine
+    new = _res("bbb", ["lm", "copy"], [_run("lm", "rope", 1, 0.6)])
+    new["config"]["fit"] = {"target": 0.95, "lm_patience": 5, "lm_schedule": "plateau", "lm_cooldown": 0.25}
+    m = merge_results([("old", old), ("new", new)])  # the LM rule differs: not a shared setting
+    assert [r["job"] for r in m["runs"]] == ["copy/rope/seed0", "lm/rope/seed1"]  # old LM runs are not joined
+    assert m["config"]["fit"] == {"target": 0.95, "lm_patience": 5, "lm_schedule": "plateau", "lm_cooldown": 0.25}
+    new["config"]["fit"]["target"] = 0.9  # the algorithmic gate is still shared
+    with pytest.raises(ValueError, match=r"fit.target: 0.95 -> 0.9"):
+        merge_results([("old", old), ("new", new)])

@@ -13,7 +13,8 @@ Only folders that trained the same model can be merged: the settings every task
 shares (width, depth, heads, embedding scale, scheme ranges, the fit gate, the
 algorithmic lengths, weight decay) must agree, or the merge is refused with the
 differences listed. Task-specific settings (``task_train[task]``,
-``task_options[task]``, ``task_model[task]``) are taken from the folder the task came from.
+``task_options[task]``, ``task_model[task]``, and for ``lm`` the LM fit rule:
+``fit.lm_*``) are taken from the folder the task came from.
 
 Nothing in the source folders is changed; the output folder follows the
 ``--out`` rule of :mod:`relpos.outdir` (new, empty, or an earlier merge).
@@ -43,10 +44,12 @@ from pathlib import Path
 from relpos.experiments.config import config_diff
 from relpos.outdir import prepare_output_dir, write_json_atomic
 
-__all__ = ["SHARED_KEYS", "TASK_KEYS", "merge_results", "merge_folders", "main"]
+__all__ = ["SHARED_KEYS", "TASK_KEYS", "LM_FIT_KEYS", "merge_results", "merge_folders", "main"]
 
 #: Settings of one task, taken from the folder the task came from.
 TASK_KEYS = ("task_train", "task_options", "task_model")
+#: Fit settings that concern language modelling only: part of the ``lm`` task's settings, not shared.
+LM_FIT_KEYS = ("lm_patience", "lm_tol", "lm_schedule", "lm_cooldown")
 #: Configuration keys every merged folder must agree on (they change every task's model or gate).
 SHARED_KEYS = ("d_model", "n_layers", "n_heads", "weight_decay", "embed_scale", "scheme_ranges", "fit",
                "algorithmic", "lm", "corpus", "random_positions_factor", "scheme_options")
@@ -73,7 +76,7 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
     cfgs = [res.get("config") or {} for _, res in sources]
     base_cfg = cfgs[0]
     for (name, _), cfg in zip(sources[1:], cfgs[1:]):
-        diff = config_diff({k: base_cfg.get(k) for k in SHARED_KEYS}, {k: cfg.get(k) for k in SHARED_KEYS})
+        diff = config_diff(_shared(base_cfg), _shared(cfg))
         if diff:
             raise ValueError(f"cannot merge {name} into {base_name}: their models or fit gates differ ("
                              + "; ".join(diff) + ")")
@@ -86,13 +89,17 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
         return (cfgs[i].get(key) or {}).get(task)
 
     def settings(i: int, task: str) -> tuple:
-        return tuple(json.dumps(setting(i, k, task), sort_keys=True) for k in TASK_KEYS)
+        lm_fit = _lm_fit(cfgs[i]) if task == "lm" else None
+        return tuple(json.dumps(v, sort_keys=True) for v in [setting(i, k, task) for k in TASK_KEYS] + [lm_fit])
 
     # folders that contribute each task: its owner and every earlier folder with the same task settings
     contributes = {t: [i for i in range(o + 1) if settings(i, t) == settings(o, t)] for t, o in owner.items()}
     cfg = copy.deepcopy(base_cfg)
     for key in TASK_KEYS:
         cfg[key] = {t: copy.deepcopy(setting(i, key, t)) for t, i in owner.items() if setting(i, key, t) is not None}
+    if "lm" in owner:  # the LM fit rule of the folder language modelling came from
+        cfg["fit"] = {**{k: v for k, v in (cfg.get("fit") or {}).items() if k not in LM_FIT_KEYS},
+                      **_lm_fit(cfgs[owner["lm"]])}
     cfg["tasks"] = [t for t in dict.fromkeys(t for c in cfgs for t in c.get("tasks", [])) if t in owner]
     by_job: dict[str, list[dict]] = {}  # job -> its runs (variants), from the last contributing folder
     failures, listed = [], []
@@ -112,6 +119,20 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
     return {**{k: v for k, v in base.items() if k not in ("runs", "failures", "config", "fingerprint")},
             "fingerprint": "+".join(str(f) for f in fps), "config": cfg, "runs": runs, "failures": failures,
             "sources": listed}
+
+
+def _lm_fit(cfg: dict) -> dict:
+    """A folder's language-modelling fit rule (folders from before ``lm_schedule`` trained on a cosine)."""
+    fit = cfg.get("fit") or {}
+    return {"lm_schedule": "cosine", **{k: fit[k] for k in LM_FIT_KEYS if k in fit}}
+
+
+def _shared(cfg: dict) -> dict:
+    """The settings of a folder that every task shares (the LM-only fit keys excluded)."""
+    out = {k: copy.deepcopy(cfg.get(k)) for k in SHARED_KEYS}
+    if isinstance(out.get("fit"), dict):
+        out["fit"] = {k: v for k, v in out["fit"].items() if k not in LM_FIT_KEYS}
+    return out
 
 
 def _load(folder: Path) -> dict:
