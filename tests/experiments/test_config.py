@@ -100,6 +100,15 @@ def test_task_train_overrides():
     assert copy["steps"] == cfg.task_train["copy"]["steps"]
     with pytest.raises(ValueError, match="task_train"):
         preset("ci", task_train={"copy": {"epochs": 3}}).validate()
+    with pytest.raises(ValueError, match=r"task_train\['copy'\]\['schedule'\] must be 'cosine' or 'constant'"):
+        preset("ci", task_train={"copy": {"schedule": "linear"}}).validate()
+    from relpos.experiments.job import Job, train_config_for
+
+    full = preset("full").validate()
+    for task, schedule in (("mqar", "constant"), ("copy", "cosine"), ("lm", "constant")):  # lm: the plateau rule
+        assert train_config_for(Job(task, "rope", 0), full, full.make_task(task)).schedule == schedule, task
+    assert train_config_for(Job("lm", "rope", 0), preset("ci").validate(),
+                            preset("ci").validate().make_task("lm")).schedule == "cosine"
 
 
 def test_task_model_overrides_one_task_and_are_checked():

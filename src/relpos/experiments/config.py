@@ -120,7 +120,9 @@ class ExperimentConfig:
         d_model, n_layers, n_heads: model size (the same for every scheme).
         steps, batch_size, lr, warmup, weight_decay: training, shared by all tasks
             unless ``task_train`` overrides them for a task.
-        task_train: per-task training overrides, e.g. ``{"recall": {"steps": 600}}``.
+        task_train: per-task training overrides, e.g. ``{"reverse": {"steps": 16000}}``; besides the
+            fields above, ``"schedule"``: ``"cosine"`` (the default) or ``"constant"`` (an
+            algorithmic task; early stopping ends it).
         lm: options of :class:`relpos.tasks.LanguageModelling` (``train_len``,
             ``eval_factors``, ``eval_tokens``, ``train_bytes``, ...).
         algorithmic: options shared by the algorithmic tasks (``train_len``,
@@ -246,9 +248,11 @@ class ExperimentConfig:
         for t, over in self.task_train.items():
             if t not in TASKS:
                 raise ValueError(f"unknown task {t!r} in task_train; known tasks: {', '.join(TASKS)}")
-            bad = set(over) - {"steps", "batch_size", "lr", "warmup", "weight_decay"}
+            bad = set(over) - {"steps", "batch_size", "lr", "warmup", "weight_decay", "schedule"}
             if bad:
                 raise ValueError(f"task_train[{t!r}] has unknown keys {sorted(bad)}")
+            if over.get("schedule", "cosine") not in ("cosine", "constant"):
+                raise ValueError(f"task_train[{t!r}]['schedule'] must be 'cosine' or 'constant', got {over['schedule']!r}")
         for t in self.task_options:
             if t not in TASKS:
                 raise ValueError(f"unknown task {t!r} in task_options; known tasks: {', '.join(TASKS)}")
