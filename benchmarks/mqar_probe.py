@@ -95,7 +95,11 @@ def run(args) -> list[tuple[int, float, float]]:
     model = build(args, task)
     src = task.train_source(args.batch_size, args.seed)
     xv, yv = task.validation_batch()
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.95))
+    groups = [{"params": list(model.parameters()), "weight_decay": args.weight_decay}]
+    if args.decay == "matrices":  # as relpos.train does by default: no decay on biases and norms
+        groups = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": args.weight_decay},
+                  {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95))
     history, t0 = [], time.time()
     for step in range(args.steps + 1):
         if step % 250 == 0:
@@ -141,6 +145,7 @@ def parse(argv=None):
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--decay", choices=["all", "matrices"], default="all", help="parameters weight decay applies to")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 

@@ -121,6 +121,12 @@ def test_weight_decay_groups(corpus):
     assert id(tr.model.blocks[0].ln1.weight) in ids(no_decay)
     assert id(tr.model.blocks[0].attn.qkv.weight) in ids(decay) and decay["weight_decay"] == 0.1
     assert no_decay["weight_decay"] == 0.0
+    every = Trainer(mcfg("t5"), tcfg(decay="all"), corpus)
+    decay, no_decay = every.opt.param_groups
+    assert ids(no_decay) == {id(p) for p in every.model.pos.parameters()}  # only the position scheme is spared
+    assert id(every.model.blocks[0].ln1.weight) in ids(decay) and id(every.model.blocks[0].attn.qkv.bias) in ids(decay)
+    with pytest.raises(ValueError, match="decay must be one of 'matrices', 'all'"):
+        tcfg(decay="biases")
 
 
 def test_callback_and_early_stop(corpus):

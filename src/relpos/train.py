@@ -44,8 +44,7 @@ from relpos.validation import MAX_POSITIONS, check_bool, check_choice, check_flo
 #: The most optimizer steps a TrainConfig accepts.
 MAX_STEPS = 1 << 40
 
-__all__ = ["TrainConfig", "TrainResult", "StepInfo", "Trainer", "TrainingDivergedError", "train", "lr_at",
-           "evaluate_loss"]
+__all__ = ["TrainConfig", "TrainResult", "StepInfo", "Trainer", "TrainingDivergedError", "train", "lr_at", "evaluate_loss"]
 
 
 class TrainingDivergedError(ValueError):
@@ -66,7 +65,7 @@ class TrainConfig:
             :class:`~relpos.schedule.Cooldown`); see :mod:`relpos.schedule`.
         warmup: linear warm-up steps (from ``lr / warmup`` to ``lr``).
         weight_decay: AdamW decay of weight matrices (not of biases, norms,
-            position-scheme parameters).
+            position-scheme parameters); ``decay="all"`` also decays biases and norms.
         grad_clip: clip the global gradient norm to this (0 = off).
         accum_steps: micro-batches per optimizer step.
         seed: seeds model init, data and dropout.
@@ -87,6 +86,7 @@ class TrainConfig:
     schedule: str = "cosine"
     warmup: int = 20
     weight_decay: float = 0.1
+    decay: str = "matrices"
     grad_clip: float = 1.0
     accum_steps: int = 1
     seed: int = 0
@@ -122,6 +122,7 @@ class TrainConfig:
             check_bool("progress", self.progress)
         check_bool("compile", self.compile)
         check_choice("schedule", self.schedule, SCHEDULES)
+        check_choice("decay", self.decay, ("matrices", "all"))
         if self.device is not None and self.device not in ("cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or None, got {self.device!r}")
 
@@ -189,14 +190,12 @@ def _check_batch(x, y, world: int) -> None:
                          f"batch_size must be >= world size")
 
 
-def _param_groups(model: TransformerLM, weight_decay: float) -> list[dict]:
-    pos_ids = {id(p) for p in model.pos.parameters()}
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (decay if p.dim() >= 2 and id(p) not in pos_ids else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+def _param_groups(model: TransformerLM, weight_decay: float, decay: str = "matrices") -> list[dict]:
+    pos_ids = {id(p) for p in model.pos.parameters()}  # position-scheme parameters are never decayed
+    groups: tuple[list, list] = ([], [])
+    for p in (p for p in model.parameters() if p.requires_grad):
+        groups[id(p) not in pos_ids and (p.dim() >= 2 or decay == "all")].append(p)
+    return [{"params": groups[1], "weight_decay": weight_decay}, {"params": groups[0], "weight_decay": 0.0}]
 
 
 # -------------------------------------------------------------------- trainer
@@ -232,7 +231,7 @@ class Trainer:
         torch.manual_seed(train_cfg.seed)
         self.model = TransformerLM(model_cfg).to(self.ctx.device)
         self.opt = torch.optim.AdamW(
-            _param_groups(self.model, train_cfg.weight_decay), lr=train_cfg.lr,
+            _param_groups(self.model, train_cfg.weight_decay, train_cfg.decay), lr=train_cfg.lr,
             betas=(train_cfg.beta1, train_cfg.beta2),
         )
         self.step_count = 0

@@ -102,11 +102,15 @@ def test_task_train_overrides():
         preset("ci", task_train={"copy": {"epochs": 3}}).validate()
     with pytest.raises(ValueError, match=r"task_train\['copy'\]\['schedule'\] must be 'cosine' or 'constant'"):
         preset("ci", task_train={"copy": {"schedule": "linear"}}).validate()
+    with pytest.raises(ValueError, match=r"task_train\['copy'\]\['decay'\] must be 'matrices' or 'all'"):
+        preset("ci", task_train={"copy": {"decay": "some"}}).validate()
     from relpos.experiments.job import Job, train_config_for
 
     full = preset("full").validate()
-    for task, schedule in (("mqar", "constant"), ("copy", "cosine"), ("lm", "constant")):  # lm: the plateau rule
-        assert train_config_for(Job(task, "rope", 0), full, full.make_task(task)).schedule == schedule, task
+    for task, schedule, decay in (("mqar", "constant", "all"), ("copy", "cosine", "matrices"),
+                                  ("lm", "constant", "matrices")):  # lm: the plateau rule
+        t = train_config_for(Job(task, "rope", 0), full, full.make_task(task))
+        assert (t.schedule, t.decay) == (schedule, decay), task
     assert train_config_for(Job("lm", "rope", 0), preset("ci").validate(),
                             preset("ci").validate().make_task("lm")).schedule == "cosine"
 

@@ -122,7 +122,8 @@ class ExperimentConfig:
             unless ``task_train`` overrides them for a task.
         task_train: per-task training overrides, e.g. ``{"reverse": {"steps": 16000}}``; besides the
             fields above, ``"schedule"``: ``"cosine"`` (the default) or ``"constant"`` (an
-            algorithmic task; early stopping ends it).
+            algorithmic task; early stopping ends it), and ``"decay"``: ``"matrices"`` (the
+            default) or ``"all"`` (weight decay on biases and norms too).
         lm: options of :class:`relpos.tasks.LanguageModelling` (``train_len``,
             ``eval_factors``, ``eval_tokens``, ``train_bytes``, ...).
         algorithmic: options shared by the algorithmic tasks (``train_len``,
@@ -248,11 +249,13 @@ class ExperimentConfig:
         for t, over in self.task_train.items():
             if t not in TASKS:
                 raise ValueError(f"unknown task {t!r} in task_train; known tasks: {', '.join(TASKS)}")
-            bad = set(over) - {"steps", "batch_size", "lr", "warmup", "weight_decay", "schedule"}
+            bad = set(over) - {"steps", "batch_size", "lr", "warmup", "weight_decay", "schedule", "decay"}
             if bad:
                 raise ValueError(f"task_train[{t!r}] has unknown keys {sorted(bad)}")
-            if over.get("schedule", "cosine") not in ("cosine", "constant"):
-                raise ValueError(f"task_train[{t!r}]['schedule'] must be 'cosine' or 'constant', got {over['schedule']!r}")
+            for key, choices in (("schedule", ("cosine", "constant")), ("decay", ("matrices", "all"))):
+                if over.get(key, choices[0]) not in choices:
+                    raise ValueError(f"task_train[{t!r}][{key!r}] must be {' or '.join(map(repr, choices))}, "
+                                     f"got {over[key]!r}")
         for t in self.task_options:
             if t not in TASKS:
                 raise ValueError(f"unknown task {t!r} in task_options; known tasks: {', '.join(TASKS)}")

@@ -129,6 +129,7 @@ def train_config_for(job: Job, cfg, task, **overrides):
         progress=False,
         # "plateau": a constant rate until the validation loss flattens, then the monitor's cooldown
         schedule="constant" if task.kind == "lm" and cfg.fit.lm_schedule == "plateau" else s.get("schedule", "cosine"),
+        decay=s.get("decay", "matrices"),
     )
 
 
