@@ -3,7 +3,7 @@
 * ``default`` -- what ``relpos compare`` runs with no arguments: eleven schemes
   on language modelling and string copying, one seed, a tiny model trained
   until it fits (early stopping on held-out data; language models until their
-  loss flattens, then a cooldown); about sixteen minutes on a 2-core CPU.
+  loss flattens, then a cooldown); about seventeen minutes on a 2-core CPU.
 * ``ci`` -- a **smoke test**: the same schemes, few steps, short lengths; under
   two minutes. Its numbers come from models that have not fitted and carry no
   conclusion.
