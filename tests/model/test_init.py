@@ -85,14 +85,20 @@ def test_embed_scale_is_checked_and_saved(tmp_path):
     torch.testing.assert_close(m2(x), m.eval()(x))
 
 
-def test_cached_decoding_with_scaled_embeddings():
-    m = build("sinusoidal", embed_scale="sqrt_d").eval()
+def _assert_cached_decoding_is_exact(m, split):
+    """Two cached steps (``split`` tokens, then the rest) equal one full forward pass; returns the input."""
     x = torch.randint(0, 256, (2, 9))
     with torch.no_grad():
         cache = m.init_cache(2)
-        a, cache = m.step(x[:, :4], cache)
-        b, cache = m.step(x[:, 4:], cache)
+        a, cache = m.step(x[:, :split], cache)
+        b, cache = m.step(x[:, split:], cache)
         torch.testing.assert_close(torch.cat([a, b], 1), m(x), atol=2e-5, rtol=1e-4)
+    return x
+
+
+def test_cached_decoding_with_scaled_embeddings():
+    m = build("sinusoidal", embed_scale="sqrt_d").eval()
+    _assert_cached_decoding_is_exact(m, split=4)
 
 
 def test_attention_only_blocks_have_no_mlp_and_decode_exactly(tmp_path):
@@ -102,12 +108,7 @@ def test_attention_only_blocks_have_no_mlp_and_decode_exactly(tmp_path):
     assert {"blocks.0.attn.qkv.weight", "blocks.1.attn.proj.weight"} <= names
     full = build("rope")
     assert sum(p.numel() for p in m.parameters()) < sum(p.numel() for p in full.parameters())
-    x = torch.randint(0, 256, (2, 9))
-    with torch.no_grad():
-        cache = m.init_cache(2)
-        a, cache = m.step(x[:, :5], cache)
-        b, cache = m.step(x[:, 5:], cache)
-        torch.testing.assert_close(torch.cat([a, b], 1), m(x), atol=2e-5, rtol=1e-4)
+    x = _assert_cached_decoding_is_exact(m, split=5)
     checkpoint.save(tmp_path / "ck", m)
     m2, cfg = checkpoint.load(tmp_path / "ck")
     assert cfg.d_ff == 0

@@ -108,26 +108,11 @@ def _default() -> ExperimentConfig:
 
 
 def _full() -> ExperimentConfig:
-    algo = [t for t in ALGORITHMIC]
-    return ExperimentConfig(
-        preset="full",
-        tasks=["lm"] + algo,
-        seeds=[0, 1, 2],
-        randomized=["rope"],
-        d_model=64,
-        n_layers=2,
-        n_heads=4,
-        steps=8000,
-        batch_size=16,
-        lr=3e-3,
-        warmup=50,
-        task_train=_algo_train(algo),
-        lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
-        algorithmic=copy.deepcopy(_ALGO),
-        task_options=copy.deepcopy(_TASK_OPTIONS),
-        task_model=copy.deepcopy(_TASK_MODEL),
-        fit=FitConfig(**_LM_FIT, lr_grid=[2e-3, 1e-3, 3e-3]),
-    )
+    """The default preset's model and recipes on every task, 3 seeds, a learning-rate grid, randomized RoPE."""
+    cfg = _default()
+    cfg.preset, cfg.tasks, cfg.seeds, cfg.randomized = "full", ["lm", *ALGORITHMIC], [0, 1, 2], ["rope"]
+    cfg.fit = FitConfig(**_LM_FIT, lr_grid=[2e-3, 1e-3, 3e-3])
+    return cfg
 
 
 #: preset name -> factory (a fresh config each call).

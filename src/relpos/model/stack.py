@@ -63,10 +63,9 @@ class _Stack(nn.Module):
 
         draw(self.tok_emb.weight, std)
         for b in self.blocks:
-            lins = [(b.attn.qkv, False), (b.attn.proj, True)]  # (layer, writes to the residual stream)
-            if b.has_mlp:
-                lins += [(b.fc1, False), (b.fc2, True)]
-            for lin, residual in sorted(lins, key=lambda t: t[1]):  # the draw order of earlier versions
+            mlp_in, mlp_out = ([b.fc1], [b.fc2]) if b.has_mlp else ([], [])
+            inner, residual_out = [b.attn.qkv, *mlp_in], [b.attn.proj, *mlp_out]  # drawn in this order
+            for lin, residual in [(m, False) for m in inner] + [(m, True) for m in residual_out]:
                 if self.cfg.init == "fan_in":  # PyTorch's nn.Linear default: U(+-1/sqrt(fan_in)), bias zero
                     draw(lin.weight, 1.0 / math.sqrt(lin.in_features), uniform=True)
                 else:  # GPT-2: N(0, 0.02^2), residual projections scaled by 1/sqrt(2 L)
