@@ -10,12 +10,12 @@ held-out validation loss and per-token accuracy every 250 steps. Two models:
 
 The numbers quoted in docs/results.md come from runs like::
 
-    python benchmarks/mqar_probe.py --model relpos --scheme rope --no-mlp --init fan_in --pairs 4 --min-len 4 \
-        --order value-key --queries random --lr 3e-3 --batch-size 256 --steps 3000 --seed 1
+    python benchmarks/mqar_probe.py --model relpos --scheme nope --layers 3 --init fan_in --pairs 4 --min-len 4 \
+        --order value-key --queries random --lr 3e-3 --batch-size 256 --steps 6000 --seed 0
     python benchmarks/mqar_probe.py --model plain --pos none --no-mlp --layers 3 --order value-key --queries random
 
-(the first is the compare presets' MQAR recipe). Each takes 1-12 minutes on one CPU core. The probe's
-learning rate is constant after a 100-step warm-up (compare's runs decay it on a cosine).
+(the first is the compare presets' MQAR model and recipe). Each takes 1-12 minutes on one CPU core. The
+probe's learning rate is constant after a 100-step warm-up, as the presets' MQAR recipe.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def build(args, task: MQAR) -> nn.Module:
 def run(args) -> list[tuple[int, float, float]]:
     """Train and return ``(step, validation loss, per-token accuracy)`` every 250 steps."""
     torch.set_num_threads(1)
-    task = MQAR(train_len=args.pairs, eval_lengths=[args.pairs], n_keys=args.n_keys, n_values=args.n_values,
+    task = MQAR(train_len=args.pairs, eval_lengths=args.eval_lengths or [args.pairs], n_keys=args.n_keys,
+                n_values=args.n_values, n_eval=args.n_eval,
                 queries=args.queries, order=args.order, min_len=args.min_len)
     torch.manual_seed(args.seed)
     model = build(args, task)
@@ -147,6 +148,9 @@ def parse(argv=None):
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--decay", choices=["all", "matrices"], default="all", help="parameters weight decay applies to")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--eval-lengths", type=lambda s: [int(v) for v in s.split(",")], default=None,
+                    help="task eval_lengths (they key the data stream; default: --pairs)")
+    ap.add_argument("--n-eval", type=int, default=128, help="task n_eval (it keys the data stream too)")
     return ap.parse_args(argv)
 
 

@@ -104,6 +104,12 @@ def test_task_train_overrides():
         preset("ci", task_train={"copy": {"schedule": "linear"}}).validate()
     with pytest.raises(ValueError, match=r"task_train\['copy'\]\['decay'\] must be 'matrices' or 'all'"):
         preset("ci", task_train={"copy": {"decay": "some"}}).validate()
+    with pytest.raises(ValueError, match=r"task_train\['copy'\]\['cooldown_at'\] must be a number in \(0, 1\]"):
+        preset("ci", task_train={"copy": {"schedule": "constant", "cooldown_at": 1.5}}).validate()
+    with pytest.raises(ValueError, match=r"task_train\['copy'\]\['cooldown'\] must be a number in \(0, 1\]"):
+        preset("ci", task_train={"copy": {"schedule": "constant", "cooldown_at": 0.8, "cooldown": 0}}).validate()
+    with pytest.raises(ValueError, match="needs an algorithmic task with schedule 'constant'"):
+        preset("ci", task_train={"copy": {"cooldown_at": 0.8}}).validate()
     from relpos.experiments.job import Job, train_config_for
 
     full = preset("full").validate()

@@ -42,6 +42,25 @@ def test_a_model_that_cannot_fit_never_stops_and_is_not_fitted():
     assert mon.history[-1]["step"] == 50 and mon.history[-1]["val_exact"] == 0.0
 
 
+def test_cooldown_at_starts_a_cooldown_once_learned_and_stops_at_its_end():
+    """A constant-rate algorithmic run cools down when the exact match reaches cooldown_at."""
+    from relpos.schedule import Cooldown
+
+    task = make_task("copy", train_len=4, eval_lengths=[4], n_val=8)
+    mon = FitMonitor(task, FitConfig(val_every=10, confirm=3), steps=1000, cooldown_at=0.8, cooldown=0.5)
+    scores = iter([0.1, 0.2, 0.85, 0.9, 0.9, 0.9, 0.9] + [0.9] * 100)
+    mon.score = lambda model: {"val_exact": next(scores)}
+    answers = {s: a for s in range(1, 1001) if (a := mon(_step(s, None)))}
+    assert answers == {30: Cooldown(15)}  # 0.85 at step 30: half of 30 steps
+    assert mon.cooldown_from == 30 and mon.end == 45 and mon.history[2]["cooldown_steps"] == 15
+    assert [h["step"] for h in mon.history][3:5] == [40, 45]  # the cooldown's last step is validated
+    assert mon.stopped_early and mon.summary()["cooldown_from"] == 30
+    # never below the threshold: no cooldown, the whole budget
+    mon = FitMonitor(task, FitConfig(val_every=10), steps=50, cooldown_at=0.8)
+    mon.score = lambda model: {"val_exact": 0.5}
+    assert not any(mon(_step(s, None)) for s in range(1, 51)) and mon.cooldown_from is None
+
+
 def test_early_stop_can_be_turned_off():
     task = make_task("copy", train_len=4, eval_lengths=[4], n_val=8)
     mon = FitMonitor(task, FitConfig(val_every=5, confirm=1, early_stop=False), steps=20)
@@ -262,3 +281,12 @@ def test_greedy_decoding_at_sampled_positions_runs_at_the_draw_not_at_0_to_n():
     for n, pos in seen:
         assert pos is not None and torch.equal(pos, wrapped.pos[:n])
     assert not torch.equal(wrapped.pos[: seen[-1][0]], torch.arange(seen[-1][0]))
+
+
+def test_lr_tries_put_the_task_rate_first_only_when_the_grid_holds_it():
+    from relpos.experiments.fitting import lr_tries
+
+    assert lr_tries([2e-3, 1e-3, 3e-3], 3e-3) == [3e-3, 2e-3, 1e-3]
+    assert lr_tries([2e-3, 1e-3, 3e-3], 2e-3) == [2e-3, 1e-3, 3e-3]
+    assert lr_tries([2e-3, 1e-3], 5e-3) == [2e-3, 1e-3]  # never a rate outside the grid
+    assert lr_tries([], 5e-3) == [5e-3]

@@ -122,8 +122,10 @@ class ExperimentConfig:
             unless ``task_train`` overrides them for a task.
         task_train: per-task training overrides, e.g. ``{"reverse": {"steps": 16000}}``; besides the
             fields above, ``"schedule"``: ``"cosine"`` (the default) or ``"constant"`` (an
-            algorithmic task; early stopping ends it), and ``"decay"``: ``"matrices"`` (the
-            default) or ``"all"`` (weight decay on biases and norms too).
+            algorithmic task; early stopping ends it), ``"decay"``: ``"matrices"`` (the
+            default) or ``"all"`` (weight decay on biases and norms too), and, with a constant
+            rate, ``"cooldown_at"`` (validation exact match in (0, 1] at which a linear cooldown
+            starts) and ``"cooldown"`` (its length as a fraction of the steps before it, default 0.5).
         lm: options of :class:`relpos.tasks.LanguageModelling` (``train_len``,
             ``eval_factors``, ``eval_tokens``, ``train_bytes``, ...).
         algorithmic: options shared by the algorithmic tasks (``train_len``,
@@ -249,9 +251,17 @@ class ExperimentConfig:
         for t, over in self.task_train.items():
             if t not in TASKS:
                 raise ValueError(f"unknown task {t!r} in task_train; known tasks: {', '.join(TASKS)}")
-            bad = set(over) - {"steps", "batch_size", "lr", "warmup", "weight_decay", "schedule", "decay"}
+            bad = set(over) - {"steps", "batch_size", "lr", "warmup", "weight_decay", "schedule", "decay",
+                               "cooldown_at", "cooldown"}
             if bad:
                 raise ValueError(f"task_train[{t!r}] has unknown keys {sorted(bad)}")
+            for key in ("cooldown_at", "cooldown"):
+                v = over.get(key, 0.5)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                    raise ValueError(f"task_train[{t!r}][{key!r}] must be a number in (0, 1], got {v!r}")
+            if "cooldown_at" in over and (t == "lm" or over.get("schedule") != "constant"):
+                raise ValueError(f"task_train[{t!r}]['cooldown_at'] needs an algorithmic task with "
+                                 "schedule 'constant'")
             for key, choices in (("schedule", ("cosine", "constant")), ("decay", ("matrices", "all"))):
                 if over.get(key, choices[0]) not in choices:
                     raise ValueError(f"task_train[{t!r}][{key!r}] must be {' or '.join(map(repr, choices))}, "

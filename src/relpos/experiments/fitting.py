@@ -11,6 +11,10 @@ every ``val_every`` steps and stops training once the model is fitted:
   once the score has been ``>= target + stop_margin`` at ``confirm`` consecutive
   checks (3: the first hit plus two more checks) at ``target + stop_margin``
   (0.97): a little extra training for stability, so the gate is passed with room. ``steps`` is an upper bound, not a fixed count.
+  A task trained at a constant rate may set ``cooldown_at`` (see
+  :class:`FitMonitor`): once the score reaches it (the solution has formed), the
+  rate decays linearly over ``cooldown`` times the steps so far and training
+  stops at the end of that cooldown, or sooner by the rule above.
 * **Language modelling** -- the loss on fixed validation windows of the
   training length. It has *flattened* when the best loss of the last
   ``patience`` checks is less than ``lm_tol`` (1 %) lower than the best loss
@@ -29,8 +33,9 @@ algorithmic run is *fitted* when its held-out exact match at ``L`` is
 flattened within the step budget (with ``"plateau"``, before the last
 cooldown that fits in the budget had to start).
 
-With ``lr_grid`` set (the full preset), a job tries the learning rates of the
-grid in order and keeps the first that fits; if none fits, the one with the best
+With ``lr_grid`` set (the full preset), an algorithmic job tries the learning
+rates of the grid in order (its task's own rate first when the grid holds it, see
+:func:`lr_tries`) and keeps the first that fits; if none fits, the one with the best
 validation score. Every try is recorded.
 """
 
@@ -40,7 +45,7 @@ import dataclasses
 import math
 from typing import Any
 
-__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss"]
+__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_tries"]
 
 
 @dataclasses.dataclass
@@ -59,7 +64,8 @@ class FitConfig:
         lm_schedule: ``"cosine"`` (stop once flat) or ``"plateau"`` (constant rate until flat,
             then a cooldown of ``lm_cooldown`` times the steps so far).
         lm_cooldown: length of the ``"plateau"`` cooldown as a fraction of the steps before it.
-        lr_grid: learning rates tried in order (empty: only the task's ``lr``).
+        lr_grid: learning rates tried in order, the task's own ``lr`` first when the grid holds it
+            (empty: only the task's ``lr``).
         early_stop: False trains every run for its full step budget.
     """
 
@@ -106,6 +112,22 @@ class FitConfig:
     def stop_at(self) -> float:
         """Validation exact match at which an algorithmic run stops."""
         return min(1.0, self.target + self.stop_margin)
+
+
+def lr_tries(grid: list[float], task_lr: float) -> list[float]:
+    """The learning rates a job tries, in order: the grid, with the task's own rate moved to the front
+    when the grid holds it (a task whose recipe names a rate tries that first); ``[task_lr]`` without a grid.
+
+    Example:
+        >>> lr_tries([2e-3, 1e-3, 3e-3], 3e-3)
+        [0.003, 0.002, 0.001]
+        >>> lr_tries([2e-3, 1e-3], 5e-3), lr_tries([], 5e-3)
+        ([0.002, 0.001], [0.005])
+    """
+    grid = list(grid)
+    if not grid:
+        return [task_lr]
+    return [task_lr, *(g for g in grid if g != task_lr)] if task_lr in grid else grid
 
 
 def lm_validation_loss(model, x, y) -> float:
@@ -172,18 +194,23 @@ class FitMonitor:
         fit: the :class:`FitConfig`.
         steps: the step budget (a validation also runs at the last step).
         progress: optional ``progress(step)`` called after every step.
+        cooldown_at: algorithmic tasks on a constant rate: the validation exact match at which a
+            linear cooldown starts (None: never; the task's ``task_train["cooldown_at"]``).
+        cooldown: that cooldown's length as a fraction of the steps before it.
     """
 
-    def __init__(self, task, fit: FitConfig, steps: int, progress=None) -> None:
+    def __init__(self, task, fit: FitConfig, steps: int, progress=None, *, cooldown_at: float | None = None,
+                 cooldown: float = 0.5) -> None:
         self.task, self.fit, self.steps, self.progress = task, fit, steps, progress
+        self.cooldown_at, self.cooldown = cooldown_at, cooldown
         self.kind = task.kind
         self.x, self.y = task.validation_batch()
         self.history: list[dict[str, Any]] = []
         self.stopped_early = False
         self.flat = False
         self._streak = 0
-        self.cooldown_from: int | None = None  # "plateau": the step the cooldown began
-        self.end: int | None = None  # "plateau": the step the cooldown ends
+        self.cooldown_from: int | None = None  # the step the cooldown began ("plateau" or cooldown_at)
+        self.end: int | None = None  # the step the cooldown ends
 
     def score(self, model) -> dict[str, float]:
         model = _as_trained(model, self.x.shape[1])
@@ -212,6 +239,18 @@ class FitMonitor:
         if stop and self.fit.early_stop and step < self.steps:
             self.stopped_early = True
             return True
+        return self._cool_when_learned(step) if self.cooldown_at is not None else False
+
+    def _cool_when_learned(self, step: int):
+        """Start the cooldown once the exact match reaches ``cooldown_at``; training stops at its end."""
+        from relpos.schedule import Cooldown
+
+        if self.cooldown_from is None and step < self.steps and self.history[-1]["val_exact"] >= self.cooldown_at:
+            length = max(1, min(self.steps - step, round(self.cooldown * step)))
+            self.cooldown_from, self.end = step, step + length
+            self.history[-1]["cooldown_steps"] = length
+            return Cooldown(length)
+        self.stopped_early = self.stopped_early or (step == self.end and step < self.steps)
         return False
 
     def _plateau(self, step: int):

@@ -424,7 +424,7 @@ def _fit_rule(cfg: dict) -> str:
     from relpos.experiments.fitting import FitConfig
 
     fit = FitConfig(**(cfg.get("fit") or {}))
-    grid = f"; learning rate chosen from {fit.lr_grid} (first that fits)" if fit.lr_grid else ""
+    grid = f"; learning rate chosen from {fit.lr_grid} (first that fits; the task's own rate first)" if fit.lr_grid else ""
     return (f"algorithmic runs fitted when held-out exact match at L >= {fit.target} ({fit.criterion('algorithmic')}); "
             f"LM runs fitted when the {fit.criterion('lm')}{grid}")
 

@@ -19,14 +19,15 @@ task; it must be at least the longest length so that keys can be distinct.
 Past the training length the key-value section is longer, so queries reach
 farther back than in training.
 
-Solving it takes a two-layer lookup (a previous-token head that writes each key
-into its value, then a query-key match); ``order="value-key"`` puts the value
+Solving it takes a two-step lookup (a previous-token head that writes each key's
+neighbour into it, then a query-key match); ``order="value-key"`` puts the value
 first, so the query matches a key token directly and reads the value written
-into it. The lookup forms after a plateau whose length varies by seed. The
-compare presets train at 4 pairs, value first, queries drawn with replacement,
-with an attention-only model (``d_ff=0``, ``init="fan_in"``) at batch 256; at 8
-pairs, in the Zoology order or with MLPs it did not form within their budgets
-(see ``docs/results.md`` for the probes).
+into it. Without positions (NoPE) the previous token must first be found through
+the causal mask, a third step. The lookup forms after a plateau whose length
+varies by seed. The compare presets train at 4 pairs, value first, queries drawn
+with replacement, with a 3-layer model (``n_layers=3``, ``init="fan_in"``) at
+batch 256; with 2 layers NoPE never left the plateau, and at 8 pairs or in the
+Zoology order RoPE rarely did within the budgets (see ``docs/results.md``).
 """
 
 from __future__ import annotations
