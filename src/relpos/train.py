@@ -44,7 +44,8 @@ from relpos.validation import MAX_POSITIONS, check_bool, check_choice, check_flo
 #: The most optimizer steps a TrainConfig accepts.
 MAX_STEPS = 1 << 40
 
-__all__ = ["TrainConfig", "TrainResult", "StepInfo", "Trainer", "TrainingDivergedError", "train", "lr_at", "evaluate_loss"]
+__all__ = ["TrainConfig", "TrainResult", "StepInfo", "Trainer", "TrainingDivergedError", "train", "lr_at",
+           "evaluate_loss"]
 
 
 class TrainingDivergedError(ValueError):

@@ -45,7 +45,10 @@ import dataclasses
 import math
 from typing import Any
 
-__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_tries"]
+__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_tries", "DEFAULT_COOLDOWN"]
+
+#: Length of a ``cooldown_at`` cooldown (fraction of the steps before it) when a task does not set ``cooldown``.
+DEFAULT_COOLDOWN = 0.5
 
 
 @dataclasses.dataclass
@@ -200,7 +203,7 @@ class FitMonitor:
     """
 
     def __init__(self, task, fit: FitConfig, steps: int, progress=None, *, cooldown_at: float | None = None,
-                 cooldown: float = 0.5) -> None:
+                 cooldown: float = DEFAULT_COOLDOWN) -> None:
         self.task, self.fit, self.steps, self.progress = task, fit, steps, progress
         self.cooldown_at, self.cooldown = cooldown_at, cooldown
         self.kind = task.kind
@@ -243,31 +246,34 @@ class FitMonitor:
 
     def _cool_when_learned(self, step: int):
         """Start the cooldown once the exact match reaches ``cooldown_at``; training stops at its end."""
-        from relpos.schedule import Cooldown
-
-        if self.cooldown_from is None and step < self.steps and self.history[-1]["val_exact"] >= self.cooldown_at:
-            length = max(1, min(self.steps - step, round(self.cooldown * step)))
-            self.cooldown_from, self.end = step, step + length
-            self.history[-1]["cooldown_steps"] = length
-            return Cooldown(length)
-        self.stopped_early = self.stopped_early or (step == self.end and step < self.steps)
-        return False
+        if self.cooldown_from is None:
+            if step < self.steps and self.history[-1]["val_exact"] >= self.cooldown_at:
+                return self._start_cooldown(step, self.cooldown)
+            return False
+        return self._cooling(step)
 
     def _plateau(self, step: int):
         """Constant rate until flat (or until the last cooldown that fits must start), then the cooldown."""
-        from relpos.schedule import Cooldown
-
-        if self.cooldown_from is not None:  # cooling down: training stops at its end
-            self.stopped_early = self.stopped_early or (step == self.end and step < self.steps)
-            return False
+        if self.cooldown_from is not None:
+            return self._cooling(step)
         self.flat = self.flat or self._flat_now()
         last_start = int(self.steps / (1.0 + self.fit.lm_cooldown))  # a cooldown from here just fits
         if step < self.steps and ((self.flat and self.fit.early_stop) or step >= last_start):
-            length = max(1, min(self.steps - step, round(self.fit.lm_cooldown * step)))
-            self.cooldown_from, self.end = step, step + length
-            rec = self.history[-1]
-            rec["cooldown_steps"] = length
-            return Cooldown(length)
+            return self._start_cooldown(step, self.fit.lm_cooldown)
+        return False
+
+    def _start_cooldown(self, step: int, fraction: float):
+        """A cooldown over ``fraction`` of the steps so far (within the budget), recorded in the history."""
+        from relpos.schedule import Cooldown
+
+        length = max(1, min(self.steps - step, round(fraction * step)))
+        self.cooldown_from, self.end = step, step + length
+        self.history[-1]["cooldown_steps"] = length
+        return Cooldown(length)
+
+    def _cooling(self, step: int) -> bool:
+        """During a cooldown: training stops at its end (early, if that is before the budget)."""
+        self.stopped_early = self.stopped_early or (step == self.end and step < self.steps)
         return False
 
     def _flat_now(self) -> bool:

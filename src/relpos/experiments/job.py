@@ -264,11 +264,11 @@ def _downsample(xs: list[float], n: int = 100) -> list[float]:
 
 def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
     """Train with early stopping, trying the learning-rate grid in order; the kept (result, monitor, lr, tries)."""
-    from relpos.experiments.fitting import FitMonitor, lr_tries
+    from relpos.experiments.fitting import DEFAULT_COOLDOWN, FitMonitor, lr_tries
     from relpos.train import train
 
-    base_lr = cfg.train_settings(j.task)["lr"]
-    grid = lr_tries(cfg.fit.lr_grid if task.kind != "lm" else [], base_lr)
+    settings = cfg.train_settings(j.task)
+    grid = lr_tries(cfg.fit.lr_grid if task.kind != "lm" else [], settings["lr"])
     tries, best = [], None
     for lr in grid:
         tcfg = train_config_for(j, cfg, task, lr=lr)
@@ -278,9 +278,8 @@ def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
             if progress is not None:
                 progress(j.key, step, steps)
 
-        settings = cfg.train_settings(j.task)
         mon = FitMonitor(task, cfg.fit, steps, progress=report, cooldown_at=settings.get("cooldown_at"),
-                         cooldown=settings.get("cooldown", 0.5))
+                         cooldown=settings.get("cooldown", DEFAULT_COOLDOWN))
         res = train(mcfg, tcfg, task.train_source(tcfg.batch_size, j.seed), callback=mon)
         tries.append({"lr": lr, "steps": int(res.steps), "seconds": float(res.seconds),
                       "score": mon.best_score(), "fitted": mon.fitted_by_validation()})
