@@ -123,7 +123,36 @@ def run(args) -> list[tuple[int, float, float]]:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+    breakdown(model, task, xv, yv)
+    if args.save:
+        torch.save(model.state_dict(), args.save)
     return history
+
+
+def breakdown(model: nn.Module, task: MQAR, xv: torch.Tensor, yv: torch.Tensor) -> dict:
+    """Print and return held-out per-answer accuracy by the distance from the query back to its key.
+
+    A query whose key was already asked earlier in the answer section can be answered by copying
+    that earlier answer ("repeat"); the others need the lookup in the prompt, and are split by the
+    distance (query position - key position). A lookup that works only over short distances shows
+    as accuracy falling with distance.
+    """
+    model.eval()
+    with torch.no_grad():
+        pred = model(xv).argmax(-1)
+    sep = int((xv[0] == task.SEP).nonzero()[0])  # every validation example has L pairs
+    rows: dict = {}
+    for b, t in (yv != IGNORE).nonzero().tolist():
+        q = int(xv[b, t])
+        earlier = xv[b, sep + 1 : t].tolist()[::2]
+        key = "repeat" if q in earlier else t - int((xv[b, :sep] == q).nonzero()[0])
+        hit, n = rows.get(key, (0, 0))
+        rows[key] = (hit + int(pred[b, t] == yv[b, t]), n + 1)
+    for key in sorted(rows, key=lambda k: (isinstance(k, str), k)):
+        hit, n = rows[key]
+        label = "repeated query" if key == "repeat" else f"lookup, distance {key:2d}"
+        print(f"{label:22s} accuracy {hit / n:.3f}  ({n} answers)")
+    return rows
 
 
 def parse(argv=None):
@@ -151,6 +180,7 @@ def parse(argv=None):
     ap.add_argument("--eval-lengths", type=lambda s: [int(v) for v in s.split(",")], default=None,
                     help="task eval_lengths (they key the data stream; default: --pairs)")
     ap.add_argument("--n-eval", type=int, default=128, help="task n_eval (it keys the data stream too)")
+    ap.add_argument("--save", default=None, help="write the trained model's state dict to this path")
     return ap.parse_args(argv)
 
 

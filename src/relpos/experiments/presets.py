@@ -37,7 +37,7 @@ _REVERSE_TRAIN = {**_ALGO_TRAIN, "steps": 16000}
 #: non-position parameter (biases and norms too), and once the held-out exact match reaches 0.5 (the lookup has
 #: formed) a linear cooldown over as many steps again (at most to the budget of 6,000). At a constant rate the
 #: exact match hovered at 0.89-0.98 for 3,000 steps (NoPE, seed 0) or at 0.59-0.68 (RoPE, seed 0).
-_MQAR_TRAIN = {"steps": 6000, "batch_size": 256, "lr": 3e-3, "warmup": 100, "schedule": "constant", "decay": "all",
+_MQAR_TRAIN = {"steps": 8000, "batch_size": 256, "lr": 1e-3, "warmup": 100, "schedule": "constant", "decay": "all",
                "cooldown_at": 0.5, "cooldown": 1.0}
 #: Language modelling: a constant rate until the validation loss flattens, then a cooldown of a quarter of the
 #: steps so far (at most 8,000 steps: a run not flat by 6,400 cools down then and is marked not fitted).
