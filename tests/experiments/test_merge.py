@@ -123,3 +123,13 @@ def test_the_lm_fit_rule_belongs_to_language_modelling_only():
     new["config"]["fit"]["target"] = 0.9  # the algorithmic gate is still shared
     with pytest.raises(ValueError, match=r"fit.target: 0.95 -> 0.9"):
         merge_results([("old", old), ("new", new)])
+
+
+def test_a_folder_is_named_only_for_the_tasks_it_holds_runs_of():
+    (_, old), (_, new) = _sources()
+    later = _res("ccc", ["copy"], [_run("copy", "rope", 1, 0.97)])
+    # "new" shares copy's settings with both copy folders but holds no copy job: not a source of copy
+    m = merge_results([("old", old), ("new", new), ("later", later)])
+    assert {r["seed"] for r in m["runs"] if r["task"] == "copy"} == {0, 1}
+    assert [s["tasks"] for s in m["sources"]] == [["copy"], ["reverse"], ["copy"]]
+    assert m["fingerprint"] == "aaa+bbb+ccc"

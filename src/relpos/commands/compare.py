@@ -15,6 +15,8 @@ import os
 import shlex
 import sys
 
+from relpos.experiments.config import ALL_TASKS
+
 HELP = "train each position scheme at a short length, evaluate far past it, and report (the main benchmark)"
 
 
@@ -42,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--preset", default="default", help="default | ci | full (default: default)")
     g.add_argument("--schemes", type=_csv(str), help="comma-separated scheme names (see `relpos schemes`)")
     g.add_argument("--add-schemes", type=_csv(str), default=[], help="schemes added to the preset's list")
-    g.add_argument("--tasks", type=_csv(str), help="comma-separated: lm, copy, reverse, recall, parity")
+    g.add_argument("--tasks", type=_csv(str), help="comma-separated: " + ", ".join(ALL_TASKS))
     g.add_argument("--seeds", type=_csv(int), help="comma-separated training seeds, e.g. 0,1,2")
     g.add_argument("--randomized", type=_csv(str),
                    help="schemes also trained with randomized positions (Ruoss et al. 2023); 'none' for none")

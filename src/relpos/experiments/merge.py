@@ -104,7 +104,11 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
     by_job: dict[str, list[dict]] = {}  # job -> its runs (variants), from the last contributing folder
     failures, listed = [], []
     for i, (name, res) in enumerate(sources):
-        mine = sorted(t for t, js in contributes.items() if i in js)
+        held = {r["task"] for r in res.get("runs") or []}
+        held |= {f.get("job", "").split("/")[0] for f in res.get("failures") or []}
+        # tasks this folder contributes runs (or failures) to; a folder that merely shares a task's
+        # settings without holding any of its jobs is not named as a source of that task
+        mine = sorted(t for t, js in contributes.items() if i in js and t in held)
         jobs: dict[str, list[dict]] = {}
         for r in res.get("runs") or []:
             if r["task"] in mine:
