@@ -1,7 +1,8 @@
 """MQAR probe: does a small model learn multi-query associative recall, and is relpos the reason if not?
 
 Trains one model on :class:`relpos.tasks.MQAR` with a plain AdamW loop and prints the
-held-out validation loss and per-token accuracy every 250 steps. Two models:
+held-out validation loss and per-token accuracy every 250 steps, then the final accuracy by the
+distance from each query back to its key (``--save`` keeps the model). Two models:
 
 * ``--model relpos``: the compare model (:class:`relpos.model.TransformerLM`, any scheme);
 * ``--model plain``: an independent pre-LayerNorm Transformer written here in a few
@@ -10,12 +11,14 @@ held-out validation loss and per-token accuracy every 250 steps. Two models:
 
 The numbers quoted in docs/results.md come from runs like::
 
-    python benchmarks/mqar_probe.py --model relpos --scheme nope --layers 3 --init fan_in --pairs 4 --min-len 4 \
-        --order value-key --queries random --lr 3e-3 --batch-size 256 --steps 6000 --seed 0
+    python benchmarks/mqar_probe.py --model relpos --scheme rope --layers 3 --init fan_in --pairs 4 --min-len 4 \
+        --order value-key --queries random --lr 1e-3 --batch-size 256 --steps 6000 --seed 0 \
+        --eval-lengths 4,6,8,12,16 --n-eval 256
     python benchmarks/mqar_probe.py --model plain --pos none --no-mlp --layers 3 --order value-key --queries random
 
-(the first is the compare presets' MQAR model and recipe). Each takes 1-12 minutes on one CPU core. The
-probe's learning rate is constant after a 100-step warm-up, as the presets' MQAR recipe.
+(the first is the compare presets' MQAR model, recipe and data stream, without the cooldown). Each
+takes 1-15 minutes on one CPU core. The probe's learning rate is constant after a 100-step warm-up, as
+the presets' MQAR recipe before its cooldown.
 """
 
 from __future__ import annotations
