@@ -479,3 +479,16 @@ def test_trained_position_values_export_for_the_explorer(tmp_path):
     from relpos.explorer.results import check_results, parse_results
 
     check_results(parse_results((tmp_path / "slim.json").read_bytes(), "slim.json"), "slim.json")
+
+
+def test_lr_flags_replace_the_task_recipes_rate_and_grid():
+    """MQAR's recipe names its own rate and grid; --lr and --lr-grid, when given, hold for every task."""
+    from relpos.cli import build_parser
+    from relpos.commands.compare import build_config
+
+    base = build_config(build_parser().parse_args(["compare", "--preset", "default"])).validate()
+    assert base.train_settings("mqar")["lr_grid"] == [1e-3, 3e-3] and "lr_grid" not in base.train_settings("copy")
+    cfg = build_config(build_parser().parse_args(["compare", "--preset", "default", "--lr-grid", "2e-3,1e-3"]))
+    assert "lr_grid" not in cfg.validate().train_settings("mqar") and cfg.fit.lr_grid == [2e-3, 1e-3]
+    cfg = build_config(build_parser().parse_args(["compare", "--preset", "default", "--lr", "5e-4"])).validate()
+    assert cfg.train_settings("mqar")["lr"] == 5e-4 == cfg.train_settings("copy")["lr"]

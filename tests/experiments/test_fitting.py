@@ -190,6 +190,17 @@ def test_lr_grid_keeps_the_first_rate_that_fits():
     assert res["train"]["fit"]["lr"] == tries[-1]["lr"] if tries[-1]["fitted"] else True
 
 
+@pytest.mark.slow
+def test_a_task_grid_replaces_the_preset_grid():
+    cfg = _tiny("copy", task_train={"copy": {"steps": 3, "batch_size": 4, "warmup": 1, "lr": 1e-5,
+                                             "lr_grid": [1e-6, 1e-5]}},
+                fit=FitConfig(val_every=1, lr_grid=[1e-2]))
+    res = run_job(Job("copy", "alibi", 0).to_dict(), cfg.to_dict())
+    tries = res["train"]["fit"]["lr_tries"]
+    assert [t["lr"] for t in tries] == [1e-5, 1e-6]  # the task's grid, its own rate first; never 1e-2
+    assert not any(t["fitted"] for t in tries) and res["train"]["fit"]["fitted"] is False
+
+
 def test_a_run_that_cannot_fit_is_marked():
     cfg = _tiny("copy", task_train={"copy": {"steps": 2, "batch_size": 4, "lr": 1e-6, "warmup": 1}},
                 fit=FitConfig(val_every=1))

@@ -162,6 +162,8 @@ def build_config(args: argparse.Namespace):
     fit = {}
     if args.lr_grid is not None:
         fit["lr_grid"] = list(args.lr_grid)
+        for over in cfg.task_train.values():  # the grid asked for holds for every task
+            over.pop("lr_grid", None)
     if args.fit_target is not None:
         fit["target"] = args.fit_target
     if args.val_every is not None:

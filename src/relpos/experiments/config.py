@@ -91,6 +91,18 @@ def _positive_int(name: str, v: Any) -> int:
     return v
 
 
+def _check_task_lr_grid(task: str, grid: Any) -> None:
+    """``task_train[task]["lr_grid"]``: a non-empty list of learning rates > 0, algorithmic tasks only."""
+    name = f"task_train[{task!r}]['lr_grid']"
+    if task == "lm":
+        raise ValueError(f"{name}: a learning-rate grid applies to algorithmic tasks only")
+    if isinstance(grid, (str, bytes)) or not isinstance(grid, (list, tuple)) or not grid:
+        raise ValueError(f"{name} must be a non-empty list of learning rates > 0, got {grid!r}")
+    for v in grid:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{name} entries must be numbers > 0, got {v!r}")
+
+
 def _int_list(name: str, v: Any, *, lo: int = 1, what: str = "evaluation lengths must be above zero") -> list[int]:
     if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
         raise TypeError(f"{name} must be a list of ints, got {v!r}")
@@ -113,7 +125,7 @@ class ExperimentConfig:
     Attributes:
         preset: name of the preset this came from (informational).
         schemes: registry names of the schemes to train.
-        tasks: task names (``lm``, ``copy``, ``reverse``, ``recall``, ``parity``).
+        tasks: task names (:data:`ALL_TASKS`).
         seeds: training seeds; each (scheme, task, seed) is one run.
         randomized: schemes also trained with randomized positions
             (Ruoss et al. 2023); each gives a run with variant ``"randomized"``.
@@ -125,7 +137,9 @@ class ExperimentConfig:
             algorithmic task; early stopping ends it), ``"decay"``: ``"matrices"`` (the
             default) or ``"all"`` (weight decay on biases and norms too), and, with a constant
             rate, ``"cooldown_at"`` (validation exact match in (0, 1] at which a linear cooldown
-            starts) and ``"cooldown"`` (its length as a fraction of the steps before it, default 0.5).
+            starts) and ``"cooldown"`` (its length as a fraction of the steps before it, default 0.5);
+            ``"lr_grid"`` (an algorithmic task): the learning rates its jobs try in order, in place of
+            ``fit.lr_grid`` (see :func:`relpos.experiments.fitting.lr_tries`).
         lm: options of :class:`relpos.tasks.LanguageModelling` (``train_len``,
             ``eval_factors``, ``eval_tokens``, ``train_bytes``, ...).
         algorithmic: options shared by the algorithmic tasks (``train_len``,
@@ -252,9 +266,11 @@ class ExperimentConfig:
             if t not in TASKS:
                 raise ValueError(f"unknown task {t!r} in task_train; known tasks: {', '.join(TASKS)}")
             bad = set(over) - {"steps", "batch_size", "lr", "warmup", "weight_decay", "schedule", "decay",
-                               "cooldown_at", "cooldown"}
+                               "cooldown_at", "cooldown", "lr_grid"}
             if bad:
                 raise ValueError(f"task_train[{t!r}] has unknown keys {sorted(bad)}")
+            if "lr_grid" in over:
+                _check_task_lr_grid(t, over["lr_grid"])
             for key in ("cooldown_at", "cooldown"):
                 v = over.get(key, 0.5)
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:

@@ -33,10 +33,10 @@ algorithmic run is *fitted* when its held-out exact match at ``L`` is
 flattened within the step budget (with ``"plateau"``, before the last
 cooldown that fits in the budget had to start).
 
-With ``lr_grid`` set (the full preset), an algorithmic job tries the learning
-rates of the grid in order (its task's own rate first when the grid holds it, see
-:func:`lr_tries`) and keeps the first that fits; if none fits, the one with the best
-validation score. Every try is recorded.
+With ``lr_grid`` set (the full preset, or a task's own grid in ``task_train`` such as
+MQAR's), an algorithmic job tries the learning rates of the grid in order (its task's own
+rate first when the grid holds it, see :func:`lr_tries`) and keeps the first that fits; if
+none fits, the one with the best validation score. Every try is recorded.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ class FitConfig:
             then a cooldown of ``lm_cooldown`` times the steps so far).
         lm_cooldown: length of the ``"plateau"`` cooldown as a fraction of the steps before it.
         lr_grid: learning rates tried in order, the task's own ``lr`` first when the grid holds it
-            (empty: only the task's ``lr``).
+            (empty: only the task's ``lr``). A task whose recipe names its own grid
+            (``task_train[task]["lr_grid"]``, e.g. MQAR's) uses that one instead.
         early_stop: False trains every run for its full step budget.
     """
 

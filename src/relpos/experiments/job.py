@@ -268,7 +268,8 @@ def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
     from relpos.train import train
 
     settings = cfg.train_settings(j.task)
-    grid = lr_tries(cfg.fit.lr_grid if task.kind != "lm" else [], settings["lr"])
+    # an algorithmic task's own grid (task_train) replaces the preset's; language modelling has none
+    grid = lr_tries(settings.get("lr_grid", cfg.fit.lr_grid) if task.kind != "lm" else [], settings["lr"])
     tries, best = [], None
     for lr in grid:
         tcfg = train_config_for(j, cfg, task, lr=lr)

@@ -38,8 +38,10 @@ _REVERSE_TRAIN = {**_ALGO_TRAIN, "steps": 16000}
 #: formed) a linear cooldown over as many steps again (at most to the budget of 8,000). At 3e-3 RoPE's lookup
 #: stayed noisy once formed (0.48-0.68 exact match: 12 % of answers another value of the prompt, at every
 #: distance), and the cooldown did not sharpen it; at 1e-3 the same seed reached 0.99 (benchmarks/mqar_probe.py).
+#: NoPE leaves the plateau far later at 1e-3 (seed 0: step 7,700, against 2,000 at 3e-3), so a run that does not
+#: fit at 1e-3 is retried at 3e-3 in every preset (the task's own grid; the first rate that fits is kept).
 _MQAR_TRAIN = {"steps": 8000, "batch_size": 256, "lr": 1e-3, "warmup": 100, "schedule": "constant", "decay": "all",
-               "cooldown_at": 0.5, "cooldown": 1.0}
+               "cooldown_at": 0.5, "cooldown": 1.0, "lr_grid": [1e-3, 3e-3]}
 #: Language modelling: a constant rate until the validation loss flattens, then a cooldown of a quarter of the
 #: steps so far (at most 8,000 steps: a run not flat by 6,400 cools down then and is marked not fitted).
 _LM_FIT = {"val_every": 100, "lm_patience": 5, "lm_schedule": "plateau", "lm_cooldown": 0.25}
