@@ -123,3 +123,14 @@ def test_per_token_table_only_when_it_adds_something(results):
             if m["accuracy"] is not None:
                 m["token_accuracy"] = min(1.0, m["accuracy"] + 0.1)
     assert "copy: per-token accuracy" in text_tables(results)
+
+
+def test_report_names_the_learning_rate_each_scheme_kept(results, tmp_path):
+    for r in results["runs"]:
+        if r["task"] == "copy":
+            tries = [{"lr": 1e-3, "fitted": False}] + ([{"lr": 3e-3, "fitted": True}] if r["scheme"] == "rope" else [])
+            r["train"] = {**(r.get("train") or {}), "fit": {"lr": tries[-1]["lr"], "lr_tries": tries}}
+    rep = write_report(results, tmp_path, []).read_text()
+    assert "- learning rate kept (runs per rate), copy: " in rep
+    line = next(x for x in rep.splitlines() if x.startswith("- learning rate kept"))
+    assert "rope 0.003 x1" in line and "alibi 0.001 x1" in line and "lm" not in line

@@ -45,7 +45,7 @@ import dataclasses
 import math
 from typing import Any
 
-__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_tries", "DEFAULT_COOLDOWN"]
+__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_choices", "lr_tries", "DEFAULT_COOLDOWN"]
 
 #: Length of a ``cooldown_at`` cooldown (fraction of the steps before it) when a task does not set ``cooldown``.
 DEFAULT_COOLDOWN = 0.5
@@ -132,6 +132,31 @@ def lr_tries(grid: list[float], task_lr: float) -> list[float]:
     if not grid:
         return [task_lr]
     return [task_lr, *(g for g in grid if g != task_lr)] if task_lr in grid else grid
+
+
+def lr_choices(runs: list[dict]) -> list[str]:
+    """One line per task whose jobs tried more than one learning rate: the rate each scheme kept.
+
+    Example:
+        >>> fit = lambda lr, n: {"train": {"fit": {"lr": lr, "lr_tries": [{"lr": 1e-3}] * n}}}
+        >>> runs = [{"task": "mqar", "label": "nope", "variant": None, **fit(3e-3, 2)},
+        ...         {"task": "mqar", "label": "nope", "variant": None, **fit(1e-3, 1)},
+        ...         {"task": "mqar", "label": "rope", "variant": None, **fit(1e-3, 1)}]
+        >>> lr_choices(runs)
+        ['mqar: nope 0.001 x1, 0.003 x1; rope 0.001 x1']
+    """
+    kept: dict = {}
+    multi = set()
+    for r in runs:
+        fit = (r.get("train") or {}).get("fit") or {}
+        if r.get("variant") not in (None, "randomized") or fit.get("lr") is None:
+            continue  # evaluation variants share their trained model's choice
+        per = kept.setdefault(r["task"], {}).setdefault(r.get("label", r.get("scheme")), {})
+        per[fit["lr"]] = per.get(fit["lr"], 0) + 1
+        if len(fit.get("lr_tries") or []) > 1:
+            multi.add(r["task"])
+    return [f"{t}: " + "; ".join(f"{lab} " + ", ".join(f"{lr:g} x{n}" for lr, n in sorted(c.items()))
+                                 for lab, c in kept[t].items()) for t in kept if t in multi]
 
 
 def lm_validation_loss(model, x, y) -> float:

@@ -437,6 +437,7 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
     runs = results["runs"]
     train_s = sum((r.get("train") or {}).get("seconds") or 0 for r in runs if not r["variant"]
                   or r["variant"] == "randomized")
+    from relpos.experiments.fitting import lr_choices
     from relpos.experiments.verdict import verdict_markdown
 
     lines = [f"# relpos compare: preset `{cfg.get('preset', '?')}`", ""]
@@ -464,6 +465,7 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
         f"- fit gate: {_fit_rule(cfg)}; token embeddings scaled by "
         f"{_EMBED_WORDS.get(cfg.get('embed_scale'), '1')}; scheme ranges: "
         f"{'set from the training length (T5 max_distance, Shaw k, FIRE init_L)' if cfg.get('scheme_ranges') == 'train_len' else 'paper defaults'}",
+        *[f"- learning rate kept (runs per rate), {line}" for line in lr_choices(runs)],
         "",
         "Labels: `rope-pi`, `rope-ntk`, `rope-dynamic`, `rope-yarn` are the trained `rope` model evaluated with "
         "that scaling (no retraining); `X+rand` was trained with randomized positions and is evaluated at positions "
