@@ -105,7 +105,7 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
     failures, listed = [], []
     for i, (name, res) in enumerate(sources):
         held = {r["task"] for r in res.get("runs") or []}
-        held |= {f.get("job", "").split("/")[0] for f in res.get("failures") or []}
+        held |= {_task_of(f) for f in res.get("failures") or []}
         # tasks this folder contributes runs (or failures) to; a folder that merely shares a task's
         # settings without holding any of its jobs is not named as a source of that task
         mine = sorted(t for t, js in contributes.items() if i in js and t in held)
@@ -115,7 +115,7 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
                 jobs.setdefault(r["job"], []).append(r)
         by_job.update(jobs)
         failures = [f for f in failures if f.get("job") not in jobs]
-        failures += [f for f in res.get("failures") or [] if f.get("job", "").split("/")[0] in mine
+        failures += [f for f in res.get("failures") or [] if _task_of(f) in mine
                      and f.get("job") not in by_job]
         listed.append({"folder": name, "fingerprint": res.get("fingerprint"), "tasks": mine})
     runs = [r for rs in by_job.values() for r in rs]
@@ -123,6 +123,11 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
     return {**{k: v for k, v in base.items() if k not in ("runs", "failures", "config", "fingerprint")},
             "fingerprint": "+".join(str(f) for f in fps), "config": cfg, "runs": runs, "failures": failures,
             "sources": listed}
+
+
+def _task_of(failure: dict) -> str:
+    """The task of a recorded failure (its job is ``task/label/seedN``)."""
+    return failure.get("job", "").split("/")[0]
 
 
 def _lm_fit(cfg: dict) -> dict:
