@@ -110,7 +110,7 @@ def test_task_train_overrides():
         preset("ci", task_train={"copy": {"schedule": "constant", "cooldown_at": 0.8, "cooldown": 0}}).validate()
     with pytest.raises(ValueError, match="needs an algorithmic task with schedule 'constant'"):
         preset("ci", task_train={"copy": {"cooldown_at": 0.8}}).validate()
-    for bad in ([], "1e-3", [1e-3, 0], [True], None):
+    for bad in ([], "1e-3", [1e-3, 0], [True], None, [float("inf")], [float("nan")]):
         with pytest.raises(ValueError, match=r"task_train\['copy'\]\['lr_grid'\]"):
             preset("ci", task_train={"copy": {"lr_grid": bad}}).validate()
     with pytest.raises(ValueError, match=r"task_train\['lm'\]\['lr_grid'\]: .* algorithmic tasks only"):

@@ -27,6 +27,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 from typing import Any
 
 from relpos.encodings import normalise_name
@@ -92,15 +93,15 @@ def _positive_int(name: str, v: Any) -> int:
 
 
 def _check_task_lr_grid(task: str, grid: Any) -> None:
-    """``task_train[task]["lr_grid"]``: a non-empty list of learning rates > 0, algorithmic tasks only."""
+    """``task_train[task]["lr_grid"]``: a non-empty list of finite learning rates > 0, algorithmic tasks only."""
     name = f"task_train[{task!r}]['lr_grid']"
     if task == "lm":
         raise ValueError(f"{name}: a learning-rate grid applies to algorithmic tasks only")
     if isinstance(grid, (str, bytes)) or not isinstance(grid, (list, tuple)) or not grid:
         raise ValueError(f"{name} must be a non-empty list of learning rates > 0, got {grid!r}")
     for v in grid:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            raise ValueError(f"{name} entries must be numbers > 0, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+            raise ValueError(f"{name} entries must be finite numbers > 0, got {v!r}")
 
 
 def _int_list(name: str, v: Any, *, lo: int = 1, what: str = "evaluation lengths must be above zero") -> list[int]:
