@@ -133,3 +133,25 @@ def test_a_folder_is_named_only_for_the_tasks_it_holds_runs_of():
     assert {r["seed"] for r in m["runs"] if r["task"] == "copy"} == {0, 1}
     assert [s["tasks"] for s in m["sources"]] == [["copy"], ["reverse"], ["copy"]]
     assert m["fingerprint"] == "aaa+bbb+ccc"
+
+
+def test_a_learning_rate_grid_is_a_setting_of_the_tasks_it_applies_to():
+    """A folder with the full preset's grid joins an earlier folder without one on a task with its own grid
+    (MQAR tried the same rates in both) but not on a task the preset's grid applied to (copy)."""
+    plain = _res("aaa", ["copy", "mqar"], [_run("copy", "rope", 0, 1.0), _run("mqar", "rope", 0, 0.99)])
+    full = _res("bbb", ["copy", "mqar"], [_run("copy", "rope", 1, 0.98), _run("mqar", "nope", 0, 0.97)])
+    for res, grid in ((plain, []), (full, [2e-3, 1e-3, 3e-3])):
+        res["config"]["fit"] = {"target": 0.95, "lr_grid": grid}
+        res["config"]["task_train"] = {"copy": {"lr": 2e-3}, "mqar": {"lr": 1e-3, "lr_grid": [1e-3, 3e-3]}}
+    m = merge_results([("plain", plain), ("full", full)])
+    assert sorted(r["job"] for r in m["runs"]) == ["copy/rope/seed1", "mqar/nope/seed0", "mqar/rope/seed0"]
+    assert m["sources"] == [{"folder": "plain", "fingerprint": "aaa", "tasks": ["mqar"]},
+                            {"folder": "full", "fingerprint": "bbb", "tasks": ["copy", "mqar"]}]
+    # the merged configuration says which rates each task tried
+    assert m["config"]["fit"]["lr_grid"] == []
+    assert m["config"]["task_train"]["copy"]["lr_grid"] == [2e-3, 1e-3, 3e-3]
+    assert m["config"]["task_train"]["mqar"]["lr_grid"] == [1e-3, 3e-3]
+    # the other way round, copy comes from the folder without a grid, and says so
+    m = merge_results([("full", full), ("plain", plain)])
+    assert "lr_grid" not in m["config"]["task_train"]["copy"]
+    assert sorted(r["job"] for r in m["runs"]) == ["copy/rope/seed0", "mqar/nope/seed0", "mqar/rope/seed0"]

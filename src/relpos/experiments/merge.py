@@ -13,8 +13,10 @@ Only folders that trained the same model can be merged: the settings every task
 shares (width, depth, heads, embedding scale, scheme ranges, the fit gate, the
 algorithmic lengths, weight decay) must agree, or the merge is refused with the
 differences listed. Task-specific settings (``task_train[task]``,
-``task_options[task]``, ``task_model[task]``, and for ``lm`` the LM fit rule:
-``fit.lm_*``) are taken from the folder the task came from.
+``task_options[task]``, ``task_model[task]``, for ``lm`` the LM fit rule
+``fit.lm_*``, and for an algorithmic task the learning rates it tried: its own
+``lr_grid`` or else ``fit.lr_grid``) are taken from the folder the task came
+from; the merged configuration writes each task's grid into its ``task_train``.
 
 Nothing in the source folders is changed; the output folder follows the
 ``--out`` rule of :mod:`relpos.outdir` (new, empty, or an earlier merge).
@@ -90,13 +92,19 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
 
     def settings(i: int, task: str) -> tuple:
         lm_fit = _lm_fit(cfgs[i]) if task == "lm" else None
-        return tuple(json.dumps(v, sort_keys=True) for v in [setting(i, k, task) for k in TASK_KEYS] + [lm_fit])
+        return tuple(json.dumps(v, sort_keys=True)
+                     for v in [setting(i, k, task) for k in TASK_KEYS] + [lm_fit, _task_grid(cfgs[i], task)])
 
     # folders that contribute each task: its owner and every earlier folder with the same task settings
     contributes = {t: [i for i in range(o + 1) if settings(i, t) == settings(o, t)] for t, o in owner.items()}
     cfg = copy.deepcopy(base_cfg)
     for key in TASK_KEYS:
         cfg[key] = {t: copy.deepcopy(setting(i, key, t)) for t, i in owner.items() if setting(i, key, t) is not None}
+    for t, i in owner.items():  # each task's learning-rate grid travels with the task
+        if _task_grid(cfgs[i], t):
+            cfg["task_train"].setdefault(t, {})["lr_grid"] = _task_grid(cfgs[i], t)
+    if isinstance(cfg.get("fit"), dict) and "lr_grid" in cfg["fit"]:
+        cfg["fit"]["lr_grid"] = []
     if "lm" in owner:  # the LM fit rule of the folder language modelling came from
         cfg["fit"] = {**{k: v for k, v in (cfg.get("fit") or {}).items() if k not in LM_FIT_KEYS},
                       **_lm_fit(cfgs[owner["lm"]])}
@@ -136,11 +144,20 @@ def _lm_fit(cfg: dict) -> dict:
     return {"lm_schedule": "cosine", **{k: fit[k] for k in LM_FIT_KEYS if k in fit}}
 
 
+def _task_grid(cfg: dict, task: str) -> list | None:
+    """The learning rates an algorithmic task's runs tried, in order: the task's own grid (``task_train``),
+    else the preset's (``fit.lr_grid``); ``[]`` for its one rate, None for language modelling (no grid)."""
+    if task == "lm":
+        return None
+    own = ((cfg.get("task_train") or {}).get(task) or {}).get("lr_grid")
+    return list(own if own is not None else (cfg.get("fit") or {}).get("lr_grid") or [])
+
+
 def _shared(cfg: dict) -> dict:
-    """The settings of a folder that every task shares (the LM-only fit keys excluded)."""
+    """The settings of a folder that every task shares (the LM-only fit keys and the grid excluded)."""
     out = {k: copy.deepcopy(cfg.get(k)) for k in SHARED_KEYS}
     if isinstance(out.get("fit"), dict):
-        out["fit"] = {k: v for k, v in out["fit"].items() if k not in LM_FIT_KEYS}
+        out["fit"] = {k: v for k, v in out["fit"].items() if k not in (*LM_FIT_KEYS, "lr_grid")}
     return out
 
 
