@@ -155,3 +155,15 @@ def test_a_learning_rate_grid_is_a_setting_of_the_tasks_it_applies_to():
     m = merge_results([("full", full), ("plain", plain)])
     assert "lr_grid" not in m["config"]["task_train"]["copy"]
     assert sorted(r["job"] for r in m["runs"]) == ["copy/rope/seed0", "mqar/nope/seed0", "mqar/rope/seed0"]
+
+
+def test_language_models_trained_at_another_rate_are_not_joined():
+    """The LM recipe lives at the top level of a configuration (no task_train entry): it is the task's setting."""
+    a = _res("aaa", ["lm"], [_run("lm", "rope", 0, 0.5)])
+    b = _res("bbb", ["lm"], [_run("lm", "rope", 1, 0.6)])
+    a["config"]["lr"], b["config"]["lr"] = 3e-3, 6e-3
+    m = merge_results([("a", a), ("b", b)])
+    assert [r["job"] for r in m["runs"]] == ["lm/rope/seed1"]
+    assert m["config"]["lr"] == 3e-3 and m["config"]["task_train"]["lm"] == {"lr": 6e-3}  # what lm trained at
+    b["config"]["lr"] = 3e-3
+    assert len(merge_results([("a", a), ("b", b)])["runs"]) == 2

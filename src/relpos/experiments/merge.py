@@ -12,11 +12,13 @@ task, the folders and fingerprints it came from.
 Only folders that trained the same model can be merged: the settings every task
 shares (width, depth, heads, embedding scale, scheme ranges, the fit gate, the
 algorithmic lengths, weight decay) must agree, or the merge is refused with the
-differences listed. Task-specific settings (``task_train[task]``,
-``task_options[task]``, ``task_model[task]``, for ``lm`` the LM fit rule
-``fit.lm_*``, and for an algorithmic task the learning rates it tried: its own
-``lr_grid`` or else ``fit.lr_grid``) are taken from the folder the task came
-from; the merged configuration writes each task's grid into its ``task_train``.
+differences listed. Task-specific settings are taken from the folder the task
+came from: ``task_train[task]``, ``task_options[task]``, ``task_model[task]``;
+the steps, batch size, learning rate and warmup a task took from the top level
+(language modelling); for ``lm`` the LM fit rule ``fit.lm_*``; and for an
+algorithmic task the learning rates it tried (its own ``lr_grid``, else
+``fit.lr_grid``). The merged configuration writes these into each task's
+``task_train`` where they differ from the first folder's.
 
 Nothing in the source folders is changed; the output folder follows the
 ``--out`` rule of :mod:`relpos.outdir` (new, empty, or an earlier merge).
@@ -46,10 +48,13 @@ from pathlib import Path
 from relpos.experiments.config import config_diff
 from relpos.outdir import prepare_output_dir, write_json_atomic
 
-__all__ = ["SHARED_KEYS", "TASK_KEYS", "LM_FIT_KEYS", "merge_results", "merge_folders", "main"]
+__all__ = ["SHARED_KEYS", "TASK_KEYS", "TRAIN_KEYS", "LM_FIT_KEYS", "merge_results", "merge_folders", "main"]
 
 #: Settings of one task, taken from the folder the task came from.
 TASK_KEYS = ("task_train", "task_options", "task_model")
+#: Training settings a task takes from the top level of its folder's configuration unless its ``task_train``
+#: entry overrides them (language modelling, usually): part of the task's settings.
+TRAIN_KEYS = ("steps", "batch_size", "lr", "warmup")
 #: Fit settings that concern language modelling only: part of the ``lm`` task's settings, not shared.
 LM_FIT_KEYS = ("lm_patience", "lm_tol", "lm_schedule", "lm_cooldown")
 #: Configuration keys every merged folder must agree on (they change every task's model or gate).
@@ -93,14 +98,18 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
     def settings(i: int, task: str) -> tuple:
         lm_fit = _lm_fit(cfgs[i]) if task == "lm" else None
         return tuple(json.dumps(v, sort_keys=True)
-                     for v in [setting(i, k, task) for k in TASK_KEYS] + [lm_fit, _task_grid(cfgs[i], task)])
+                     for v in [setting(i, k, task) for k in TASK_KEYS]
+                     + [lm_fit, _task_grid(cfgs[i], task), _train_of(cfgs[i], task)])
 
     # folders that contribute each task: its owner and every earlier folder with the same task settings
     contributes = {t: [i for i in range(o + 1) if settings(i, t) == settings(o, t)] for t, o in owner.items()}
     cfg = copy.deepcopy(base_cfg)
     for key in TASK_KEYS:
         cfg[key] = {t: copy.deepcopy(setting(i, key, t)) for t, i in owner.items() if setting(i, key, t) is not None}
-    for t, i in owner.items():  # each task's learning-rate grid travels with the task
+    for t, i in owner.items():  # each task's training settings and learning-rate grid travel with the task
+        for k, v in _train_of(cfgs[i], t).items():
+            if v != base_cfg.get(k):
+                cfg["task_train"].setdefault(t, {})[k] = v
         if _task_grid(cfgs[i], t):
             cfg["task_train"].setdefault(t, {})["lr_grid"] = _task_grid(cfgs[i], t)
     if isinstance(cfg.get("fit"), dict) and "lr_grid" in cfg["fit"]:
@@ -142,6 +151,12 @@ def _lm_fit(cfg: dict) -> dict:
     """A folder's language-modelling fit rule (folders from before ``lm_schedule`` trained on a cosine)."""
     fit = cfg.get("fit") or {}
     return {"lm_schedule": "cosine", **{k: fit[k] for k in LM_FIT_KEYS if k in fit}}
+
+
+def _train_of(cfg: dict, task: str) -> dict:
+    """A task's steps, batch size, peak learning rate and warmup in a folder (its overrides, else the top level)."""
+    own = (cfg.get("task_train") or {}).get(task) or {}
+    return {k: own.get(k, cfg.get(k)) for k in TRAIN_KEYS}
 
 
 def _task_grid(cfg: dict, task: str) -> list | None:
