@@ -28,6 +28,18 @@ def test_presets_validate_and_cover_the_issue():
     assert full.randomized
 
 
+def test_default_is_a_quick_look_and_full_keeps_the_strict_lm_rule():
+    d, full = preset("default").validate(), preset("full").validate()
+    # the default's language models: a higher rate and a looser plateau rule (about half the steps)
+    assert d.fit.lm_patience < full.fit.lm_patience and d.train_settings("lm")["lr"] > full.train_settings("lm")["lr"]
+    assert full.fit.lm_patience == 5 and full.train_settings("lm")["lr"] == 3e-3
+    # every algorithmic recipe is the same in both, so their runs measure the same thing
+    for t in full.tasks:
+        if t != "lm":
+            assert d.train_settings(t) == full.train_settings(t), t
+    assert d.fingerprint() != full.fingerprint()
+
+
 def test_unknown_names_are_clear_errors():
     with pytest.raises(ValueError, match="unknown scheme 'bogus'.*known schemes: .*alibi"):
         preset("ci", schemes=["alibi", "bogus"]).validate()

@@ -38,7 +38,7 @@ __all__ = ["verdict", "verdict_markdown", "verdict_text", "is_smoke_test", "SMOK
 
 SMOKE_NOTE = (
     "SMOKE TEST: the `ci` preset trains for a few steps only, so its models have not fitted and its numbers "
-    "carry no conclusion. For real numbers run `relpos compare` (the default preset, about 17 minutes on 2 cores) or "
+    "carry no conclusion. For real numbers run `relpos compare` (the default preset, about 13 minutes on 2 cores) or "
     "`relpos compare --preset full`."
 )
 
