@@ -129,3 +129,26 @@ def test_algorithmic_tasks_are_ranked_by_per_token_accuracy_at_2l_when_reported(
                 m["token_accuracy"] = {"good": 0.3, "local": 0.6, "nope": 0.1}.get(r["label"], 0.0)
     ranks = {lab: rk for lab, _, rk in verdict(res)["ranking"]}
     assert ranks["local"]["copy"] == 1 and ranks["good"]["copy"] == 2 and ranks["nope"]["copy"] == 3
+
+
+def test_a_view_that_misses_the_gate_at_L_is_not_fitted_and_never_ranked():
+    """Randomized RoPE passes its gate at sampled positions; evaluated at 0..N-1 it is another model at L."""
+    from relpos.experiments.report import markdown_tables
+
+    res = _results()
+    for seed in range(2):
+        for task, at_0_to_n, sampled in (("copy", {8: 0.04, 12: 0.9, 16: 0.9}, {8: 0.96, 12: 0.0, 16: 0.0}),
+                                         ("lm", {64: 3.35, 256: 3.5, 1024: 3.6}, {64: 2.03, 256: 2.4, 1024: 3.6})):
+            for label, metrics in (("rand", at_0_to_n), ("rand-sampled", sampled)):
+                r = _run(label, task, seed, True, metrics)
+                r["job"] = f"{task}/rope+rand/seed{seed}"  # two views of one trained model
+                res["runs"].append(r)
+    v = verdict(res)
+    rows = v["rows"]
+    assert rows["rand"]["fitted"] == {"copy": (0, 2), "lm": (0, 2)}
+    assert rows["rand-sampled"]["fitted"] == {"copy": (2, 2), "lm": (2, 2)}
+    ranks = {lab: rk for lab, _, rk in v["ranking"]}
+    assert ranks["rand"]["copy"] is None and ranks["rand"]["lm"] is None  # its great numbers past L never count
+    assert rows["rand"]["acc"]["copy"]["2x"][2] == 0
+    table = markdown_tables(res, "copy")
+    assert "| rand | 0/2 (1.00) not fitted |" in table and "| rand-sampled | 2/2 (1.00) |" in table

@@ -45,7 +45,8 @@ import dataclasses
 import math
 from typing import Any
 
-__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_choices", "lr_tries", "DEFAULT_COOLDOWN"]
+__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_choices", "lr_tries", "view_fitted", "DEFAULT_COOLDOWN",
+           "VIEW_LM_TOLERANCE"]
 
 #: Length of a ``cooldown_at`` cooldown (fraction of the steps before it) when a task does not set ``cooldown``.
 DEFAULT_COOLDOWN = 0.5
@@ -340,3 +341,43 @@ class FitMonitor:
             "budget": self.steps,
             "history": self.history,
         }
+
+
+#: A view of a language model passes the fit gate again when its bits per byte at the training length are at
+#: most this factor above the best view of the same trained model (RoPE's scalings equal the plain model at L;
+#: randomized RoPE evaluated at 0..N-1 instead of its sampled positions: 1.65x).
+VIEW_LM_TOLERANCE = 1.10
+
+
+def _bpb_at_L(run: dict):
+    return next((m.get("bpb") for m in run.get("metrics") or [] if m.get("eval_len") == run.get("train_len")), None)
+
+
+def view_fitted(run: dict, runs: list[dict] = ()) -> bool:
+    """Whether one evaluated row of a results document counts as fitted.
+
+    A row is one view of a trained model: as trained, with a RoPE scaling, or a randomized-positions model
+    at positions 0..N-1 or at sampled ones. The fit gate was decided on the model as validated during
+    training, so a view evaluated differently must also score in distribution at the training length L:
+    exact match at L >= the gate's target (algorithmic tasks), or, for language modelling, bits per byte
+    at L at most :data:`VIEW_LM_TOLERANCE` times the best of the views of the same job among ``runs``.
+
+    Example:
+        >>> fit = {"fitted": True, "target": 0.95, "score": 0.96}
+        >>> row = {"task": "copy", "train_len": 8, "train": {"fit": fit}, "metrics": [{"eval_len": 8, "accuracy": 0.04}]}
+        >>> view_fitted(row), view_fitted({**row, "metrics": [{"eval_len": 8, "accuracy": 0.97}]})
+        (False, True)
+        >>> lm = {"task": "lm", "job": "lm/rope+rand/seed0", "train_len": 64, "train": {"fit": {"fitted": True}}}
+        >>> at_0_to_N, sampled = {**lm, "metrics": [{"eval_len": 64, "bpb": 3.35}]}, {**lm, "metrics": [{"eval_len": 64, "bpb": 2.03}]}
+        >>> view_fitted(at_0_to_N, [sampled]), view_fitted(sampled, [at_0_to_N])
+        (False, True)
+    """
+    fit = (run.get("train") or {}).get("fit") or {}
+    if not fit.get("fitted"):
+        return False
+    if run.get("task") == "lm":
+        own = _bpb_at_L(run)
+        peers = [b for r in runs if r.get("job") == run.get("job") and (b := _bpb_at_L(r)) is not None]
+        return own is None or own <= VIEW_LM_TOLERANCE * min([own, *peers])
+    acc = next((m.get("accuracy") for m in run.get("metrics") or [] if m.get("eval_len") == run.get("train_len")), None)
+    return acc is None or acc >= fit.get("target", 0.95)

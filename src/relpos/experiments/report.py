@@ -15,6 +15,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from relpos.experiments.fitting import lr_choices, view_fitted
 from relpos.outdir import write_json_atomic  # re-exported: one atomic JSON writer (0644, cleans leftovers)
 
 __all__ = [
@@ -172,11 +173,10 @@ def _fmt(mean: float, std: float, n: int, digits: int) -> str:
 
 def _fit_cell(results: dict, task: str, lab: str) -> str:
     """In-distribution score beside a row: fitted seeds / seeds and the mean fit score."""
-    fits = [(r.get("train") or {}).get("fit") for r in results["runs"] if r["task"] == task and r["label"] == lab]
-    fits = [f for f in fits if f]
-    if not fits:
+    rs = [r for r in results["runs"] if r["task"] == task and r["label"] == lab and (r.get("train") or {}).get("fit")]
+    if not rs:
         return "-"
-    ok = sum(1 for f in fits if f.get("fitted"))
+    fits, ok = [r["train"]["fit"] for r in rs], sum(view_fitted(r, results["runs"]) for r in rs)  # this view at L too
     scores = [f["score"] for f in fits if isinstance(f.get("score"), (int, float))]
     sc = f" ({statistics.fmean(scores):.{3 if task == 'lm' else 2}f})" if scores else ""
     return f"{ok}/{len(fits)}{sc}" + ("" if ok else " not fitted")
@@ -437,7 +437,6 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
     runs = results["runs"]
     train_s = sum((r.get("train") or {}).get("seconds") or 0 for r in runs if not r["variant"]
                   or r["variant"] == "randomized")
-    from relpos.experiments.fitting import lr_choices
     from relpos.experiments.verdict import verdict_markdown
 
     lines = [f"# relpos compare: preset `{cfg.get('preset', '?')}`", ""]
@@ -471,7 +470,8 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
         "that scaling (no retraining); `X+rand` was trained with randomized positions and is evaluated at positions "
         "0..N-1, `X+rand-sampled` at sampled positions (mean of several draws). Lengths marked `*` are "
         "longer than anything seen in training. `±` is the standard deviation over seeds. The `fitted` column gives "
-        "fitted seeds / seeds and the mean in-distribution score (exact match at L, or LM validation loss).",
+        "fitted seeds / seeds and the mean in-distribution score (exact match at L, or LM validation loss); a view "
+        "evaluated otherwise than validated (`X+rand` at 0..N-1) counts as fitted only if it also passes at L.",
         "",
     ]
     plot_for = {

@@ -62,9 +62,10 @@ def _ms(xs: list[float]) -> tuple[float, float, int]:
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
 
 
-def _fitted(run: dict) -> bool:
-    fit = (run.get("train") or {}).get("fit")
-    return bool(fit and fit.get("fitted"))
+def _fitted(run: dict, runs: list[dict] = ()) -> bool:
+    from relpos.experiments.fitting import view_fitted
+
+    return view_fitted(run, runs)  # the run's gate, and this view in distribution at L
 
 
 def _metric(run: dict, eval_len: int, field: str):
@@ -94,7 +95,7 @@ def verdict(results: dict) -> dict:
                      "cost": None}
         costs = []
         for t, rs in per_task.items():
-            fit = [r for r in rs if _fitted(r)]
+            fit = [r for r in rs if _fitted(r, runs)]
             row["fitted"][t] = (len(fit), len(rs))
             L = rs[0]["train_len"]
             for r in rs:
@@ -179,8 +180,9 @@ def _notes(rows: dict, tasks: list[str]) -> list[str]:
                        + (", ".join(held) or "none") + "; degraded: " + (", ".join(failed) or "none") + ".")
         prov = sorted(lab for lab, row in rows.items() if row["lm_provisional"] and not row["lm"])
         if prov:
-            out.append("LM runs still improving at the end of their step budget (not fitted): "
-                       + ", ".join(prov) + "; their ratios are shown in parentheses and are not ranked.")
+            out.append("LM rows not fitted (the loss still improving at the end of the step budget, or a view that "
+                       "misses the gate at L): " + ", ".join(prov)
+                       + "; their ratios are shown in parentheses and are not ranked.")
     for t in tasks:
         if t == "lm":
             continue
@@ -265,7 +267,7 @@ def verdict_markdown(results: dict) -> str:
             "LM ratio at the longest length, or per-token accuracy at 2L). `±` is the "
             "standard deviation over fitted seeds; schemes whose scores differ by less than that spread share a "
             "rank (a tie). LM columns divide bits per byte at 4x and 16x the training length by bits per byte "
-            "at 1x (1.00 = no degradation); in parentheses: from runs whose loss had not flattened (not fitted, not ranked). `span` is the effective attention span in bytes at the longest "
+            "at 1x (1.00 = no degradation); in parentheses: from runs or views that are not fitted (not ranked). `span` is the effective attention span in bytes at the longest "
             "length (mass beyond it < 1%). Cost is time per training step relative to NoPE on the same task.", ""]
     return "\n".join(out)
 
