@@ -45,7 +45,7 @@ import dataclasses
 import math
 from typing import Any
 
-__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_choices", "lr_tries", "view_fitted", "DEFAULT_COOLDOWN",
+__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_choices", "lr_tries", "metric_at", "view_fitted", "DEFAULT_COOLDOWN",
            "VIEW_LM_TOLERANCE"]
 
 #: Length of a ``cooldown_at`` cooldown (fraction of the steps before it) when a task does not set ``cooldown``.
@@ -349,8 +349,9 @@ class FitMonitor:
 VIEW_LM_TOLERANCE = 1.10
 
 
-def _bpb_at_L(run: dict):
-    return next((m.get("bpb") for m in run.get("metrics") or [] if m.get("eval_len") == run.get("train_len")), None)
+def metric_at(run: dict, eval_len: int | None, field: str):
+    """A results row's ``field`` measured at ``eval_len`` (None where it was not measured there)."""
+    return next((m.get(field) for m in run.get("metrics") or [] if m.get("eval_len") == eval_len), None)
 
 
 def view_fitted(run: dict, runs: list[dict] = ()) -> bool:
@@ -375,9 +376,10 @@ def view_fitted(run: dict, runs: list[dict] = ()) -> bool:
     fit = (run.get("train") or {}).get("fit") or {}
     if not fit.get("fitted"):
         return False
+    L = run.get("train_len")
     if run.get("task") == "lm":
-        own = _bpb_at_L(run)
-        peers = [b for r in runs if r.get("job") == run.get("job") and (b := _bpb_at_L(r)) is not None]
+        own = metric_at(run, L, "bpb")
+        peers = [b for r in runs if r.get("job") == run.get("job") and (b := metric_at(r, L, "bpb")) is not None]
         return own is None or own <= VIEW_LM_TOLERANCE * min([own, *peers])
-    acc = next((m.get("accuracy") for m in run.get("metrics") or [] if m.get("eval_len") == run.get("train_len")), None)
+    acc = metric_at(run, L, "accuracy")
     return acc is None or acc >= fit.get("target", 0.95)

@@ -110,8 +110,9 @@ def merge_results(sources: list[tuple[str, dict]]) -> dict:
         for k, v in _train_of(cfgs[i], t).items():
             if v != base_cfg.get(k):
                 cfg["task_train"].setdefault(t, {})[k] = v
-        if _task_grid(cfgs[i], t):
-            cfg["task_train"].setdefault(t, {})["lr_grid"] = _task_grid(cfgs[i], t)
+        grid = _task_grid(cfgs[i], t)
+        if grid:
+            cfg["task_train"].setdefault(t, {})["lr_grid"] = grid
     if isinstance(cfg.get("fit"), dict) and "lr_grid" in cfg["fit"]:
         cfg["fit"]["lr_grid"] = []
     if "lm" in owner:  # the LM fit rule of the folder language modelling came from

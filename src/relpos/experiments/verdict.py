@@ -34,6 +34,8 @@ import math
 import statistics
 from collections import defaultdict
 
+from relpos.experiments.fitting import metric_at, view_fitted
+
 __all__ = ["verdict", "verdict_markdown", "verdict_text", "is_smoke_test", "SMOKE_NOTE"]
 
 SMOKE_NOTE = (
@@ -62,19 +64,6 @@ def _ms(xs: list[float]) -> tuple[float, float, int]:
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
 
 
-def _fitted(run: dict, runs: list[dict] = ()) -> bool:
-    from relpos.experiments.fitting import view_fitted
-
-    return view_fitted(run, runs)  # the run's gate, and this view in distribution at L
-
-
-def _metric(run: dict, eval_len: int, field: str):
-    for m in run["metrics"]:
-        if m["eval_len"] == eval_len:
-            return m.get(field)
-    return None
-
-
 def verdict(results: dict) -> dict:
     """``{"rows": {label: {...}}, "tasks": [...], "ranking": [(label, mrr)], "notes": [...]}``."""
     runs = results["runs"]
@@ -95,7 +84,7 @@ def verdict(results: dict) -> dict:
                      "cost": None}
         costs = []
         for t, rs in per_task.items():
-            fit = [r for r in rs if _fitted(r, runs)]
+            fit = [r for r in rs if view_fitted(r, runs)]  # the run's gate, and this view at L
             row["fitted"][t] = (len(fit), len(rs))
             L = rs[0]["train_len"]
             for r in rs:
@@ -109,8 +98,8 @@ def verdict(results: dict) -> dict:
                 lens = sorted({m["eval_len"] for r in src for m in r["metrics"]})
                 for f in (4, 16):
                     if L * f in lens:
-                        row[key][f] = _ms([(_metric(r, L * f, "bpb") or math.nan) / (_metric(r, L, "bpb") or math.nan)
-                                           for r in src])
+                        row[key][f] = _ms([(metric_at(r, L * f, "bpb") or math.nan)
+                                           / (metric_at(r, L, "bpb") or math.nan) for r in src])
                 spans = []
                 for r in src:
                     sp = r.get("span") or {}
@@ -124,8 +113,8 @@ def verdict(results: dict) -> dict:
                 for f, key in ((1.0, "1x"), (1.5, "1.5x"), (2.0, "2x")):
                     n = L * f
                     if n == int(n):
-                        row["acc"].setdefault(t, {})[key] = _ms([_metric(r, int(n), "accuracy") for r in fit])
-                        row["tok"].setdefault(t, {})[key] = _ms([_metric(r, int(n), "token_accuracy") for r in fit])
+                        row["acc"].setdefault(t, {})[key] = _ms([metric_at(r, int(n), "accuracy") for r in fit])
+                        row["tok"].setdefault(t, {})[key] = _ms([metric_at(r, int(n), "token_accuracy") for r in fit])
         row["cost"] = statistics.fmean(costs) if costs else None
         rows[lab] = row
     ranking = _ranking(rows, tasks)
