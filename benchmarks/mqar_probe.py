@@ -24,6 +24,7 @@ the presets' MQAR recipe before its cooldown.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import torch
@@ -86,7 +87,9 @@ def build(args, task: MQAR) -> nn.Module:
 
     return TransformerLM(ModelConfig(vocab_size=task.vocab_size, d_model=args.d_model, n_layers=args.layers,
                                      n_heads=args.heads, max_len=256, scheme=args.scheme,
-                                     d_ff=None if args.mlp else 0, init=args.init))
+                                     d_ff=None if args.mlp else 0, init=args.init,
+                                     scheme_options=args.scheme_options,
+                                     share_encoding={"yes": True, "no": False}.get(args.share_encoding)))
 
 
 def run(args) -> list[tuple[int, float, float]]:
@@ -164,6 +167,10 @@ def parse(argv=None):
     ap.add_argument("--scheme", default="rope", help="relpos model: the position scheme")
     ap.add_argument("--pos", choices=["rope", "absolute", "none"], default="rope", help="plain model: positions")
     ap.add_argument("--no-mlp", dest="mlp", action="store_false", help="attention-only blocks (either model)")
+    ap.add_argument("--scheme-options", type=json.loads, default={},
+                    help='relpos model: the scheme\'s options as JSON, e.g. \'{"max_distance": 17}\'')
+    ap.add_argument("--share-encoding", choices=["yes", "no", "scheme"], default="scheme",
+                    help="relpos model: one position module for all layers, one per layer, or the scheme's default")
     ap.add_argument("--init", choices=["gpt2", "fan_in"], default="gpt2", help="relpos model: ModelConfig.init")
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--heads", type=int, default=4)

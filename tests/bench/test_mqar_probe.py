@@ -21,3 +21,20 @@ def test_probe_trains_and_reports(extra, capsys):
     assert all(math.isfinite(h[1]) and 0.0 <= h[2] <= 1.0 for h in hist)
     assert hist[-1][1] < hist[0][1]  # it learned something (at least the value alphabet)
     assert "per-token acc" in capsys.readouterr().out
+
+
+def test_probe_passes_scheme_options_and_sharing():
+    """--scheme-options and --share-encoding reach the relpos model (per-layer T5 tables, a short range)."""
+    mod = load_script("mqar_probe")
+    args = mod.parse(["--model", "relpos", "--scheme", "t5", "--scheme-options", '{"max_distance": 20}',
+                      "--share-encoding", "no", "--layers", "3", "--pairs", "3", "--n-keys", "8", "--n-values", "4",
+                      "--d-model", "16", "--heads", "2"])
+    model = mod.build(args, mod.MQAR(train_len=3, eval_lengths=[3], n_keys=8, n_values=4))
+    assert model.cfg.scheme_options == {"max_distance": 20} and model.cfg.share_encoding is False
+    tables = [n for n, _ in model.named_parameters() if n.endswith("table")]
+    assert len(tables) == 3  # one per layer; the scheme's default shares one
+    default = mod.build(mod.parse(["--model", "relpos", "--scheme", "t5", "--layers", "3", "--d-model", "16",
+                                   "--heads", "2"]), mod.MQAR(train_len=3, eval_lengths=[3], n_keys=8, n_values=4))
+    assert default.cfg.share_encoding is None and len([n for n, _ in default.named_parameters() if n.endswith("table")]) == 1
+    with pytest.raises(SystemExit):
+        mod.parse(["--share-encoding", "maybe"])
