@@ -103,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="do not save the trained models (by default each run's model is kept under OUT/models/)")
     g.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show the bar")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="never show the bar")
-    g.add_argument("--dry-run", action="store_true", help="print the plan and the fingerprint, run nothing")
+    g.add_argument("--dry-run", action="store_true", help="print the plan, the fingerprint and what --out already holds (done, running, failed, to run; CPU time so far); run nothing")
     g.add_argument("--report-only", action="store_true",
                    help="rewrite results.json, plots and report.md of --out from its database; run nothing")
 
@@ -204,9 +204,11 @@ def main(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     out = args.out or os.path.join("runs", f"compare-{cfg.preset}")
     if args.dry_run:
+        from relpos.experiments.status import folder_status, status_lines
+
         jobs = plan(cfg)
         lines = [f"preset {cfg.preset}, fingerprint {cfg.fingerprint()}, {len(jobs)} training runs -> {out}"]
-        lines += ["  " + j.key for j in jobs]
+        lines += status_lines(folder_status(cfg, out, [j.key for j in jobs]))
         try:
             print("\n".join(lines))
         except BrokenPipeError:  # e.g. piped into `head`
