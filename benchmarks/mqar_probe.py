@@ -102,10 +102,17 @@ def run(args) -> list[tuple[int, float, float]]:
     model = build(args, task)
     src = task.train_source(args.batch_size, args.seed)
     xv, yv = task.validation_batch()
-    groups = [{"params": list(model.parameters()), "weight_decay": args.weight_decay}]
-    if args.decay == "matrices":  # as relpos.train does by default: no decay on biases and norms
-        groups = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": args.weight_decay},
-                  {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    pos_params = list(model.pos.parameters()) if isinstance(getattr(model, "pos", None), nn.Module) else []
+    pos = {id(p) for p in pos_params}  # the scheme's parameters: never decayed, as in relpos.train
+    if args.freeze_position:
+        if args.model != "relpos":
+            raise SystemExit("--freeze-position applies to --model relpos")
+        for p in pos_params:
+            p.requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    decayed = [p for p in params if id(p) not in pos and (p.dim() >= 2 or args.decay == "all")]
+    groups = [{"params": decayed, "weight_decay": args.weight_decay},
+              {"params": [p for p in params if id(p) not in {id(q) for q in decayed}], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95))
     history, t0 = [], time.time()
     for step in range(args.steps + 1):
@@ -171,6 +178,8 @@ def parse(argv=None):
                     help='relpos model: the scheme\'s options as JSON, e.g. \'{"max_distance": 17}\'')
     ap.add_argument("--share-encoding", choices=["yes", "no", "scheme"], default="scheme",
                     help="relpos model: one position module for all layers, one per layer, or the scheme's default")
+    ap.add_argument("--freeze-position", action="store_true",
+                    help="relpos model: keep the position scheme's parameters at their initial values")
     ap.add_argument("--init", choices=["gpt2", "fan_in"], default="gpt2", help="relpos model: ModelConfig.init")
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--heads", type=int, default=4)
@@ -185,7 +194,8 @@ def parse(argv=None):
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--decay", choices=["all", "matrices"], default="all", help="parameters weight decay applies to")
+    ap.add_argument("--decay", choices=["all", "matrices"], default="all",
+                    help="parameters weight decay applies to (never the position scheme's, as in relpos.train)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-lengths", type=lambda s: [int(v) for v in s.split(",")], default=None,
                     help="task eval_lengths (they key the data stream; default: --pairs)")

@@ -38,3 +38,27 @@ def test_probe_passes_scheme_options_and_sharing():
     assert default.cfg.share_encoding is None and len([n for n, _ in default.named_parameters() if n.endswith("table")]) == 1
     with pytest.raises(SystemExit):
         mod.parse(["--share-encoding", "maybe"])
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_probe_freezes_the_position_scheme(tmp_path, freeze):
+    """--freeze-position keeps the scheme's table at its initial values; without it the table trains."""
+    import torch
+
+    mod = load_script("mqar_probe")
+    argv = ["--model", "relpos", "--scheme", "t5", "--steps", "30", "--pairs", "3", "--n-keys", "8", "--n-values", "4",
+            "--d-model", "16", "--heads", "2", "--batch-size", "8", "--lr", "1e-2", "--save", str(tmp_path / "m.pt")]
+    args = mod.parse(argv + (["--freeze-position"] if freeze else []))
+    mod.run(args)
+    torch.manual_seed(args.seed)
+    init = mod.build(args, mod.MQAR(train_len=3, eval_lengths=[3], n_keys=8, n_values=4)).state_dict()
+    trained = torch.load(tmp_path / "m.pt")
+    assert torch.equal(trained["pos.0.table"], init["pos.0.table"]) is freeze
+    assert not torch.equal(trained["tok_emb.weight"], init["tok_emb.weight"])  # the rest of the model trained
+
+
+def test_probe_refuses_freezing_the_plain_model():
+    mod = load_script("mqar_probe")
+    with pytest.raises(SystemExit, match="relpos"):
+        mod.run(mod.parse(["--model", "plain", "--freeze-position", "--steps", "1", "--pairs", "3", "--n-keys", "8",
+                           "--n-values", "4", "--d-model", "16", "--heads", "2"]))
