@@ -110,9 +110,9 @@ def run(args) -> list[tuple[int, float, float]]:
         for p in pos_params:
             p.requires_grad_(False)
     params = [p for p in model.parameters() if p.requires_grad]
-    decayed = [p for p in params if id(p) not in pos and (p.dim() >= 2 or args.decay == "all")]
-    groups = [{"params": decayed, "weight_decay": args.weight_decay},
-              {"params": [p for p in params if id(p) not in {id(q) for q in decayed}], "weight_decay": 0.0}]
+    decays = [id(p) not in pos and (p.dim() >= 2 or args.decay == "all") for p in params]
+    groups = [{"params": [p for p, d in zip(params, decays) if d], "weight_decay": args.weight_decay},
+              {"params": [p for p, d in zip(params, decays) if not d], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95))
     history, t0 = [], time.time()
     for step in range(args.steps + 1):
