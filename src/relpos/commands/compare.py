@@ -103,7 +103,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="do not save the trained models (by default each run's model is kept under OUT/models/)")
     g.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show the bar")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="never show the bar")
-    g.add_argument("--dry-run", action="store_true", help="print the plan, the fingerprint and what --out already holds (done, running, failed, to run; CPU time so far); run nothing")
+    g.add_argument("--dry-run", action="store_true",
+                   help="print the plan, the fingerprint and what --out already holds (done, running, failed, "
+                        "to run; CPU time so far); run nothing")
     g.add_argument("--report-only", action="store_true",
                    help="rewrite results.json, plots and report.md of --out from its database; run nothing")
 
