@@ -35,7 +35,8 @@ def test_probe_passes_scheme_options_and_sharing():
     assert len(tables) == 3  # one per layer; the scheme's default shares one
     default = mod.build(mod.parse(["--model", "relpos", "--scheme", "t5", "--layers", "3", "--d-model", "16",
                                    "--heads", "2"]), mod.MQAR(train_len=3, eval_lengths=[3], n_keys=8, n_values=4))
-    assert default.cfg.share_encoding is None and len([n for n, _ in default.named_parameters() if n.endswith("table")]) == 1
+    assert default.cfg.share_encoding is None
+    assert len([n for n, _ in default.named_parameters() if n.endswith("table")]) == 1  # T5 shares one table
     with pytest.raises(SystemExit):
         mod.parse(["--share-encoding", "maybe"])
 
