@@ -26,7 +26,8 @@ def test_done_running_failed_and_to_run(tmp_path):
         st.bind(fp, cfg.protocol())
         st.write_job(fp, _result("lm/rope/seed0", fitted=True, cpu=12.0))
         st.write_job(fp, _result("copy/rope/seed0", fitted=False, cpu=30.5))
-        st.record_failure(fp, "copy/alibi/seed0", "RuntimeError: boom\ntraceback ...")
+        # stored as the runner stores it: a whole traceback, the exception on its last line
+        st.record_failure(fp, "copy/alibi/seed0", "Traceback (most recent call last):\n  File ...\nRuntimeError: boom\n")
         assert st.claim(fp, "lm/alibi/seed0")  # this process holds it: live
         status = folder_status(cfg, tmp_path, keys)
     assert status.state == "same"

@@ -30,7 +30,7 @@ from typing import Callable
 from relpos.experiments.config import ExperimentConfig, config_diff
 from relpos.experiments.report import make_plots, results_dict, text_tables, write_json_atomic, write_report
 from relpos.experiments.runner import Job, LocalRunner, SerialRunner
-from relpos.experiments.store import ConfigMismatchError, Store
+from relpos.experiments.store import ConfigMismatchError, Store, error_line
 
 __all__ = ["plan", "compare", "rebuild_report", "summary_text", "CompareSummary", "prepare_output", "build_results",
            "OUTPUT_FILES"]
@@ -303,7 +303,7 @@ def compare(
                 else:
                     store.record_failure(fp, job.key, err or "unknown error")
                     summary.failed.append(job.key)
-                    bar.finish(job, False, None, (err or "").strip().splitlines()[-1] if err else "")
+                    bar.finish(job, False, None, error_line(err))
                 write_json_atomic(out / "results.json", build_results(store, cfg))
         except KeyboardInterrupt:
             summary.interrupted = True

@@ -45,8 +45,8 @@ import dataclasses
 import math
 from typing import Any
 
-__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_choices", "lr_tries", "metric_at", "view_fitted", "DEFAULT_COOLDOWN",
-           "VIEW_LM_TOLERANCE"]
+__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_choices", "lr_tries", "metric_at", "view_fitted",
+           "DEFAULT_COOLDOWN", "VIEW_LM_TOLERANCE"]
 
 #: Length of a ``cooldown_at`` cooldown (fraction of the steps before it) when a task does not set ``cooldown``.
 DEFAULT_COOLDOWN = 0.5
@@ -365,11 +365,13 @@ def view_fitted(run: dict, runs: list[dict] = ()) -> bool:
 
     Example:
         >>> fit = {"fitted": True, "target": 0.95, "score": 0.96}
-        >>> row = {"task": "copy", "train_len": 8, "train": {"fit": fit}, "metrics": [{"eval_len": 8, "accuracy": 0.04}]}
+        >>> row = {"task": "copy", "train_len": 8, "train": {"fit": fit},
+        ...        "metrics": [{"eval_len": 8, "accuracy": 0.04}]}
         >>> view_fitted(row), view_fitted({**row, "metrics": [{"eval_len": 8, "accuracy": 0.97}]})
         (False, True)
         >>> lm = {"task": "lm", "job": "lm/rope+rand/seed0", "train_len": 64, "train": {"fit": {"fitted": True}}}
-        >>> at_0_to_N, sampled = {**lm, "metrics": [{"eval_len": 64, "bpb": 3.35}]}, {**lm, "metrics": [{"eval_len": 64, "bpb": 2.03}]}
+        >>> at_0_to_N = {**lm, "metrics": [{"eval_len": 64, "bpb": 3.35}]}
+        >>> sampled = {**lm, "metrics": [{"eval_len": 64, "bpb": 2.03}]}
         >>> view_fitted(at_0_to_N, [sampled]), view_fitted(sampled, [at_0_to_N])
         (False, True)
     """

@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from relpos.experiments.fitting import lr_choices, view_fitted
+from relpos.experiments.store import error_line
 from relpos.outdir import write_json_atomic  # re-exported: one atomic JSON writer (0644, cleans leftovers)
 
 __all__ = [
@@ -489,8 +490,7 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
     if results.get("failures"):
         lines += ["## Failed runs (retried on the next invocation)", ""]
         for f in results["failures"]:
-            last = f["error"].strip().splitlines()[-1] if f["error"].strip() else ""
-            lines.append(f"- `{f['job']}`: {last}")
+            lines.append(f"- `{f['job']}`: {error_line(f['error'])}")
         lines.append("")
     path = out_dir / "report.md"
     tmp = path.with_suffix(".md.tmp")

@@ -68,7 +68,7 @@ def folder_status(cfg, out: str | Path, keys: list[str]) -> FolderStatus:
         relpos.experiments.store.NotAStoreError / CorruptStoreError: ``out`` holds a
             ``results.sqlite`` that is not a relpos database, or a damaged one (nothing is changed).
     """
-    from relpos.experiments.store import Store
+    from relpos.experiments.store import Store, error_line
 
     out, fp = Path(out), cfg.fingerprint()
     db = out / "results.sqlite"
@@ -91,7 +91,7 @@ def folder_status(cfg, out: str | Path, keys: list[str]) -> FolderStatus:
         elif k in running:
             jobs.append(JobStatus(k, "running", detail=str(running[k]["owner"])))
         elif k in failed:
-            jobs.append(JobStatus(k, "failed", detail=str(failed[k]["error"]).splitlines()[0][:120]))
+            jobs.append(JobStatus(k, "failed", detail=error_line(failed[k]["error"])[:120]))
         else:
             jobs.append(JobStatus(k, "to run"))
     return FolderStatus(out, fp, "empty" if old is None else "same", old, jobs)

@@ -48,9 +48,19 @@ from pathlib import Path
 from relpos.experiments.leases import LEASE_SECONDS, LeaseMixin
 
 __all__ = ["Store", "ConfigMismatchError", "NotAStoreError", "CorruptStoreError", "SCHEMA_VERSION",
-           "LEASE_SECONDS", "is_results_store"]
+           "LEASE_SECONDS", "error_line", "is_results_store"]
 
 SCHEMA_VERSION = 1
+
+
+def error_line(error: str | None) -> str:
+    r"""The line of a stored failure worth showing: its last non-empty line (a traceback's exception).
+
+    Example:
+        >>> error_line("Traceback (most recent call last):\n  File ...\nValueError: k must be >= 0\n")
+        'ValueError: k must be >= 0'
+    """
+    return (str(error or "").strip().splitlines() or [""])[-1]
 
 
 _SCHEMA = """

@@ -256,7 +256,8 @@ def verdict_markdown(results: dict) -> str:
             "LM ratio at the longest length, or per-token accuracy at 2L). `±` is the "
             "standard deviation over fitted seeds; schemes whose scores differ by less than that spread share a "
             "rank (a tie). LM columns divide bits per byte at 4x and 16x the training length by bits per byte "
-            "at 1x (1.00 = no degradation); in parentheses: from runs or views that are not fitted (not ranked). `span` is the effective attention span in bytes at the longest "
+            "at 1x (1.00 = no degradation); in parentheses: from runs or views that are not fitted (not ranked). "
+            "`span` is the effective attention span in bytes at the longest "
             "length (mass beyond it < 1%). Cost is time per training step relative to NoPE on the same task.", ""]
     return "\n".join(out)
 
