@@ -7,10 +7,10 @@ import math
 
 import pytest
 
+from relpos.experiments.plots import make_plots
 from relpos.experiments.report import (
     aggregate,
     label,
-    make_plots,
     results_dict,
     text_tables,
     write_json_atomic,
@@ -134,3 +134,18 @@ def test_report_names_the_learning_rate_each_scheme_kept(results, tmp_path):
     assert "- learning rate kept (runs per rate), copy: " in rep
     line = next(x for x in rep.splitlines() if x.startswith("- learning rate kept"))
     assert "rope 0.003 x1" in line and "alibi 0.001 x1" in line and "lm" not in line
+
+
+def test_tables_average_the_fitted_seeds_only(tmp_path):
+    """A seed that missed the gate is counted in `fitted` but left out of the cells (unless none fitted)."""
+    def run(scheme, seed, at_L, at_2L, fitted):
+        job = {"job": f"copy/{scheme}/seed{seed}", "info": {"train": {"fit": {"fitted": fitted, "score": at_L}}}}
+        return stored_run(scheme, None, "copy", seed, {8: at_L, 16: at_2L}), job
+
+    runs, jobs = zip(run("fire", 0, 0.99, 0.80, True), run("fire", 1, 0.06, 0.00, False),
+                     run("t5", 0, 0.02, 0.00, False), run("t5", 1, 0.04, 0.00, False))
+    res = results_dict({"schemes": ["fire", "t5"]}, "fp", list(runs), list(jobs))
+    rows = {ln.split()[0]: ln for ln in text_tables(res).splitlines() if ln.split() and ln.split()[0] in ("fire", "t5")}
+    assert rows["fire"].split()[1:] == ["1/2", "(0.53)", "0.99", "0.80"]  # not 0.52±0.66 and 0.40±0.57
+    assert rows["t5"].split()[1:] == ["0/2", "(0.03)", "not", "fitted", "0.03±0.01", "0.00±0.00"]
+    assert make_plots(res, tmp_path) == ["accuracy_vs_length.png"]

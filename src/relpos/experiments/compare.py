@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Callable
 
 from relpos.experiments.config import ExperimentConfig, config_diff
-from relpos.experiments.report import make_plots, results_dict, text_tables, write_json_atomic, write_report
+from relpos.experiments.plots import make_plots
+from relpos.experiments.report import results_dict, text_tables, write_json_atomic, write_report
 from relpos.experiments.runner import Job, LocalRunner, SerialRunner
 from relpos.experiments.store import ConfigMismatchError, Store, error_line
 

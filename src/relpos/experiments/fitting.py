@@ -46,7 +46,7 @@ import math
 from typing import Any
 
 __all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_choices", "lr_tries", "metric_at", "view_fitted",
-           "DEFAULT_COOLDOWN", "VIEW_LM_TOLERANCE"]
+           "fitted_views", "DEFAULT_COOLDOWN", "VIEW_LM_TOLERANCE"]
 
 #: Length of a ``cooldown_at`` cooldown (fraction of the steps before it) when a task does not set ``cooldown``.
 DEFAULT_COOLDOWN = 0.5
@@ -375,13 +375,38 @@ def view_fitted(run: dict, runs: list[dict] = ()) -> bool:
         >>> view_fitted(at_0_to_N, [sampled]), view_fitted(sampled, [at_0_to_N])
         (False, True)
     """
+    return _view_passes(run, _best_lm_views([run, *runs]))
+
+
+def fitted_views(runs: list[dict]) -> list[bool]:
+    """:func:`view_fitted` of every row of ``runs`` against the others, in one pass over them.
+
+    Example:
+        >>> rows = [{"task": "copy", "train_len": 8, "train": {"fit": {"fitted": ok}},
+        ...          "metrics": [{"eval_len": 8, "accuracy": 0.97}]} for ok in (True, False)]
+        >>> fitted_views(rows)
+        [True, False]
+    """
+    best = _best_lm_views(runs)
+    return [_view_passes(r, best) for r in runs]
+
+
+def _best_lm_views(runs) -> dict:
+    """LM job -> the lowest bits per byte at the training length over its views."""
+    best: dict = {}
+    for r in runs:
+        if r.get("task") == "lm" and (b := metric_at(r, r.get("train_len"), "bpb")) is not None:
+            best[r.get("job")] = min(b, best.get(r.get("job"), b))
+    return best
+
+
+def _view_passes(run: dict, best_lm: dict) -> bool:
     fit = (run.get("train") or {}).get("fit") or {}
     if not fit.get("fitted"):
         return False
     L = run.get("train_len")
     if run.get("task") == "lm":
         own = metric_at(run, L, "bpb")
-        peers = [b for r in runs if r.get("job") == run.get("job") and (b := metric_at(r, L, "bpb")) is not None]
-        return own is None or own <= VIEW_LM_TOLERANCE * min([own, *peers])
+        return own is None or own <= VIEW_LM_TOLERANCE * best_lm.get(run.get("job"), own)
     acc = metric_at(run, L, "accuracy")
     return acc is None or acc >= fit.get("target", 0.95)

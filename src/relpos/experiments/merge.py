@@ -201,7 +201,8 @@ def merge_folders(out: str | Path, folders: list[str | Path], *, plots: bool = T
     Returns:
         The merged results document.
     """
-    from relpos.experiments.report import make_plots, write_report
+    from relpos.experiments.plots import make_plots
+    from relpos.experiments.report import write_report
 
     srcs = [(str(f), _load(Path(f))) for f in folders]
     merged = merge_results(srcs)

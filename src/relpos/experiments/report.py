@@ -15,7 +15,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from relpos.experiments.fitting import lr_choices, view_fitted
+from relpos.experiments.fitting import fitted_views, lr_choices
 from relpos.experiments.store import error_line
 from relpos.outdir import write_json_atomic  # re-exported: one atomic JSON writer (0644, cleans leftovers)
 
@@ -172,21 +172,32 @@ def _fmt(mean: float, std: float, n: int, digits: int) -> str:
     return s
 
 
-def _fit_cell(results: dict, task: str, lab: str) -> str:
-    """In-distribution score beside a row: fitted seeds / seeds and the mean fit score."""
+def _fit_cell(results: dict, task: str, lab: str, ok: set[int]) -> str:
+    """In-distribution score beside a row: fitted seeds / seeds and the mean fit score (over all seeds)."""
     rs = [r for r in results["runs"] if r["task"] == task and r["label"] == lab and (r.get("train") or {}).get("fit")]
     if not rs:
         return "-"
-    fits, ok = [r["train"]["fit"] for r in rs], sum(view_fitted(r, results["runs"]) for r in rs)  # this view at L too
-    scores = [f["score"] for f in fits if isinstance(f.get("score"), (int, float))]
+    n_ok = sum(id(r) in ok for r in rs)  # the run's gate, and this view at L too
+    scores = [s for r in rs if isinstance(s := r["train"]["fit"].get("score"), (int, float))]
     sc = f" ({statistics.fmean(scores):.{3 if task == 'lm' else 2}f})" if scores else ""
-    return f"{ok}/{len(fits)}{sc}" + ("" if ok else " not fitted")
+    return f"{n_ok}/{len(rs)}{sc}" + ("" if n_ok else " not fitted")
+
+
+def shown_runs(results: dict) -> tuple[dict, set[int]]:
+    """What the tables and plots average: ``results`` without the rows that missed the fit gate where another
+    seed of the same (task, label) passed it (all seeds where none did), and the ids of the fitted rows."""
+    flags = fitted_views(results["runs"])
+    ok = {id(r) for r, f in zip(results["runs"], flags) if f}
+    some = {(r["task"], r["label"]) for r in results["runs"] if id(r) in ok}
+    keep = [r for r in results["runs"] if id(r) in ok or (r["task"], r["label"]) not in some]
+    return {**results, "runs": keep}, ok
 
 
 def _table_rows(results: dict, task: str):
     """(title, header, rows) tables for a task; each row carries its fit column."""
     tl = _train_len(results, task)
     tables = []
+    shown, ok = shown_runs(results)
     if task == "lm":
         for field, section, xname, title in (
             ("bpb", "metrics", "eval_len", f"Language modelling: bits per byte at each evaluation length "
@@ -194,9 +205,9 @@ def _table_rows(results: dict, task: str):
             ("bpb", "fixed_target", "context_len", "Language modelling, fixed targets: bits per byte on the same "
                                                    "final bytes given contexts of each length"),
         ):
-            agg = aggregate(results, task, field, section, xname)
+            agg = aggregate(shown, task, field, section, xname)
             xs = sorted({x for d in agg.values() for x in d})
-            rows = [[lab, _fit_cell(results, task, lab)] + [_fmt(*agg[lab].get(x, (math.nan, 0, 0)), 3) for x in xs]
+            rows = [[lab, _fit_cell(results, task, lab, ok)] + [_fmt(*agg[lab].get(x, (math.nan, 0, 0)), 3) for x in xs]
                     for lab in _order(agg, results)]
             tables.append((title, ["scheme", "fitted"] + [f"{x}{'*' if tl and x > tl else ''}" for x in xs], rows))
     else:
@@ -205,9 +216,9 @@ def _table_rows(results: dict, task: str):
         fields = [("accuracy", "exact-match accuracy")] + ([] if redundant else
                                                            [("token_accuracy", "per-token accuracy")])
         for field, what in fields:
-            agg = aggregate(results, task, field)
+            agg = aggregate(shown, task, field)
             xs = sorted({x for d in agg.values() for x in d})
-            rows = [[lab, _fit_cell(results, task, lab)] + [_fmt(*agg[lab].get(x, (math.nan, 0, 0)), 2) for x in xs]
+            rows = [[lab, _fit_cell(results, task, lab, ok)] + [_fmt(*agg[lab].get(x, (math.nan, 0, 0)), 2) for x in xs]
                     for lab in _order(agg, results)]
             tables.append((f"{task}: {what} by length (trained on lengths <= {tl})",
                            ["scheme", "fitted"] + [f"{x}{'*' if tl and x > tl else ''}" for x in xs], rows))
@@ -238,178 +249,6 @@ def markdown_tables(results: dict, task: str) -> str:
             out.append("| " + " | ".join(r) + " |")
         out.append("")
     return "\n".join(out)
-
-
-# ------------------------------------------------------------------- plots
-
-
-def _style(labels: list[str], results: dict):
-    """Colour per scheme (dark tab20 shades first), line style and marker per variant (from the runs, not the label)."""
-    import matplotlib
-
-    cmap = matplotlib.colormaps["tab20"]
-    palette = [cmap(i) for i in range(0, 20, 2)] + [cmap(i) for i in range(1, 20, 2)]
-    of = {r["label"]: (r["scheme"], r["variant"]) for r in results["runs"]}
-    base_order: list[str] = []
-    for lab in labels:
-        b = of.get(lab, (lab, None))[0]
-        if b not in base_order:
-            base_order.append(b)
-    variant = {"pi": ((0, (4, 2)), "^"), "ntk": ((0, (1, 1)), "v"), "dynamic": ((0, (4, 1, 1, 1)), "s"),
-               "yarn": ((0, (6, 2, 1, 2)), "D"), "randomized": ((0, (2, 3)), "x"),
-               "randomized-sampled": ((0, (1, 2)), "P")}
-    styles = {}
-    for lab in labels:
-        b, v = of.get(lab, (lab, None))
-        ls, marker = variant.get(v, ("--", "o")) if v else ("-", "o")
-        styles[lab] = {"color": palette[base_order.index(b) % len(palette)], "linestyle": ls, "marker": marker}
-    return styles
-
-
-def _line_plot(ax, agg, results, styles, *, logx=True, cap: float | None = None):
-    """One line per label (mean over seeds, band = std); labels exceeding ``cap`` get no band."""
-    for lab in _order(agg, results):
-        d = agg[lab]
-        xs = [x for x in d if d[x][2] > 0 and math.isfinite(d[x][0])]
-        if not xs:
-            continue
-        ys = [d[x][0] for x in xs]
-        ax.plot(xs, ys, ms=3.5, lw=1.4, label=lab, **styles[lab])
-        sd = [d[x][1] for x in xs]
-        if any(s > 0 for s in sd) and (cap is None or max(ys) <= cap):
-            ax.fill_between(xs, [y - s for y, s in zip(ys, sd)], [y + s for y, s in zip(ys, sd)],
-                            color=styles[lab]["color"], alpha=0.12, lw=0)
-    if logx:
-        ax.set_xscale("log", base=2)
-
-
-def _cap(agg) -> tuple[float, float] | None:
-    """``(low, cap)`` y-limits that keep the bulk readable when a few schemes explode, else None."""
-    allv = sorted(v[0] for d in agg.values() for v in d.values() if math.isfinite(v[0]))
-    if len(allv) < 5:
-        return None
-    lo, hi = allv[0], allv[-1]
-    p80 = allv[int(0.8 * (len(allv) - 1))]
-    cap = p80 + 0.6 * (p80 - lo) + 0.05
-    return (lo - 0.05 * (cap - lo), cap) if hi > cap else None
-
-
-def _plot_capped(ax, agg, results, styles, *, logx=True) -> None:
-    lim = _cap(agg)
-    _line_plot(ax, agg, results, styles, logx=logx, cap=lim[1] if lim else None)
-    if lim:
-        ax.set_ylim(*lim)
-        above = lambda v: math.isfinite(v[0]) and v[0] > lim[1]  # noqa: E731
-        whole = sorted(lab for lab, d in agg.items() if d and all(above(v) for v in d.values()))
-        part = sorted(lab for lab, d in agg.items() if any(above(v) for v in d.values()) and lab not in whole)
-        notes = ([f"above the plot (see the tables): {', '.join(whole)}"] if whole else []) + \
-                ([f"partly above the plot: {', '.join(part)}"] if part else [])
-        ax.text(0.99, 0.01, "\n".join(notes), transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
-                color="dimgrey")
-
-
-def _smooth(series: dict) -> dict:
-    """Moving mean of 3 neighbouring points (the ends use 2): position buckets are noisy text."""
-    xs = list(series)
-    out = {}
-    for i, x in enumerate(xs):
-        win = [series[xs[j]] for j in range(max(0, i - 1), min(len(xs), i + 2)) if math.isfinite(series[xs[j]][0])]
-        if not win:
-            out[x] = series[x]
-            continue
-        out[x] = (statistics.fmean(w[0] for w in win), statistics.fmean(w[1] for w in win), min(w[2] for w in win))
-    return out
-
-
-def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
-    """Write the PNG plots; returns their file names (relative to ``out_dir``)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    out_dir = Path(out_dir)
-    made = []
-    tasks = _tasks(results)
-    labels = sorted({r["label"] for r in results["runs"]})
-    styles = _style(_order(labels, results), results)
-
-    def save(fig, name):
-        fig.tight_layout()
-        fig.savefig(out_dir / name, dpi=100, pil_kwargs={"optimize": True})
-        plt.close(fig)
-        made.append(name)
-
-    if "lm" in tasks:
-        tl = _train_len(results, "lm")
-
-        def lm_plot(agg, name: str, xlabel: str, ylabel: str, title: str, logx: bool = True) -> None:
-            fig, ax = plt.subplots(figsize=(9.5, 5))
-            _plot_capped(ax, agg, results, styles, logx=logx)
-            ax.axvline(tl, color="grey", lw=0.8, ls="--")
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel(ylabel)
-            ax.set_title(title)
-            ax.legend(fontsize=7, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-            ax.grid(alpha=0.3)
-            save(fig, name)
-
-        lm_plot(aggregate(results, "lm", "bpb"), "lm_loss_vs_length.png",
-                "evaluation length (bytes; dashed line: training length)", "bits per byte (validation)",
-                "Language modelling (stdlib bytes): bits per byte against evaluation length")
-
-        longest = max((m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r["position_loss"]),
-                      default=None)
-        if longest is not None:
-            acc: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-            for r in results["runs"]:
-                if r["task"] != "lm":
-                    continue
-                for m in r["position_loss"]:
-                    if m["eval_len"] == longest and m["bpb"] is not None:
-                        acc[r["label"]][(m["bucket_start"] + m["bucket_end"]) / 2].append(m["bpb"])
-            pagg = {lab: _smooth({x: _stats(v) for x, v in sorted(d.items())}) for lab, d in acc.items()}
-            lm_plot(pagg, "lm_loss_by_position.png",
-                    f"position inside a {longest}-byte window (dashed line: training length)",
-                    "bits per byte (moving mean of 3 buckets)",
-                    "Language modelling: bits per byte by position (the text itself makes the bumps; "
-                    "compare the curves, not their shape)", logx=False)
-
-        fagg = aggregate(results, "lm", "bpb", "fixed_target", "context_len")
-        if fagg:
-            lm_plot(fagg, "lm_fixed_target.png", "context length (bytes) before the same target bytes",
-                    "bits per byte on the fixed targets",
-                    "Language modelling: bits per byte on fixed targets given a growing context")
-
-    algo = [t for t in tasks if t != "lm"]
-    multi = [t for t in algo if any(m.get("token_accuracy") != m.get("accuracy") for r in results["runs"]
-                                    if r["task"] == t for m in r["metrics"])]
-    for field, names, fname, ylabel in (
-        ("accuracy", algo, "accuracy_vs_length.png", "exact-match accuracy (greedy)"),
-        ("token_accuracy", multi, "token_accuracy_vs_length.png", "per-token accuracy (greedy)"),
-    ):
-        if not names:
-            continue
-        fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names) + 1.5, 4.2), squeeze=False)
-        for ax, task in zip(axes[0], names):
-            agg = aggregate(results, task, field)
-            _line_plot(ax, agg, results, styles, logx=False)
-            tl = _train_len(results, task)
-            if tl:
-                ax.axvline(tl, color="grey", lw=0.8, ls="--")
-            ax.set_ylim(-0.03, 1.03)
-            ax.set_yticks([i / 10 for i in range(11)])
-            ax.set_title(f"{task}: {'exact match' if field == 'accuracy' else 'per-token accuracy'}")
-            ax.set_xlabel("problem length (dashed: longest trained)")
-            ax.grid(alpha=0.3)
-        axes[0][0].set_ylabel(ylabel)
-        handles, labs = axes[0][-1].get_legend_handles_labels()
-        fig.legend(handles, labs, fontsize=7, loc="center right")
-        fig.tight_layout(rect=(0, 0, 1 - 1.4 / (4.2 * len(names) + 1.5), 1))
-        fig.savefig(out_dir / fname, dpi=100, pil_kwargs={"optimize": True})
-        plt.close(fig)
-        made.append(fname)
-    return made
 
 
 # ------------------------------------------------------------------ report
@@ -470,8 +309,9 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
         "Labels: `rope-pi`, `rope-ntk`, `rope-dynamic`, `rope-yarn` are the trained `rope` model evaluated with "
         "that scaling (no retraining); `X+rand` was trained with randomized positions and is evaluated at positions "
         "0..N-1, `X+rand-sampled` at sampled positions (mean of several draws). Lengths marked `*` are "
-        "longer than anything seen in training. `±` is the standard deviation over seeds. The `fitted` column gives "
-        "fitted seeds / seeds and the mean in-distribution score (exact match at L, or LM validation loss); a view "
+        "longer than anything seen in training. Cells and plots average the seeds that passed the fit gate (every "
+        "seed where none did); `±` is their standard deviation. The `fitted` column gives fitted seeds / seeds "
+        "and the mean in-distribution score of all seeds (exact match at L, or LM validation loss); a view "
         "evaluated otherwise than validated (`X+rand` at 0..N-1) counts as fitted only if it also passes at L.",
         "",
     ]

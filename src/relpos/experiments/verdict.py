@@ -34,7 +34,7 @@ import math
 import statistics
 from collections import defaultdict
 
-from relpos.experiments.fitting import metric_at, view_fitted
+from relpos.experiments.fitting import fitted_views, metric_at
 
 __all__ = ["verdict", "verdict_markdown", "verdict_text", "is_smoke_test", "SMOKE_NOTE"]
 
@@ -67,6 +67,7 @@ def _ms(xs: list[float]) -> tuple[float, float, int]:
 def verdict(results: dict) -> dict:
     """``{"rows": {label: {...}}, "tasks": [...], "ranking": [(label, mrr)], "notes": [...]}``."""
     runs = results["runs"]
+    ok = {id(r) for r, f in zip(runs, fitted_views(runs)) if f}
     by = defaultdict(lambda: defaultdict(list))  # label -> task -> runs
     for r in runs:
         if r["task"] not in UNRANKED:
@@ -84,7 +85,7 @@ def verdict(results: dict) -> dict:
                      "cost": None}
         costs = []
         for t, rs in per_task.items():
-            fit = [r for r in rs if view_fitted(r, runs)]  # the run's gate, and this view at L
+            fit = [r for r in rs if id(r) in ok]  # the run's gate, and this view at L
             row["fitted"][t] = (len(fit), len(rs))
             L = rs[0]["train_len"]
             for r in rs:
