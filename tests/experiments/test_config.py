@@ -12,9 +12,13 @@ def test_presets_validate_and_cover_the_issue():
     for name in PRESETS:
         preset(name).validate()
     d = preset("default").validate()
+    # one scheme of each family in the quick look; the full and ci presets run all eleven
+    assert d.schemes == ["nope", "sinusoidal", "t5", "alibi", "rope", "transformer-xl", "kerple-log", "fire"]
+    for name in ("full", "ci"):
+        assert preset(name).validate().schemes == list(DEFAULT_SCHEMES)
     for s in ("nope", "sinusoidal", "learned", "shaw", "t5", "alibi", "rope", "transformer-xl", "fire", "sandwich"):
-        assert s in d.schemes
-    assert any(s.startswith("kerple") for s in d.schemes)
+        assert s in DEFAULT_SCHEMES
+    assert any(s.startswith("kerple") for s in DEFAULT_SCHEMES)
     assert "lm" in d.tasks and any(t in d.tasks for t in ("copy", "reverse", "recall", "parity"))
     assert set(d.rope_variants) == {"pi", "ntk", "dynamic", "yarn"}
     assert d.make_task("lm").eval_lengths == tuple(64 * f for f in (1, 2, 4, 8, 16))
@@ -38,6 +42,9 @@ def test_default_is_a_quick_look_and_full_keeps_the_strict_lm_rule():
         if t != "lm":
             assert d.train_settings(t) == full.train_settings(t), t
     assert d.fingerprint() != full.fingerprint()
+    # the schemes left out of the quick look can be added to a default folder: they measure the same thing
+    more = preset("default", schemes=d.schemes + ["shaw", "learned", "sandwich"]).validate()
+    assert more.fingerprint() == d.fingerprint() and set(more.schemes) == set(full.schemes)
 
 
 def test_unknown_names_are_clear_errors():

@@ -1,7 +1,8 @@
 """``relpos compare``: train every scheme short, test it long, report how each holds up.
 
-With no arguments it runs the ``default`` preset (eleven schemes on byte-level
-language modelling of Python's standard library and on string copying) with two
+With no arguments it runs the ``default`` preset (eight schemes, one of each
+family, on byte-level language modelling of Python's standard library and on
+string copying; ``--add-schemes shaw,learned,sandwich`` adds the rest) with two
 worker processes, prints the tables and writes ``runs/compare-default/``
 (``results.sqlite``, ``results.json``, plots, ``report.md``). Rerunning the same
 command skips the runs that are already stored.

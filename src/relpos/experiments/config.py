@@ -49,7 +49,8 @@ __all__ = [
 #: embedding scale, length-relative scheme ranges, sampled-position evaluation.
 PROTOCOL_VERSION = 2
 
-#: The schemes of the default preset (issue 4).
+#: The benchmark's schemes: the full and ci presets, and a bare ExperimentConfig (the default preset's
+#: quick look runs eight of them, see relpos.experiments.presets).
 DEFAULT_SCHEMES: tuple[str, ...] = (
     "nope",
     "sinusoidal",
