@@ -36,10 +36,28 @@ def test_done_running_failed_and_to_run(tmp_path):
     assert status.cpu_by_task() == {"lm": 12.0, "copy": 30.5}
     lines = status_lines(status)
     assert lines[0] == (f"{tmp_path}: 2 of 5 done (1 fitted), 42 CPU-seconds so far (lm 12, copy 30); "
-                        "1 running, 1 failed, 1 to run")
+                        "1 running, 1 failed, 1 to run; about 73 CPU-seconds left at each task's mean so far")
     assert lines[1].split() == ["lm/rope/seed0", "done:", "fitted,", "12", "CPU-s"]
     assert "not fitted" in lines[3] and "RuntimeError: boom" in lines[4] and "traceback" not in lines[4]
     assert lines[5].split() == ["copy/nope/seed0", "to", "run"]
+
+
+def test_cpu_left_is_estimated_per_task_and_says_what_it_cannot_estimate(tmp_path):
+    cfg = preset("ci")
+    fp = cfg.fingerprint()
+    keys = ["lm/rope/seed0", "lm/alibi/seed0", "lm/nope/seed0", "copy/rope/seed0", "copy/alibi/seed0"]
+    with Store(tmp_path / "results.sqlite") as st:
+        st.bind(fp, cfg.protocol())
+        st.write_job(fp, _result("lm/rope/seed0", fitted=True, cpu=10.0))
+        st.write_job(fp, _result("lm/alibi/seed0", fitted=True, cpu=30.0))
+        status = folder_status(cfg, tmp_path, keys)
+    assert status.cpu_left() == (20.0, ["copy"])  # one lm run at the lm mean; copy has no finished run
+    assert status_lines(status)[0].endswith("about 20 CPU-seconds left at each task's mean so far "
+                                            "(no estimate yet for copy)")
+    with Store(tmp_path / "results.sqlite") as st:
+        for k in keys[2:]:
+            st.write_job(fp, _result(k, fitted=True, cpu=5.0))
+    assert "seconds left" not in status_lines(folder_status(cfg, tmp_path, keys))[0]  # all done: no estimate
 
 
 def test_other_configuration_and_empty_folder(tmp_path):

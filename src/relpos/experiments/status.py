@@ -60,6 +60,20 @@ class FolderStatus:
                 out[task] = out.get(task, 0.0) + (j.cpu_seconds or 0.0)
         return out
 
+    def cpu_left(self) -> tuple[float, list[str]]:
+        """Estimated CPU seconds of the runs not yet done (running ones count whole), at the mean of each task's
+        finished runs; and the tasks with runs left but none finished (no estimate for them)."""
+        done: dict[str, list[float]] = {}
+        left: dict[str, int] = {}
+        for j in self.jobs:
+            task = j.job.split("/", 1)[0]
+            if j.state == "done" and j.cpu_seconds is not None:
+                done.setdefault(task, []).append(j.cpu_seconds)
+            elif j.state != "done":
+                left[task] = left.get(task, 0) + 1
+        est = sum(n * sum(done[t]) / len(done[t]) for t, n in left.items() if t in done)
+        return est, [t for t in left if t not in done]
+
 
 def folder_status(cfg, out: str | Path, keys: list[str]) -> FolderStatus:
     """Match the planned job ``keys`` of ``cfg`` against what ``out`` holds.
@@ -115,6 +129,10 @@ def status_lines(st: FolderStatus) -> list[str]:
         head += (f", {_fmt_s(sum(cpu.values()))} CPU-seconds so far ("
                  + ", ".join(f"{t} {_fmt_s(s)}" for t, s in cpu.items()) + ")")
     head += f"; {c['running']} running, {c['failed']} failed, {c['to run']} to run"
+    est, unknown = st.cpu_left()
+    if cpu and c["done"] < len(st.jobs):
+        head += (f"; about {_fmt_s(est)} CPU-seconds left at each task's mean so far"
+                 + (f" (no estimate yet for {', '.join(unknown)})" if unknown else ""))
     width = max((len(j.job) for j in st.jobs), default=0)
     lines = [head]
     for j in st.jobs:
