@@ -99,6 +99,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--nproc", type=int, default=2, help="processes per run for --runner torchrun (default 2)")
     g.add_argument("--force", action="store_true",
                    help="if --out holds results of another configuration, move them aside and start afresh")
+    g.add_argument("--reuse", action="append", default=[], metavar="FOLDER",
+                   help="copy the runs of another compare folder that would be trained exactly the same here "
+                        "(same task settings apart from the learning-rate grid, same tries); repeatable")
     g.add_argument("--no-plots", action="store_true", help="skip the PNG plots and report.md")
     g.add_argument("--no-keep-models", action="store_true",
                    help="do not save the trained models (by default each run's model is kept under OUT/models/)")
@@ -217,11 +220,16 @@ def main(args: argparse.Namespace) -> int:
         except BrokenPipeError:  # e.g. piped into `head`
             sys.stderr.close()
         return 0
+    for folder in args.reuse:
+        if not os.path.isfile(os.path.join(folder, "results.sqlite")):
+            print(f"relpos compare: --reuse {folder}: no results.sqlite there (give the --out folder of an earlier "
+                  "relpos compare)", file=sys.stderr)
+            return 2
     runner = make_runner(args.runner, workers=cfg.workers, threads=cfg.threads, ray_address=args.ray_address,
                          nproc=args.nproc)
     command = "relpos compare " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else ""
     summary = compare(cfg, out, runner=runner, force=args.force, progress=args.progress, plots=not args.no_plots,
-                      command=command.strip(), keep_models=not args.no_keep_models)
+                      command=command.strip(), keep_models=not args.no_keep_models, reuse=args.reuse)
     print(summary_text(summary))
     if summary.interrupted:
         return 130

@@ -246,6 +246,7 @@ def compare(
     log: Callable[[str], None] | None = None,
     command: str = "",
     keep_models: bool = True,
+    reuse: list[str | Path] = (),
 ) -> CompareSummary:
     """Run (or resume) a sweep and write its results, plots and report.
 
@@ -262,6 +263,8 @@ def compare(
         command: the command line, recorded in the report.
         keep_models: save each trained model under ``OUT/models/`` (small safetensors
             checkpoints that ``relpos explore --results OUT`` can load).
+        reuse: other output folders whose runs are copied where training them here would repeat
+            them exactly (see :mod:`relpos.experiments.reuse`); read only.
 
     Raises:
         ValueError: bad configuration (unknown scheme/task, lengths <= 0, ...),
@@ -283,6 +286,12 @@ def compare(
         log(SMOKE_NOTE)
     try:
         jobs = plan(cfg)
+        for folder in reuse:
+            from relpos.experiments.reuse import reuse_runs
+
+            got = reuse_runs(store, cfg, [j.key for j in jobs], folder, models_dir=cfg.models_dir)
+            log(f"reused {len(got)} runs from {folder} that would be trained the same here "
+                f"({sum(g['cpu_seconds'] for g in got):,.0f} CPU-seconds of training and evaluation saved)")
         done = store.done_jobs(fp)
         pending = [j for j in jobs if j.key not in done]
         summary = CompareSummary(out, fp, total=len(jobs), skipped=len(jobs) - len(pending))

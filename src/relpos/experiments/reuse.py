@@ -1,0 +1,136 @@
+"""Reuse finished runs of another ``relpos compare`` folder where training them again would repeat them.
+
+A training run is deterministic given everything that decides it: the model, the task and its options,
+the training recipe, the fit gate, the evaluation and the seed. A folder's fingerprint covers all of that
+for every task at once, so two folders whose configurations differ in one task (or only in the
+learning-rate grid) have different fingerprints, although many of their runs are the same. ``relpos
+compare --reuse FOLDER`` copies such runs instead of training them again:
+
+* a job is taken only when its task's settings in both configurations are equal in everything the
+  fingerprint covers, apart from the learning-rate grid (:func:`task_settings`), and
+* the learning rates it would try here start with the rates it tried there, and it stopped there for
+  the reason it would stop here: it fitted at its last try (an algorithmic job keeps the first rate that
+  fits), or it tried every rate this configuration would try (:func:`same_tries`).
+
+Everything else is trained as usual. A reused job keeps its measurements, its fit record and its CPU
+time, and records where it came from (``reused_from`` in its ``info``: folder, fingerprint, time); its
+saved model is copied too when the source kept one. The source folder is only read.
+
+Example:
+    >>> full = {"lr_grid": [2e-3, 1e-3, 3e-3]}
+    >>> same_tries([{"lr": 2e-3, "fitted": True}], [2e-3], full["lr_grid"], task="copy")  # fitted at 2e-3
+    True
+    >>> same_tries([{"lr": 2e-3, "fitted": False}], [2e-3], full["lr_grid"], task="copy")  # would try 1e-3 next
+    False
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from pathlib import Path
+
+__all__ = ["task_settings", "same_tries", "reuse_runs"]
+
+#: Protocol sections that are the same for every task (compared whole).
+_SHARED = ("protocol_version", "model", "rope_variants", "random_positions_factor", "scheme_options",
+           "embed_scale", "scheme_ranges", "passkey")
+
+
+def task_settings(protocol: dict, task: str) -> dict:
+    """What decides a job of ``task`` under a fingerprinted ``protocol``, without the learning-rate grid."""
+    fit = {k: v for k, v in (protocol.get("fit") or {}).items() if k != "lr_grid"}
+    train = {k: v for k, v in ((protocol.get("train") or {}).get(task) or {}).items() if k != "lr_grid"}
+    return {**{k: protocol.get(k) for k in _SHARED}, "fit": fit, "train": train,
+            "task": (protocol.get("tasks") or {}).get(task),
+            "task_model": (protocol.get("task_model") or {}).get(task)}
+
+
+def _tries(protocol: dict, task: str) -> list[float]:
+    from relpos.experiments.fitting import lr_tries
+
+    train = (protocol.get("train") or {}).get(task) or {}
+    if task == "lm":  # language modelling trains at its one rate
+        return [train.get("lr")]
+    return lr_tries(train.get("lr_grid", (protocol.get("fit") or {}).get("lr_grid") or []), train.get("lr"))
+
+
+def same_tries(tried: list[dict], task_lr: float, grid: list[float], *, task: str) -> bool:
+    """Whether a job that tried ``tried`` (its fit record's ``lr_tries``) would try the same here and stop
+    where it stopped, with this configuration's ``task_lr`` and ``grid``."""
+    from relpos.experiments.fitting import lr_tries
+
+    here = [task_lr] if task == "lm" else lr_tries(grid, task_lr)
+    there = [t.get("lr") for t in tried]
+    if not there or there != here[:len(there)]:
+        return False
+    return len(there) == len(here) or (task != "lm" and bool(tried[-1].get("fitted")))
+
+
+def _result(job: dict, runs: list[dict]) -> dict:
+    """A worker result (as :meth:`Store.write_job` takes it) rebuilt from a stored job and its runs."""
+    res = copy.deepcopy(job["info"])
+    res["runs"] = [{**copy.deepcopy(r["info"]), "measurements": copy.deepcopy(r["measurements"])} for r in runs]
+    return res
+
+
+def reuse_runs(store, cfg, keys: list[str], folder: str | os.PathLike, *, models_dir: str | None = None) -> list[dict]:
+    """Copy into ``store`` the jobs among ``keys`` that ``folder`` holds and that would be trained the same.
+
+    Args:
+        store: the output folder's :class:`~relpos.experiments.store.Store`, bound to ``cfg``.
+        cfg: this sweep's :class:`~relpos.experiments.config.ExperimentConfig`.
+        keys: the planned job keys (``task/scheme[+rand]/seed<k>``); those already done or leased are left.
+        folder: another ``relpos compare`` output folder (read only).
+        models_dir: where this sweep keeps its models (None: copy none).
+
+    Returns:
+        One ``{"job", "cpu_seconds"}`` per reused job.
+
+    Raises:
+        FileNotFoundError: ``folder`` holds no results database.
+        relpos.experiments.store.NotAStoreError / CorruptStoreError: it holds a foreign or damaged one.
+    """
+    from relpos.experiments.store import Store
+
+    folder = Path(folder)
+    fp, here = cfg.fingerprint(), cfg.protocol()
+    with Store(folder / "results.sqlite", create=False) as src:
+        src_fp, proto = src.get_meta("fingerprint"), json.loads(src.get_meta("protocol") or "{}")
+        if src_fp is None or src_fp == fp:
+            return []  # empty, or this very configuration (nothing that a resume would not do)
+        jobs = {j["job"]: j for j in src.jobs(src_fp)}
+        runs: dict[str, list[dict]] = {}
+        for r in src.runs(src_fp):
+            runs.setdefault(r["job"], []).append(r)
+    busy = store.done_jobs(fp) | set(store.leases(fp))
+    out = []
+    for key in keys:
+        task = key.split("/", 1)[0]
+        job = jobs.get(key)
+        if job is None or key in busy or key not in runs:
+            continue
+        if task_settings(proto, task) != task_settings(here, task):
+            continue
+        fit = ((job["info"].get("train") or {}).get("fit") or {})
+        train = here["train"][task]
+        grid = train.get("lr_grid", here["fit"].get("lr_grid") or [])
+        if not same_tries(fit.get("lr_tries") or [], train["lr"], grid, task=task):
+            continue
+        res = _result(job, runs[key])
+        res["reused_from"] = {"folder": str(folder), "fingerprint": src_fp, "finished_at": job["finished_at"]}
+        model = (res.get("train") or {}).get("checkpoint")  # relative to the folder: models/<task>/...
+        if models_dir and isinstance(model, str):
+            _copy_model(folder / model, Path(models_dir).parent / model)
+        if store.write_job(fp, res):
+            out.append({"job": key, "cpu_seconds": float(res.get("cpu_seconds") or 0.0)})
+    return out
+
+
+def _copy_model(src: Path, dest: Path) -> None:
+    """Copy a saved model folder unless something is already at ``dest`` (never overwrite)."""
+    if src.is_dir() and not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, dest)
