@@ -103,6 +103,22 @@ def test_runs_that_would_train_differently_are_trained(tmp_path):
     assert not any("reused_from" in j["info"] for j in stored(d)[0].values())
 
 
+def test_cli_dry_run_says_what_reuse_would_copy(tmp_path, capsys):
+    args = ["compare", "--preset", "ci", "--schemes", "alibi", "--tasks", "lm", "--steps", "3", "--rope-variants",
+            "none", "--workers", "1", "--no-progress", "--no-plots"]
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    assert main(args + ["--out", str(src)]) == 0
+    capsys.readouterr()
+    # another grid: another fingerprint, but language models ignore it -> the one run would be copied
+    assert main(args + ["--lr-grid", "3e-3,1e-3", "--out", str(dst), "--dry-run", "--reuse", str(src)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    cpu = stored(src)[0]["lm/alibi/seed0"]["info"]["cpu_seconds"]
+    assert lines[2] == f"--reuse {src}: 1 runs would be copied ({cpu:,.0f} CPU-seconds)"
+    assert not dst.exists()  # a dry run writes nothing
+    assert main(args + ["--lr-grid", "3e-3,1e-3", "--out", str(dst), "--reuse", str(src)]) == 0
+    assert "reused_from" in stored(dst)[0]["lm/alibi/seed0"]["info"]
+
+
 def test_cli_names_a_folder_without_results(tmp_path, capsys):
     rc = main(["compare", "--preset", "ci", "--out", str(tmp_path / "o"), "--reuse", str(tmp_path / "none")])
     assert rc == 2 and "--reuse" in capsys.readouterr().err and not (tmp_path / "o").exists()

@@ -109,7 +109,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-progress", dest="progress", action="store_false", help="never show the bar")
     g.add_argument("--dry-run", action="store_true",
                    help="print the plan, the fingerprint and what --out already holds (done, running, failed, "
-                        "to run; CPU time so far); run nothing")
+                        "to run; CPU time so far and left; what --reuse would copy); run nothing")
     g.add_argument("--report-only", action="store_true",
                    help="rewrite results.json, plots and report.md of --out from its database; run nothing")
 
@@ -209,22 +209,32 @@ def main(args: argparse.Namespace) -> int:
         return _hf_main(args)
     cfg = build_config(args)
     out = args.out or os.path.join("runs", f"compare-{cfg.preset}")
-    if args.dry_run:
-        from relpos.experiments.status import folder_status, status_lines
-
-        jobs = plan(cfg)
-        lines = [f"preset {cfg.preset}, fingerprint {cfg.fingerprint()}, {len(jobs)} training runs -> {out}"]
-        lines += status_lines(folder_status(cfg, out, [j.key for j in jobs]))
-        try:
-            print("\n".join(lines))
-        except BrokenPipeError:  # e.g. piped into `head`
-            sys.stderr.close()
-        return 0
     for folder in args.reuse:
         if not os.path.isfile(os.path.join(folder, "results.sqlite")):
             print(f"relpos compare: --reuse {folder}: no results.sqlite there (give the --out folder of an earlier "
                   "relpos compare)", file=sys.stderr)
             return 2
+    if args.dry_run:
+        from relpos.experiments.status import folder_status, status_lines
+
+        jobs = plan(cfg)
+        lines = [f"preset {cfg.preset}, fingerprint {cfg.fingerprint()}, {len(jobs)} training runs -> {out}"]
+        status = folder_status(cfg, out, [j.key for j in jobs])
+        lines += status_lines(status)
+        if args.reuse:  # after the summary line, before the per-run lines
+            from relpos.experiments.reuse import reusable
+
+            skip = {j.job for j in status.jobs if j.state in ("done", "running")}
+            for folder in args.reuse:
+                got = reusable(cfg, [j.key for j in jobs], folder, skip=skip)
+                skip |= {r["job"] for r in got}
+                lines.insert(2, f"--reuse {folder}: {len(got)} runs would be copied "
+                                f"({sum(float(r.get('cpu_seconds') or 0) for r in got):,.0f} CPU-seconds)")
+        try:
+            print("\n".join(lines))
+        except BrokenPipeError:  # e.g. piped into `head`
+            sys.stderr.close()
+        return 0
     runner = make_runner(args.runner, workers=cfg.workers, threads=cfg.threads, ray_address=args.ray_address,
                          nproc=args.nproc)
     command = "relpos compare " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else ""

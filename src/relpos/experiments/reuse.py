@@ -32,7 +32,7 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["task_settings", "same_tries", "reuse_runs"]
+__all__ = ["task_settings", "same_tries", "reusable", "reuse_runs"]
 
 #: Protocol sections that are the same for every task (compared whole).
 _SHARED = ("protocol_version", "model", "rope_variants", "random_positions_factor", "scheme_options",
@@ -76,18 +76,9 @@ def _result(job: dict, runs: list[dict]) -> dict:
     return res
 
 
-def reuse_runs(store, cfg, keys: list[str], folder: str | os.PathLike, *, models_dir: str | None = None) -> list[dict]:
-    """Copy into ``store`` the jobs among ``keys`` that ``folder`` holds and that would be trained the same.
-
-    Args:
-        store: the output folder's :class:`~relpos.experiments.store.Store`, bound to ``cfg``.
-        cfg: this sweep's :class:`~relpos.experiments.config.ExperimentConfig`.
-        keys: the planned job keys (``task/scheme[+rand]/seed<k>``); those already done or leased are left.
-        folder: another ``relpos compare`` output folder (read only).
-        models_dir: where this sweep keeps its models (None: copy none).
-
-    Returns:
-        One ``{"job", "cpu_seconds"}`` per reused job.
+def reusable(cfg, keys: list[str], folder: str | os.PathLike, *, skip: set[str] = frozenset()) -> list[dict]:
+    """The jobs among ``keys`` (but not in ``skip``) that ``folder`` holds and that ``cfg`` would train the same,
+    as worker results ready for :meth:`~relpos.experiments.store.Store.write_job`. Reads ``folder`` only.
 
     Raises:
         FileNotFoundError: ``folder`` holds no results database.
@@ -105,12 +96,11 @@ def reuse_runs(store, cfg, keys: list[str], folder: str | os.PathLike, *, models
         runs: dict[str, list[dict]] = {}
         for r in src.runs(src_fp):
             runs.setdefault(r["job"], []).append(r)
-    busy = store.done_jobs(fp) | set(store.leases(fp))
     out = []
     for key in keys:
         task = key.split("/", 1)[0]
         job = jobs.get(key)
-        if job is None or key in busy or key not in runs:
+        if job is None or key in skip or key not in runs:
             continue
         if task_settings(proto, task) != task_settings(here, task):
             continue
@@ -121,11 +111,34 @@ def reuse_runs(store, cfg, keys: list[str], folder: str | os.PathLike, *, models
             continue
         res = _result(job, runs[key])
         res["reused_from"] = {"folder": str(folder), "fingerprint": src_fp, "finished_at": job["finished_at"]}
+        out.append(res)
+    return out
+
+
+def reuse_runs(store, cfg, keys: list[str], folder: str | os.PathLike, *, models_dir: str | None = None) -> list[dict]:
+    """Copy into ``store`` the jobs among ``keys`` that ``folder`` holds and that would be trained the same.
+
+    Args:
+        store: the output folder's :class:`~relpos.experiments.store.Store`, bound to ``cfg``.
+        cfg: this sweep's :class:`~relpos.experiments.config.ExperimentConfig`.
+        keys: the planned job keys (``task/scheme[+rand]/seed<k>``); those already done or leased are left.
+        folder: another ``relpos compare`` output folder (read only).
+        models_dir: where this sweep keeps its models (None: copy none).
+
+    Returns:
+        One ``{"job", "cpu_seconds"}`` per reused job.
+
+    Raises:
+        As :func:`reusable`.
+    """
+    fp = cfg.fingerprint()
+    out = []
+    for res in reusable(cfg, keys, folder, skip=store.done_jobs(fp) | set(store.leases(fp))):
         model = (res.get("train") or {}).get("checkpoint")  # relative to the folder: models/<task>/...
         if models_dir and isinstance(model, str):
-            _copy_model(folder / model, Path(models_dir).parent / model)
+            _copy_model(Path(folder) / model, Path(models_dir).parent / model)
         if store.write_job(fp, res):
-            out.append({"job": key, "cpu_seconds": float(res.get("cpu_seconds") or 0.0)})
+            out.append({"job": res["job"], "cpu_seconds": float(res.get("cpu_seconds") or 0.0)})
     return out
 
 
