@@ -225,10 +225,10 @@ def main(args: argparse.Namespace) -> int:
             from relpos.experiments.reuse import reusable
 
             skip = {j.job for j in status.jobs if j.state in ("done", "running")}
-            for folder in args.reuse:
+            for i, folder in enumerate(args.reuse):
                 got = reusable(cfg, [j.key for j in jobs], folder, skip=skip)
                 skip |= {r["job"] for r in got}
-                lines.insert(2, f"--reuse {folder}: {len(got)} runs would be copied "
+                lines.insert(2 + i, f"--reuse {folder}: {len(got)} runs would be copied "
                                 f"({sum(float(r.get('cpu_seconds') or 0) for r in got):,.0f} CPU-seconds)")
         try:
             print("\n".join(lines))
