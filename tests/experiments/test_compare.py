@@ -492,3 +492,19 @@ def test_lr_flags_replace_the_task_recipes_rate_and_grid():
     assert "lr_grid" not in cfg.validate().train_settings("mqar") and cfg.fit.lr_grid == [2e-3, 1e-3]
     cfg = build_config(build_parser().parse_args(["compare", "--preset", "default", "--lr", "5e-4"])).validate()
     assert cfg.train_settings("mqar")["lr"] == 5e-4 == cfg.train_settings("copy")["lr"]
+
+
+def test_a_sliced_invocation_does_not_narrow_the_folder_record(tmp_path):
+    """Two invocations on one folder, one scheme each: config.json, results.json and the report describe both,
+    in the order they came."""
+    out = tmp_path / "o"
+    run_tiny(out, schemes=["rope"], tasks=["copy"], rope_variants=[])
+    run_tiny(out, schemes=["alibi"], tasks=["copy"], rope_variants=[])
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["schemes"] == ["rope", "alibi"]
+    assert json.loads((out / "results.json").read_text())["config"]["schemes"] == ["rope", "alibi"]
+    table = (out / "report.md").read_text().split("## copy", 1)[1]  # the task table: configuration order
+    assert table.index("| rope |") < table.index("| alibi |")
+    # another configuration starts its own record
+    run_tiny(tmp_path / "p", schemes=["alibi"], tasks=["copy"], rope_variants=[], steps=4)
+    assert json.loads((tmp_path / "p" / "config.json").read_text())["schemes"] == ["alibi"]

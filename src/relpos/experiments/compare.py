@@ -34,7 +34,7 @@ from relpos.experiments.runner import Job, LocalRunner, SerialRunner
 from relpos.experiments.store import ConfigMismatchError, Store, error_line
 
 __all__ = ["plan", "compare", "rebuild_report", "summary_text", "CompareSummary", "prepare_output", "build_results",
-           "OUTPUT_FILES"]
+           "folder_config", "OUTPUT_FILES"]
 
 #: Files a sweep writes (moved aside by ``force``).
 OUTPUT_FILES = ("results.sqlite", "results.sqlite-wal", "results.sqlite-shm", "results.json", "config.json",
@@ -124,6 +124,25 @@ def _owns(folder: Path) -> bool:
     return isinstance(cj, dict) and "fingerprint" in cj and "protocol" in cj
 
 
+#: The lists that say which jobs an invocation runs: a folder's config.json keeps their union.
+_PLAN_LISTS = ("schemes", "tasks", "seeds", "randomized")
+
+
+def folder_config(cfg: ExperimentConfig, out_dir: str | Path) -> ExperimentConfig:
+    """``cfg`` as the record of a folder that already holds runs of its configuration: the schemes, tasks,
+    seeds and randomized schemes joined with those of the folder's config.json, earlier ones first, so that
+    an invocation that runs a slice (``--schemes fire``) does not narrow what the folder's results.json,
+    report and config.json describe (nor their order). A folder of another configuration: ``cfg``."""
+    try:
+        old = json.loads((Path(out_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return cfg
+    if not isinstance(old, dict) or old.get("fingerprint") != cfg.fingerprint():
+        return cfg
+    joined = {k: list(dict.fromkeys([*old[k], *getattr(cfg, k)])) for k in _PLAN_LISTS if isinstance(old.get(k), list)}
+    return cfg.replace(**joined) if joined else cfg
+
+
 def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = False,
                    log: Callable[[str], None] = lambda s: None) -> Store:
     """Create or reopen the output folder for ``cfg`` and return its bound store.
@@ -155,7 +174,8 @@ def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = 
     out.mkdir(parents=True, exist_ok=True)
     store = Store(out / "results.sqlite")
     store.bind(fp, cfg.protocol())
-    write_json_atomic(out / "config.json", {"fingerprint": fp, **cfg.to_dict(), "protocol": cfg.protocol()})
+    record = folder_config(cfg, out)
+    write_json_atomic(out / "config.json", {"fingerprint": fp, **record.to_dict(), "protocol": cfg.protocol()})
     return store
 
 
@@ -280,6 +300,7 @@ def compare(
     out = Path(out_dir)
     store = prepare_output(cfg, out, force=force, log=log)
     cfg.models_dir = str(out.resolve() / "models") if keep_models else None
+    record = folder_config(cfg, out)  # what the folder holds: this invocation's plan and the earlier ones'
     if cfg.preset == "ci":
         from relpos.experiments.verdict import SMOKE_NOTE
 
@@ -314,14 +335,14 @@ def compare(
                     store.record_failure(fp, job.key, err or "unknown error")
                     summary.failed.append(job.key)
                     bar.finish(job, False, None, error_line(err))
-                write_json_atomic(out / "results.json", build_results(store, cfg))
+                write_json_atomic(out / "results.json", build_results(store, record))
         except KeyboardInterrupt:
             summary.interrupted = True
             log("interrupted: finished runs are saved; rerun the same command to resume")
         finally:
             bar.close()
             lease.__exit__(None, None, None)
-        results = build_results(store, cfg)
+        results = build_results(store, record)
         write_json_atomic(out / "results.json", results)
         summary.results = results
         summary.seconds = time.perf_counter() - t0
