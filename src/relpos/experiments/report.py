@@ -141,7 +141,7 @@ def _order(labels, results: dict) -> list[str]:
         for s in sorted(rank, key=len, reverse=True):
             if lab == s:
                 return (rank[s], 0, 0, lab)
-            if lab == s + "+rand":
+            if lab in (s + "+rand", s + "+rand-sampled"):  # randomized positions: at 0..N-1, then sampled
                 return (rank[s], 1, len(variants), lab)
             if lab.startswith(s + "-") and lab[len(s) + 1:] in variants:
                 return (rank[s], 1, variants.index(lab[len(s) + 1:]), lab)
