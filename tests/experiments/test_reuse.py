@@ -97,6 +97,12 @@ def test_runs_that_would_train_differently_are_trained(tmp_path):
     assert reused == [k for k in sorted(jobs_b) if k.startswith("lm/")] and s.finished == len(jobs_b) - len(reused)
     assert [t["lr"] for t in jobs_b["copy/alibi/seed0"]["info"]["train"]["fit"]["lr_tries"]] == [3e-3, 1e-3]
     assert stored(a) == before  # the source is only read
+    # without kept models here, a copied run does not point at a model this folder lacks
+    e = tmp_path / "e"
+    compare(cfg_with(1.0, [3e-3, 1e-3]), e, runner=SerialRunner(), progress=False, plots=False, log=quiet,
+            reuse=[a], keep_models=False)
+    assert stored(a)[0]["lm/alibi/seed0"]["info"]["train"]["checkpoint"]
+    assert stored(e)[0]["lm/alibi/seed0"]["info"]["train"]["checkpoint"] is None and not (e / "models").exists()
     # another gate: no task is decided the same, nothing is reused
     d = tmp_path / "d"
     run(cfg_with(0.5, []), d, reuse=[a])

@@ -135,15 +135,22 @@ def reuse_runs(store, cfg, keys: list[str], folder: str | os.PathLike, *, models
     out = []
     for res in reusable(cfg, keys, folder, skip=store.done_jobs(fp) | set(store.leases(fp))):
         model = (res.get("train") or {}).get("checkpoint")  # relative to the folder: models/<task>/...
-        if models_dir and isinstance(model, str):
-            _copy_model(Path(folder) / model, Path(models_dir).parent / model)
+        if isinstance(model, str):
+            kept = models_dir is not None and _copy_model(Path(folder) / model, Path(models_dir).parent / model)
+            if not kept:  # never point at a model this folder does not hold
+                res["train"]["checkpoint"] = None
         if store.write_job(fp, res):
             out.append({"job": res["job"], "cpu_seconds": float(res.get("cpu_seconds") or 0.0)})
     return out
 
 
-def _copy_model(src: Path, dest: Path) -> None:
-    """Copy a saved model folder unless something is already at ``dest`` (never overwrite)."""
-    if src.is_dir() and not dest.exists():
+def _copy_model(src: Path, dest: Path) -> bool:
+    """Copy a saved model folder unless something is already at ``dest`` (never overwrite); whether ``dest``
+    now holds the model."""
+    if not src.is_dir():
+        return False
+    if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(src, dest)
+        return True
+    return dest.is_dir()
