@@ -6,7 +6,7 @@
   held-out data; language models until their loss flattens, then a cooldown); a
   quick look: its language models train at a higher rate to a looser plateau
   rule than the full preset's (about half the steps, a loss about 0.1 nats
-  higher); about ten minutes on a 2-core CPU. ``--add-schemes shaw,learned,sandwich``
+  higher); about ten to twelve minutes on a 2-core CPU. ``--add-schemes shaw,learned,sandwich``
   adds the rest of the benchmark's schemes (about 3.5 minutes more).
 * ``ci`` -- a **smoke test**: the benchmark's eleven schemes, few steps, short lengths; under
   two minutes. Its numbers come from models that have not fitted and carry no
