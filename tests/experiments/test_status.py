@@ -18,12 +18,19 @@ def _result(job: str, *, fitted: bool, cpu: float) -> dict:
     return r
 
 
-def test_done_running_failed_and_to_run(tmp_path):
+def _bound(path):
+    """The ci preset, its fingerprint and its store at ``path`` (bound to it)."""
     cfg = preset("ci")
     fp = cfg.fingerprint()
+    st = Store(path / "results.sqlite")
+    st.bind(fp, cfg.protocol())
+    return cfg, fp, st
+
+
+def test_done_running_failed_and_to_run(tmp_path):
     keys = ["lm/rope/seed0", "lm/alibi/seed0", "copy/rope/seed0", "copy/alibi/seed0", "copy/nope/seed0"]
-    with Store(tmp_path / "results.sqlite") as st:
-        st.bind(fp, cfg.protocol())
+    cfg, fp, st = _bound(tmp_path)
+    with st:
         st.write_job(fp, _result("lm/rope/seed0", fitted=True, cpu=12.0))
         st.write_job(fp, _result("copy/rope/seed0", fitted=False, cpu=30.5))
         # stored as the runner stores it: a whole traceback, the exception on its last line
@@ -43,11 +50,9 @@ def test_done_running_failed_and_to_run(tmp_path):
 
 
 def test_cpu_left_is_estimated_per_task_and_says_what_it_cannot_estimate(tmp_path):
-    cfg = preset("ci")
-    fp = cfg.fingerprint()
     keys = ["lm/rope/seed0", "lm/alibi/seed0", "lm/nope/seed0", "copy/rope/seed0", "copy/alibi/seed0"]
-    with Store(tmp_path / "results.sqlite") as st:
-        st.bind(fp, cfg.protocol())
+    cfg, fp, st = _bound(tmp_path)
+    with st:
         st.write_job(fp, _result("lm/rope/seed0", fitted=True, cpu=10.0))
         st.write_job(fp, _result("lm/alibi/seed0", fitted=True, cpu=30.0))
         status = folder_status(cfg, tmp_path, keys)

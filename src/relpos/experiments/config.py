@@ -355,6 +355,14 @@ class ExperimentConfig:
         out.update(self.task_model.get(task, {}))
         return out
 
+    def lr_grid(self, task: str) -> list[float]:
+        """The learning rates a job of ``task`` may try, in the order of
+        :func:`relpos.experiments.fitting.lr_tries`: an algorithmic task's own grid (``task_train``), else
+        ``fit.lr_grid``; language modelling trains at its one rate (``[]``)."""
+        if task not in ALGORITHMIC:
+            return []
+        return list(self.train_settings(task).get("lr_grid", self.fit.lr_grid))
+
     def train_settings(self, task: str) -> dict:
         """Training settings for one task (shared values plus its overrides)."""
         out = {

@@ -268,8 +268,7 @@ def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
     from relpos.train import train
 
     settings = cfg.train_settings(j.task)
-    # an algorithmic task's own grid (task_train) replaces the preset's; language modelling has none
-    grid = lr_tries(settings.get("lr_grid", cfg.fit.lr_grid) if task.kind != "lm" else [], settings["lr"])
+    grid = lr_tries(cfg.lr_grid(j.task), settings["lr"])  # language modelling: its one rate
     tries, best = [], None
     for lr in grid:
         tcfg = train_config_for(j, cfg, task, lr=lr)

@@ -193,11 +193,12 @@ def shown_runs(results: dict) -> tuple[dict, set[int]]:
     return {**results, "runs": keep}, ok
 
 
-def _table_rows(results: dict, task: str):
-    """(title, header, rows) tables for a task; each row carries its fit column."""
+def _table_rows(results: dict, task: str, view: tuple[dict, set[int]] | None = None):
+    """(title, header, rows) tables for a task; each row carries its fit column. ``view``: :func:`shown_runs`
+    of ``results`` when the caller has it already (one pass for every task)."""
     tl = _train_len(results, task)
     tables = []
-    shown, ok = shown_runs(results)
+    shown, ok = view or shown_runs(results)
     if task == "lm":
         for field, section, xname, title in (
             ("bpb", "metrics", "eval_len", f"Language modelling: bits per byte at each evaluation length "
@@ -227,9 +228,9 @@ def _table_rows(results: dict, task: str):
 
 def text_tables(results: dict) -> str:
     """Plain-text tables for the terminal."""
-    out = []
+    out, view = [], shown_runs(results)
     for task in _tasks(results):
-        for title, header, rows in _table_rows(results, task):
+        for title, header, rows in _table_rows(results, task, view):
             widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
             out.append(title)
             out.append("  ".join(h.ljust(widths[i]) if i < 2 else h.rjust(widths[i]) for i, h in enumerate(header)))
@@ -239,9 +240,9 @@ def text_tables(results: dict) -> str:
     return "\n".join(out)
 
 
-def markdown_tables(results: dict, task: str) -> str:
+def markdown_tables(results: dict, task: str, view: tuple[dict, set[int]] | None = None) -> str:
     out = []
-    for title, header, rows in _table_rows(results, task):
+    for title, header, rows in _table_rows(results, task, view):
         out.append(f"**{title}**\n")
         out.append("| " + " | ".join(header) + " |")
         out.append("|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|")
@@ -318,8 +319,9 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
     plot_for = {
         "lm": ["lm_loss_vs_length.png", "lm_loss_by_position.png", "lm_fixed_target.png"],
     }
+    view = shown_runs(results)
     for task in _tasks(results):
-        lines += [f"## {task}", "", markdown_tables(results, task)]
+        lines += [f"## {task}", "", markdown_tables(results, task, view)]
         for p in plot_for.get(task, []):
             if p in plots:
                 lines += [f"![{p}]({p})", ""]

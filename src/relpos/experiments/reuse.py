@@ -18,9 +18,9 @@ saved model is copied too when the source kept one. The source folder is only re
 
 Example:
     >>> full = {"lr_grid": [2e-3, 1e-3, 3e-3]}
-    >>> same_tries([{"lr": 2e-3, "fitted": True}], [2e-3], full["lr_grid"], task="copy")  # fitted at 2e-3
+    >>> same_tries([{"lr": 2e-3, "fitted": True}], 2e-3, full["lr_grid"], task="copy")  # fitted at 2e-3
     True
-    >>> same_tries([{"lr": 2e-3, "fitted": False}], [2e-3], full["lr_grid"], task="copy")  # would try 1e-3 next
+    >>> same_tries([{"lr": 2e-3, "fitted": False}], 2e-3, full["lr_grid"], task="copy")  # would try 1e-3 next
     False
 """
 
@@ -46,15 +46,6 @@ def task_settings(protocol: dict, task: str) -> dict:
     return {**{k: protocol.get(k) for k in _SHARED}, "fit": fit, "train": train,
             "task": (protocol.get("tasks") or {}).get(task),
             "task_model": (protocol.get("task_model") or {}).get(task)}
-
-
-def _tries(protocol: dict, task: str) -> list[float]:
-    from relpos.experiments.fitting import lr_tries
-
-    train = (protocol.get("train") or {}).get(task) or {}
-    if task == "lm":  # language modelling trains at its one rate
-        return [train.get("lr")]
-    return lr_tries(train.get("lr_grid", (protocol.get("fit") or {}).get("lr_grid") or []), train.get("lr"))
 
 
 def same_tries(tried: list[dict], task_lr: float, grid: list[float], *, task: str) -> bool:
@@ -96,18 +87,15 @@ def reusable(cfg, keys: list[str], folder: str | os.PathLike, *, skip: set[str] 
         runs: dict[str, list[dict]] = {}
         for r in src.runs(src_fp):
             runs.setdefault(r["job"], []).append(r)
+    same = {t: task_settings(proto, t) == task_settings(here, t) for t in {k.split("/", 1)[0] for k in keys}}
     out = []
     for key in keys:
         task = key.split("/", 1)[0]
         job = jobs.get(key)
-        if job is None or key in skip or key not in runs:
-            continue
-        if task_settings(proto, task) != task_settings(here, task):
+        if job is None or key in skip or key not in runs or not same[task]:
             continue
         fit = ((job["info"].get("train") or {}).get("fit") or {})
-        train = here["train"][task]
-        grid = train.get("lr_grid", here["fit"].get("lr_grid") or [])
-        if not same_tries(fit.get("lr_tries") or [], train["lr"], grid, task=task):
+        if not same_tries(fit.get("lr_tries") or [], cfg.train_settings(task)["lr"], cfg.lr_grid(task), task=task):
             continue
         res = _result(job, runs[key])
         res["reused_from"] = {"folder": str(folder), "fingerprint": src_fp, "finished_at": job["finished_at"]}
