@@ -40,8 +40,8 @@ __all__ = ["verdict", "verdict_markdown", "verdict_text", "is_smoke_test", "SMOK
 
 SMOKE_NOTE = (
     "SMOKE TEST: the `ci` preset trains for a few steps only, so its models have not fitted and its numbers "
-    "carry no conclusion. For real numbers run `relpos compare` (the default preset, about 13 minutes on 2 cores) or "
-    "`relpos compare --preset full`."
+    "carry no conclusion. For real numbers run `relpos compare` (the default preset, 10-12 minutes on 2 idle cores) "
+    "or `relpos compare --preset full` (about 12 hours on 2 cores; it spreads over `--workers`)."
 )
 
 #: Tasks shown in tables but kept out of the verdict and ranking.
