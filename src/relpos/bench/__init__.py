@@ -2,7 +2,8 @@
 
 ``relpos bench`` (see :mod:`relpos.commands.bench`) runs :func:`run_bench`. The package:
 
-* :mod:`~relpos.bench.cases` -- :class:`BenchSpec`, :class:`Case`, the default and grid plans, the targets;
+* :mod:`~relpos.bench.spec` -- :class:`BenchSpec`, :class:`Case` and the modes (imported by the rest);
+* :mod:`~relpos.bench.cases` -- the default and grid plans, the targets;
 * :mod:`~relpos.bench.peers` -- the peer registry (every documented configuration of each peer);
 * :mod:`~relpos.bench.layers` -- the attention layers the peers are compared in;
 * :mod:`~relpos.bench.steps` -- one runnable step per case, and the clock;

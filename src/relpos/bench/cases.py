@@ -1,16 +1,13 @@
-"""What a benchmark run measures: the shared spec, one case per configuration, the plans and the targets."""
+"""What a benchmark run measures: the plans (one case per configuration) and the targets."""
 
 from __future__ import annotations
 
-import dataclasses
-
-import torch
+from relpos.bench.peers import peer_cases
+from relpos.bench.spec import MODES, BenchSpec, Case
 
 __all__ = ["MODES", "TARGETS", "BenchSpec", "Case", "attention_schemes", "default_impls", "default_cases",
            "grid_cases", "SWEEP_LENGTHS", "SWEEP_SCHEMES", "LONG_LENGTHS", "LONG_SCHEMES", "DENSE_MAX_N",
            "MAIN_N"]
-
-MODES = ("fwd", "fwd+bwd")
 
 #: The length of the main table: every scheme and implementation, and the peers.
 MAIN_N = 2048
@@ -22,71 +19,6 @@ TARGETS: dict[str, float] = {
     "t5": 1.5, "kerple-log": 1.5, "kerple-power": 1.5, "fire": 1.5, "transformer-xl": 1.5, "shaw": 1.5,
     "shaw-kv": 2.0, "fox": 1.5, "deberta": 3.0, "cope": 3.0,
 }
-
-_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
-           "float16": torch.float16}
-
-
-@dataclasses.dataclass
-class BenchSpec:
-    """Shapes and process settings shared by every case of a run.
-
-    Attributes:
-        batch, heads, head_dim: the ``(B, H, N, D)`` shape of q, k and v.
-        causal: causal attention (default) or bidirectional.
-        dtype: ``float32``, ``float64``, ``bfloat16`` or ``float16``.
-        repeats: timed rounds per case; the median is kept.
-        threads: torch intra-op threads (0 keeps torch's default).
-        flush_denormal: ``torch.set_flush_denormal(True)`` before any work.
-        memory: measure peak memory in fresh processes.
-        memory_jobs: memory processes at a time.
-        device: ``cpu`` or ``cuda``.
-        clock: ``cpu`` (process CPU time) or ``wall``.
-    """
-
-    batch: int = 1
-    heads: int = 8
-    head_dim: int = 64
-    causal: bool = True
-    dtype: str = "float32"
-    repeats: int = 3
-    threads: int = 1
-    flush_denormal: bool = True
-    memory: bool = True
-    memory_jobs: int = 3
-    device: str = "cpu"
-    clock: str = "cpu"
-
-    def torch_dtype(self) -> torch.dtype:
-        """The torch dtype of :attr:`dtype`.
-
-        Raises:
-            ValueError: an unknown dtype name.
-        """
-        try:
-            return _DTYPES[self.dtype]
-        except KeyError:
-            raise ValueError(f"dtype must be float32, float64, bfloat16 or float16, got {self.dtype!r}") from None
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One configuration.
-
-    ``impl`` is ``"sdpa"`` for the baseline, an attention implementation name,
-    ``"peer:<name>"`` (a peer of :data:`relpos.bench.peers.PEERS`) or
-    ``"layer:<scheme>"`` (the relpos attention layer that the peers of ``scheme``
-    are compared with).
-    """
-
-    scheme: str
-    impl: str
-    N: int
-    mode: str
-
-    @property
-    def key(self) -> tuple:
-        return (self.scheme, self.impl, self.N, self.mode)
 
 
 def attention_schemes() -> list[str]:
@@ -141,8 +73,6 @@ def default_cases(device: str = "cpu", *, peers: bool = False) -> list[Case]:
     * ``peers``: every peer and its matching relpos layer at ``N = 2048`` (see
       :func:`relpos.bench.peers.peer_cases`).
     """
-    from relpos.bench.peers import peer_cases
-
     cases: list[Case] = []
     impls = default_impls(device)
     for s in attention_schemes():
@@ -165,8 +95,6 @@ def default_cases(device: str = "cpu", *, peers: bool = False) -> list[Case]:
 
 def grid_cases(schemes: list[str], impls: list[str], lengths: list[int], modes: list[str]) -> list[Case]:
     """Every combination (``impls`` may include ``"peers"`` for the peer set)."""
-    from relpos.bench.peers import peer_cases
-
     cases = [Case(s, i, N, m) for N in lengths for s in schemes for i in impls if i != "peers" for m in modes]
     if "peers" in impls:
         cases += peer_cases(lengths, modes)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from relpos.bench.cases import MODES, BenchSpec, Case
+from relpos.bench.spec import MODES, BenchSpec, Case
 
 __all__ = ["measure_memory", "measure_one", "rss_kib", "child_main", "zygote_main", "apply_process_settings"]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from relpos.bench.cases import MODES, BenchSpec, Case
+from relpos.bench.spec import MODES, BenchSpec, Case
 
 __all__ = ["Peer", "PEERS", "peer_cases", "build_peer", "peer_available"]
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from relpos.bench.cases import BenchSpec, Case
+from relpos.bench.spec import BenchSpec, Case
 from relpos.bench.memory import measure_memory
 from relpos.bench.steps import build_step, timed
 

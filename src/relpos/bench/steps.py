@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from relpos.bench.cases import BenchSpec, Case
+from relpos.bench.spec import BenchSpec, Case
 
 __all__ = ["build_step", "make_encoding", "timed", "auto_choice"]
 
