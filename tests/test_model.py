@@ -216,8 +216,8 @@ def test_mha_takes_one_typed_scheme():
     b = MultiHeadAttention(16, 4, "alibi", causal=False)
     kpm = torch.tensor([[True] * 5, [True, True, False, False, False]])
     assert torch.isfinite(b(x, key_padding_mask=kpm)).all()
-    assert MultiHeadAttention(16, 4, None)(x).shape == (2, 5, 16)
+    assert MultiHeadAttention(16, 4, None, causal=False)(x).shape == (2, 5, 16)
     with pytest.raises(TypeError, match="encoding"):
-        MultiHeadAttention(16, 4, 3)
+        MultiHeadAttention(16, 4, 3, causal=False)
     with pytest.raises(ValueError, match="divide"):
-        MultiHeadAttention(16, 3)
+        MultiHeadAttention(16, 3, causal=False)

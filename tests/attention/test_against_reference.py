@@ -12,12 +12,11 @@ import torch
 
 import relpos
 from relpos.attention import UnsupportedError, available_impls
-from relpos.encodings import scheme_names
-from tests.helpers import build
+from tests.helpers import attention_schemes, build
 
 FAST_IMPLS = [i for i in available_impls() if i not in ("reference",)]
 assert set(FAST_IMPLS) == {"dense", "chunked", "flex", "auto"}
-SCHEMES = scheme_names()
+SCHEMES = attention_schemes()  # embedding-only schemes are refused (tests/attention/test_validation.py)
 
 
 def _inputs(B, H, Nq, Nk, D, seed=0, dtype=torch.float32):

@@ -16,39 +16,39 @@ def qkv(B=1, H=2, N=4, D=8, dtype=torch.float32):
 def test_wrong_ndim_names_parameter():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="q must have 4 dims"):
-        relpos.attention(q[0], k, v)
+        relpos.attention(q[0], k, v, causal=False)
 
 
 def test_integer_dtype_rejected():
     q, k, v = qkv()
     with pytest.raises(TypeError, match="k must be a floating-point"):
-        relpos.attention(q, k.long(), v)
+        relpos.attention(q, k.long(), v, causal=False)
 
 
 def test_mixed_dtypes_rejected():
     q, k, v = qkv()
     with pytest.raises(TypeError, match="share a dtype"):
-        relpos.attention(q, k.double(), v)
+        relpos.attention(q, k.double(), v, causal=False)
 
 
 def test_head_mismatch_names_n_heads():
     q, k, v = qkv(H=3)
     enc = relpos.make_encoding("alibi", n_heads=4, head_dim=8)
     with pytest.raises(ValueError, match="n_heads=4"):
-        relpos.attention(q, k, v, enc)
+        relpos.attention(q, k, v, enc, causal=False)
 
 
 def test_k_shape_mismatch():
     q, _, v = qkv()
     k = torch.randn(1, 2, 4, 7)
     with pytest.raises(ValueError, match="k must have shape"):
-        relpos.attention(q, k, v)
+        relpos.attention(q, k, v, causal=False)
 
 
 def test_negative_q_offset():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="q_offset must be in \\[0, "):
-        relpos.attention(q, k, v, q_offset=-1)
+        relpos.attention(q, k, v, q_offset=-1, causal=False)
 
 
 def test_causal_queries_past_keys():
@@ -60,29 +60,29 @@ def test_causal_queries_past_keys():
 def test_unknown_impl_lists_choices():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="impl must be one of"):
-        relpos.attention(q, k, v, impl="magic")
+        relpos.attention(q, k, v, impl="magic", causal=False)
 
 
 def test_padding_mask_must_be_bool_with_shape():
     q, k, v = qkv()
     with pytest.raises(TypeError, match="key_padding_mask must be a bool"):
-        relpos.attention(q, k, v, key_padding_mask=torch.ones(1, 4))
+        relpos.attention(q, k, v, key_padding_mask=torch.ones(1, 4), causal=False)
     with pytest.raises(ValueError, match="key_padding_mask must have shape"):
-        relpos.attention(q, k, v, key_padding_mask=torch.ones(1, 5, dtype=torch.bool))
+        relpos.attention(q, k, v, key_padding_mask=torch.ones(1, 5, dtype=torch.bool), causal=False)
 
 
 def test_positions_shape_and_dtype():
     q, k, v = qkv()
     with pytest.raises(TypeError, match="positions must have an integer dtype"):
-        relpos.attention(q, k, v, positions=torch.arange(4.0))
+        relpos.attention(q, k, v, positions=torch.arange(4.0), causal=False)
     with pytest.raises(ValueError, match="positions must have shape"):
-        relpos.attention(q, k, v, positions=torch.arange(5))
+        relpos.attention(q, k, v, positions=torch.arange(5), causal=False)
 
 
 def test_encoding_type_checked():
     q, k, v = qkv()
     with pytest.raises(TypeError, match="encoding must be a relpos Encoding"):
-        relpos.attention(q, k, v, "t5")
+        relpos.attention(q, k, v, "t5", causal=False)
 
 
 def test_unsupported_error_is_value_error():
@@ -97,3 +97,62 @@ def test_bf16_inputs_keep_dtype_and_float32_tables():
     assert enc.relative_bias(torch.arange(-3, 4)).dtype == torch.float32
     ref = relpos.attention(q.float(), k.float(), v.float(), enc, causal=True, impl="reference")
     torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=3e-2)
+
+
+# ------------------------------------------------------------------ traps (issue 32)
+
+
+def test_causal_is_required_by_attention_logits_and_request():
+    """Leaving ``causal`` out used to give bidirectional attention in a decoder, silently."""
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="'causal'.*causal=True.*causal=False"):
+        relpos.attention(q, k, v)
+    with pytest.raises(TypeError, match="'causal'"):
+        relpos.attention.logits(q, k)
+    with pytest.raises(TypeError, match="'causal'"):
+        relpos.attention.request(q, k, v)
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        relpos.attention(q, k, v, causal=None)
+
+
+def test_causal_is_required_by_the_model_attention_layer():
+    from relpos.model import MultiHeadAttention
+
+    with pytest.raises(TypeError, match="'causal'"):
+        MultiHeadAttention(16, 2, "alibi")
+    assert MultiHeadAttention(16, 2, "alibi", causal=True).causal is True
+
+
+def _embedding_only_class():
+    """A scheme with another name that acts only on the embeddings: refused by capability."""
+    from relpos.encodings.base import Encoding
+
+    class ShiftedTable(Encoding):
+        name = "my-table"
+        acts_on = frozenset({"embedding"})
+        relative = False
+
+        def embed(self, x, pos):
+            return x + pos[..., None].to(x.dtype)
+
+    return ShiftedTable
+
+
+@pytest.mark.parametrize("name", ["sinusoidal", "learned", None])
+def test_embedding_only_schemes_are_refused_with_how_to(name):
+    enc = _embedding_only_class()(2) if name is None else relpos.make_encoding(name, n_heads=2, head_dim=8)
+    q, k, v = qkv()
+    for call in (lambda: relpos.attention(q, k, v, enc, causal=True),
+                 lambda: relpos.attention.logits(q, k, enc, causal=True)):
+        with pytest.raises(ValueError, match=r"acts only on the token embeddings.*embed\("):
+            call()
+    from relpos.model import MultiHeadAttention
+
+    with pytest.raises(ValueError, match="token embeddings"):
+        MultiHeadAttention(16, 2, enc, causal=True)
+
+
+def test_nope_and_none_are_still_served():
+    q, k, v = qkv()
+    a = relpos.attention(q, k, v, relpos.make_encoding("nope", n_heads=2, head_dim=8), causal=True)
+    torch.testing.assert_close(a, relpos.attention(q, k, v, None, causal=True))

@@ -118,12 +118,13 @@ def test_learned_table_too_short_names_max_len_and_position():
 
 
 @pytest.mark.parametrize("name", ["sinusoidal", "learned"])
-def test_absolute_schemes_leave_attention_alone(name):
+def test_absolute_schemes_are_refused_inside_attention(name):
+    """They used to return exactly the output of no encoding (a silent NoPE)."""
     enc = build(name, n_heads=2, head_dim=4)
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, 6, 4, generator=g) for _ in range(3))
-    out = relpos.attention(q, k, v, enc, causal=True)
-    torch.testing.assert_close(out, relpos.attention(q, k, v, None, causal=True))
+    with pytest.raises(ValueError, match="token embeddings"):
+        relpos.attention(q, k, v, enc, causal=True)
 
 
 @pytest.mark.parametrize("name", ["sinusoidal", "learned"])

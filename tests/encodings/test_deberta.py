@@ -183,7 +183,7 @@ def test_unknown_option_and_unbound_sharing():
     enc = DeBERTa(n_heads=2, head_dim=4, share_att_key=True)
     q, k, v = _qkv()
     with pytest.raises(RuntimeError, match="bind_content_projections"):
-        relpos.attention(q, k, v, enc)
+        relpos.attention(q, k, v, enc, causal=False)
     with pytest.raises(ValueError, match="n_heads\\*head_dim"):
         enc.bind_content_projections(torch.nn.Linear(8, 6), torch.nn.Linear(8, 8))
     with pytest.raises(ValueError, match="share_att_key=True"):

@@ -184,4 +184,4 @@ def test_unknown_option_and_wrong_heads():
     enc = Shaw(n_heads=2, head_dim=8, k=1, per_head=True)
     q, k, v = _qkv(H=3)
     with pytest.raises(ValueError, match="n_heads"):
-        relpos.attention(q, k, v, enc)
+        relpos.attention(q, k, v, enc, causal=False)

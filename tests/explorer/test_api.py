@@ -367,7 +367,9 @@ def test_shift_logits_are_relpos_attention(name):
     with torch.no_grad():
         q, k = api_mod.shift_qk(enc, x, wq, wk, pos[None])
         eye = torch.eye(n).expand(1, 2, n, n)
-        p = relpos.attention(q.double(), k.double(), eye.double(), enc, positions=pos, impl="reference")
+        inside = enc if enc.acts_on - {"embedding"} else None  # an embedding-only scheme acted in shift_qk
+        p = relpos.attention(q.double(), k.double(), eye.double(), inside, causal=False, positions=pos,
+                             impl="reference")
     torch.testing.assert_close(torch.softmax(logits.double(), -1), p[0], rtol=1e-4, atol=1e-5)
 
 

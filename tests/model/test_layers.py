@@ -13,7 +13,7 @@ from relpos.model import DEFAULT_ATTN_IMPL, ModelConfig, MultiHeadAttention, Tra
 def test_mha_default_impl_agrees_with_model_config():
     assert inspect.signature(MultiHeadAttention).parameters["impl"].default == DEFAULT_ATTN_IMPL
     assert ModelConfig().attn_impl == DEFAULT_ATTN_IMPL == "auto"
-    assert MultiHeadAttention(16, 2).impl == TransformerLM(ModelConfig.preset("tiny")).blocks[0].attn.impl
+    assert MultiHeadAttention(16, 2, causal=False).impl == TransformerLM(ModelConfig.preset("tiny")).blocks[0].attn.impl
 
 
 @pytest.mark.parametrize("kw, exc, match", [
@@ -41,7 +41,7 @@ def test_config_bad_input(kw, exc, match):
 ])
 def test_mha_bad_input(args, kw, exc, match):
     with pytest.raises(exc, match=match):
-        MultiHeadAttention(*args, **kw)
+        MultiHeadAttention(*args, **{"causal": False, **kw})
 
 
 def test_generate_bad_input():

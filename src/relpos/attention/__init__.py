@@ -23,11 +23,47 @@ from torch import Tensor
 from relpos.encodings.base import Encoding
 from relpos.validation import MAX_POSITIONS, check_bool, check_float, check_int, check_tensor
 
-__all__ = ["attention", "logits", "request", "Request", "UnsupportedError", "IMPLS", "available_impls"]
+__all__ = ["attention", "logits", "request", "Request", "UnsupportedError", "IMPLS", "available_impls",
+           "check_in_attention"]
 
 
 class UnsupportedError(ValueError):
     """An implementation cannot serve this scheme/shape/mode combination."""
+
+
+class _Required:
+    """Default of a keyword that has no default (so the error can say what to pass)."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+#: ``causal`` has no default: leaving it out of a decoder silently gave bidirectional attention.
+REQUIRED = _Required()
+
+
+def _require_causal(fn: str, causal) -> bool:
+    if causal is REQUIRED:
+        raise TypeError(
+            f"{fn}() missing the required keyword argument 'causal': pass causal=True (a decoder: query t "
+            f"sees keys up to t) or causal=False (an encoder: every key)"
+        )
+    return check_bool("causal", causal)
+
+
+def check_in_attention(encoding: Encoding) -> None:
+    """Raise ``ValueError`` if ``encoding`` acts only on the token embeddings (nothing inside attention).
+
+    Decided by the scheme's sites (``acts_on``), not its name: sinusoidal and learned
+    absolute embeddings would otherwise give exactly the output of no encoding.
+    """
+    sites = encoding.acts_on
+    if "embedding" in sites and not (sites - {"embedding"}):
+        raise ValueError(
+            f"scheme {encoding.name!r} acts only on the token embeddings, not inside attention: add it to the "
+            f"embeddings before the first layer (x = encoding.embed(tok_emb(idx), torch.arange(N)[None]), "
+            f"x of shape (B, N, C)) and call relpos.attention with encoding=None"
+        )
 
 
 #: impl name -> module that defines ``run(req) -> Tensor`` and ``supports(req) -> str | None``.
@@ -127,7 +163,7 @@ def request(
     v: Tensor | None = None,
     encoding: Encoding | None = None,
     *,
-    causal: bool = False,
+    causal: bool = REQUIRED,  # type: ignore[assignment]
     key_padding_mask: Tensor | None = None,
     q_offset: int = 0,
     positions: Tensor | None = None,
@@ -145,6 +181,7 @@ def request(
     """
     from relpos.encodings.nope import NoPE
 
+    causal = _require_causal("request", causal)
     _check_qkv("q", q)
     _check_qkv("k", k)
     if v is None:
@@ -164,7 +201,6 @@ def request(
     if Nq < 1 or k.shape[2] < 1:
         raise ValueError(f"q and k need at least one position, got Nq={Nq}, Nk={k.shape[2]}")
     check_int("q_offset", q_offset, 0, MAX_POSITIONS)
-    check_bool("causal", causal)
     Nk = k.shape[2]
     if causal and positions is None and q_offset + Nq > Nk:
         raise ValueError(
@@ -175,6 +211,7 @@ def request(
         encoding = NoPE(H)
     if not isinstance(encoding, Encoding):
         raise TypeError(f"encoding must be a relpos Encoding (see relpos.make_encoding), got {type(encoding).__name__}")
+    check_in_attention(encoding)
     if encoding.n_heads != H and encoding.n_heads != 1 and (encoding.acts_on - {"embedding"}):
         raise ValueError(f"encoding was built for n_heads={encoding.n_heads} but q has H={H} heads")
     encoding.check_causal(causal)
@@ -194,7 +231,7 @@ def logits(
     k: Tensor,
     encoding: Encoding | None = None,
     *,
-    causal: bool = False,
+    causal: bool = REQUIRED,  # type: ignore[assignment]
     key_padding_mask: Tensor | None = None,
     q_offset: int = 0,
     positions: Tensor | None = None,
@@ -220,6 +257,7 @@ def logits(
     """
     from relpos.attention.dense import additive_terms, rotated_qk
 
+    causal = _require_causal("logits", causal)
     req = request(q, k, None, encoding, causal=causal, key_padding_mask=key_padding_mask, q_offset=q_offset,
                   positions=positions, scale=scale)
     cd = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -240,7 +278,7 @@ def attention(
     v: Tensor,
     encoding: Encoding | None = None,
     *,
-    causal: bool = False,
+    causal: bool = REQUIRED,  # type: ignore[assignment]
     key_padding_mask: Tensor | None = None,
     q_offset: int = 0,
     positions: Tensor | None = None,
@@ -259,7 +297,10 @@ def attention(
         k: ``(B, H, Nk, D)`` keys (not yet rotated).
         v: ``(B, H, Nk, Dv)`` values.
         encoding: a scheme (:func:`relpos.make_encoding`), or None for no positions.
-        causal: mask keys after each query.
+            A scheme that acts only on the token embeddings (sinusoidal, learned)
+            is refused: add it to the embeddings instead (:meth:`Encoding.embed`).
+        causal: required, no default: True masks keys after each query (a decoder),
+            False lets every query see every key (an encoder).
         key_padding_mask: ``(B, Nk)`` bool, **True marks a real key** (as in
             ``scaled_dot_product_attention``'s boolean mask), False a padding key.
         q_offset: position of the first query (>= 0).
@@ -274,8 +315,9 @@ def attention(
 
     Raises:
         TypeError / ValueError: bad shapes, dtypes or ranges (the message names
-            the parameter); :class:`UnsupportedError` if ``impl`` cannot serve
-            the request.
+            the parameter), ``causal`` left out (TypeError), an embedding-only
+            scheme (ValueError); :class:`UnsupportedError` if ``impl`` cannot
+            serve the request.
 
     Example:
         >>> import relpos, torch
@@ -284,6 +326,7 @@ def attention(
         >>> relpos.attention(q, k, v, enc, causal=True).shape
         torch.Size([1, 2, 5, 8])
     """
+    causal = _require_causal("attention", causal)
     if not isinstance(impl, str) or impl not in IMPLS:
         raise ValueError(f"impl must be one of {available_impls()}, got {impl!r}")
     req = request(q, k, v, encoding, causal=causal, key_padding_mask=key_padding_mask, q_offset=q_offset,

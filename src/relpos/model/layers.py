@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import relpos
+from relpos.attention import REQUIRED, _require_causal, check_in_attention
 from relpos.encodings import Encoding, make_encoding
 from relpos.model.config import DEFAULT_ATTN_IMPL, MAX_D_MODEL, ModelConfig
 from relpos.validation import check_bool, check_choice, check_int
@@ -27,7 +28,7 @@ class MultiHeadAttention(nn.Module):
         d_model: width C.
         n_heads: heads H (must divide C).
         encoding: the scheme (see above).
-        causal: causal (True) or bidirectional attention.
+        causal: required keyword, no default: causal (True) or bidirectional (False) attention.
         impl: implementation name for :func:`relpos.attention` (default
             ``"auto"``, the same as :class:`ModelConfig`'s ``attn_impl``).
         bias: biases in the projections.
@@ -45,14 +46,14 @@ class MultiHeadAttention(nn.Module):
         n_heads: int,
         encoding: Encoding | str | None = None,
         *,
-        causal: bool = False,
+        causal: bool = REQUIRED,  # type: ignore[assignment]
         impl: str = DEFAULT_ATTN_IMPL,
         bias: bool = True,
     ) -> None:
         super().__init__()
+        causal = _require_causal("MultiHeadAttention", causal)
         check_int("d_model", d_model, 1, MAX_D_MODEL)
         check_int("n_heads", n_heads, 1, MAX_D_MODEL)
-        check_bool("causal", causal)
         check_bool("bias", bias)
         from relpos.attention import IMPLS
 
@@ -65,6 +66,7 @@ class MultiHeadAttention(nn.Module):
         if encoding is not None and not isinstance(encoding, Encoding):
             raise TypeError(f"encoding must be a relpos Encoding, a scheme name or None, got {type(encoding).__name__}")
         if encoding is not None:
+            check_in_attention(encoding)
             encoding.check_causal(causal)
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.causal = causal
@@ -90,10 +92,7 @@ class MultiHeadAttention(nn.Module):
         return self._heads(k), self._heads(v)
 
     def _enc(self, encoding) -> Encoding | None:
-        enc = self.encoding if encoding is None else encoding
-        if enc is not None and not (enc.acts_on - {"embedding"}):
-            return None  # acts only at the input (or nowhere): nothing to do in attention
-        return enc
+        return self.encoding if encoding is None else encoding
 
     def attend(
         self,
