@@ -132,8 +132,8 @@ def test_task_train_overrides():
     for bad in ([], "1e-3", [1e-3, 0], [True], None, [float("inf")], [float("nan")]):
         with pytest.raises(ValueError, match=r"task_train\['copy'\]\['lr_grid'\]"):
             preset("ci", task_train={"copy": {"lr_grid": bad}}).validate()
-    with pytest.raises(ValueError, match=r"task_train\['lm'\]\['lr_grid'\]: .* algorithmic tasks only"):
-        preset("ci", task_train={"lm": {"lr_grid": [1e-3]}}).validate()
+    # language modelling gets a grid like every task (issue 30: equal tuning)
+    assert preset("ci", task_train={"lm": {"lr_grid": [1e-3, 3e-3]}}).validate().lr_grid("lm") == [1e-3, 3e-3]
     assert preset("ci", task_train={"copy": {"lr_grid": [1e-3, 3e-3]}}).validate().train_settings("copy")["lr_grid"]
     from relpos.experiments.job import Job, train_config_for
 

@@ -20,9 +20,10 @@ _VOLATILE = {"seconds", "seconds_all_tries", "ms_per_step", "tokens_per_s", "eva
              "reused_from", "finished_at", "train_seconds"}
 
 
-def cfg_with(target: float, grid: list[float], copy_steps: int = 12):
+def cfg_with(target: float, grid: list[float], copy_steps: int = 12, copy_grid: list[float] | None = None):
     cfg = tiny(schemes=["alibi", "rope"], rope_variants=["pi"])  # rope: two views of one trained model
-    cfg.task_train = {"copy": {"steps": copy_steps, "batch_size": 8, "lr": 3e-3}}
+    cfg.task_train = {"copy": {"steps": copy_steps, "batch_size": 8, "lr": 3e-3,
+                               **({"lr_grid": copy_grid} if copy_grid else {})}}
     cfg.fit = FitConfig(target=target, val_every=4, lr_grid=grid)
     return cfg
 
@@ -57,18 +58,20 @@ def test_task_settings_ignore_only_the_grid():
 
 def test_same_tries():
     tried = [{"lr": 3e-3, "fitted": False}, {"lr": 1e-3, "fitted": True}]
-    assert same_tries(tried, 3e-3, [3e-3, 1e-3, 2e-3], task="copy")  # fitted at its second, as it would here
+    assert same_tries(tried, 3e-3, [1e-3, 3e-3], task="copy")  # every rate, in the same order
+    assert not same_tries(tried, 3e-3, [3e-3, 1e-3, 2e-3], task="copy")  # here it would also try 2e-3
+    assert not same_tries(tried[:1], 3e-3, [3e-3, 1e-3], task="copy")  # fitted or not, every rate runs
     assert not same_tries(tried, 1e-3, [3e-3, 1e-3], task="copy")  # here 1e-3 comes first
     assert same_tries([{"lr": 3e-3, "fitted": False}], 3e-3, [], task="copy")  # the only rate either way
     assert not same_tries([], 3e-3, [], task="copy")  # no record of what it tried: train it
-    assert same_tries([{"lr": 6e-3, "fitted": False}], 6e-3, [1e-3], task="lm")  # language models: no grid
+    assert not same_tries([{"lr": 6e-3}], 6e-3, [1e-3, 6e-3], task="lm")  # language models get the grid too
 
 
 def test_reused_runs_equal_fresh_ones_and_only_those_are_reused(tmp_path):
-    # A: every copy run fits at its one rate (gate 0), kept models
+    # A: a grid of two rates (gate 0), kept models
     a = tmp_path / "a"
-    run(cfg_with(0.0, []), a)
-    # B: the same, plus a learning-rate grid: a fitted first try is what B would do too -> all reused
+    run(cfg_with(0.0, [1e-3, 3e-3]), a)
+    # B: the grid written in the other order: another fingerprint, the same tries (the task's rate first)
     b = tmp_path / "b"
     s = run(cfg_with(0.0, [3e-3, 1e-3]), b, reuse=[a])
     assert s.finished == 0 and s.skipped == s.total == 4
@@ -86,12 +89,12 @@ def test_reused_runs_equal_fresh_ones_and_only_those_are_reused(tmp_path):
 
 
 def test_runs_that_would_train_differently_are_trained(tmp_path):
-    # A: no copy run fits (gate 1.0); with a grid, B would go on to 1e-3 -> copy is trained, lm reused
+    # A: one rate; B: copy's own grid adds 1e-3 -> copy is trained, lm (its one rate in both) reused
     a = tmp_path / "a"
     run(cfg_with(1.0, []), a)
     b = tmp_path / "b"
     before = copy.deepcopy(stored(a))
-    s = run(cfg_with(1.0, [3e-3, 1e-3]), b, reuse=[a])
+    s = run(cfg_with(1.0, [], copy_grid=[3e-3, 1e-3]), b, reuse=[a])
     jobs_b, _ = stored(b)
     reused = sorted(k for k, j in jobs_b.items() if "reused_from" in j["info"])
     assert reused == [k for k in sorted(jobs_b) if k.startswith("lm/")] and s.finished == len(jobs_b) - len(reused)
@@ -99,8 +102,8 @@ def test_runs_that_would_train_differently_are_trained(tmp_path):
     assert stored(a) == before  # the source is only read
     # without kept models here, a copied run does not point at a model this folder lacks
     e = tmp_path / "e"
-    compare(cfg_with(1.0, [3e-3, 1e-3]), e, runner=SerialRunner(), progress=False, plots=False, log=quiet,
-            reuse=[a], keep_models=False)
+    compare(cfg_with(1.0, [], copy_grid=[3e-3, 1e-3]), e, runner=SerialRunner(), progress=False, plots=False,
+            log=quiet, reuse=[a], keep_models=False)
     assert stored(a)[0]["lm/alibi/seed0"]["info"]["train"]["checkpoint"]
     assert stored(e)[0]["lm/alibi/seed0"]["info"]["train"]["checkpoint"] is None and not (e / "models").exists()
     # another gate: no task is decided the same, nothing is reused
@@ -115,13 +118,13 @@ def test_cli_dry_run_says_what_reuse_would_copy(tmp_path, capsys):
     src, dst = tmp_path / "src", tmp_path / "dst"
     assert main(args + ["--out", str(src)]) == 0
     capsys.readouterr()
-    # another grid: another fingerprint, but language models ignore it -> the one run would be copied
-    assert main(args + ["--lr-grid", "3e-3,1e-3", "--out", str(dst), "--dry-run", "--reuse", str(src)]) == 0
+    # a grid of the one rate: another fingerprint, the same try -> the one run would be copied
+    assert main(args + ["--lr-grid", "3e-3", "--out", str(dst), "--dry-run", "--reuse", str(src)]) == 0
     lines = capsys.readouterr().out.splitlines()
     cpu = stored(src)[0]["lm/alibi/seed0"]["info"]["cpu_seconds"]
     assert lines[2] == f"--reuse {src}: 1 runs would be copied ({cpu:,.0f} CPU-seconds)"
     assert not dst.exists()  # a dry run writes nothing
-    assert main(args + ["--lr-grid", "3e-3,1e-3", "--out", str(dst), "--reuse", str(src)]) == 0
+    assert main(args + ["--lr-grid", "3e-3", "--out", str(dst), "--reuse", str(src)]) == 0
     assert "reused_from" in stored(dst)[0]["lm/alibi/seed0"]["info"]
 
 

@@ -47,7 +47,9 @@ __all__ = [
 #: Bumped whenever measurements change meaning (enters the fingerprint).
 #: 2: early stopping and the fit gate, held-out examples, MQAR, copy variants,
 #: embedding scale, length-relative scheme ranges, sampled-position evaluation.
-PROTOCOL_VERSION = 2
+#: 3: every rate of the grid is tried and the rate chosen by validation (the gate reads validation too),
+#: validation and test examples disjoint, balanced parity labels, per-example scores.
+PROTOCOL_VERSION = 3
 
 #: The benchmark's schemes: the full and ci presets, and a bare ExperimentConfig (the default preset's
 #: quick look runs eight of them, see relpos.experiments.presets).
@@ -94,10 +96,8 @@ def _positive_int(name: str, v: Any) -> int:
 
 
 def _check_task_lr_grid(task: str, grid: Any) -> None:
-    """``task_train[task]["lr_grid"]``: a non-empty list of finite learning rates > 0, algorithmic tasks only."""
+    """``task_train[task]["lr_grid"]``: a non-empty list of finite learning rates > 0."""
     name = f"task_train[{task!r}]['lr_grid']"
-    if task == "lm":
-        raise ValueError(f"{name}: a learning-rate grid applies to algorithmic tasks only")
     if isinstance(grid, (str, bytes)) or not isinstance(grid, (list, tuple)) or not grid:
         raise ValueError(f"{name} must be a non-empty list of learning rates > 0, got {grid!r}")
     for v in grid:
@@ -140,8 +140,8 @@ class ExperimentConfig:
             default) or ``"all"`` (weight decay on biases and norms too), and, with a constant
             rate, ``"cooldown_at"`` (validation exact match in (0, 1] at which a linear cooldown
             starts) and ``"cooldown"`` (its length as a fraction of the steps before it, default 0.5);
-            ``"lr_grid"`` (an algorithmic task): the learning rates its jobs try in order, in place of
-            ``fit.lr_grid`` (see :func:`relpos.experiments.fitting.lr_tries`).
+            ``"lr_grid"``: the learning rates every job of the task trains at (all of them, the same for
+            every scheme), in place of ``fit.lr_grid`` (see :func:`relpos.experiments.fitting.lr_tries`).
         lm: options of :class:`relpos.tasks.LanguageModelling` (``train_len``,
             ``eval_factors``, ``eval_tokens``, ``train_bytes``, ...).
         algorithmic: options shared by the algorithmic tasks (``train_len``,
@@ -356,12 +356,17 @@ class ExperimentConfig:
         return out
 
     def lr_grid(self, task: str) -> list[float]:
-        """The learning rates a job of ``task`` may try, in the order of
-        :func:`relpos.experiments.fitting.lr_tries`: an algorithmic task's own grid (``task_train``), else
-        ``fit.lr_grid``; language modelling trains at its one rate (``[]``)."""
-        if task not in ALGORITHMIC:
-            return []
+        """The learning-rate grid of ``task``, the same for every scheme: the task's own grid
+        (``task_train``), else ``fit.lr_grid``; ``[]`` means the task's one rate. Every job tries every
+        rate of it (:func:`relpos.experiments.fitting.lr_tries`), language modelling included."""
         return list(self.train_settings(task).get("lr_grid", self.fit.lr_grid))
+
+    def lr_tries(self, task: str) -> list[float]:
+        """The rates every job of ``task`` trains at, in order (all of them run; see
+        :func:`relpos.experiments.fitting.choose_try`)."""
+        from relpos.experiments.fitting import lr_tries
+
+        return lr_tries(self.lr_grid(task), self.train_settings(task)["lr"])
 
     def train_settings(self, task: str) -> dict:
         """Training settings for one task (shared values plus its overrides)."""

@@ -28,15 +28,22 @@ every ``val_every`` steps and stops training once the model is fitted:
   one was still improving at its end (1.327).
 
 The **fit gate** then decides whether a run may enter rankings and verdicts: an
-algorithmic run is *fitted* when its held-out exact match at ``L`` is
+algorithmic run is *fitted* when its validation exact match at ``L`` (at the end of training) is
 ``>= target``; a language-modelling run is fitted when its validation loss
 flattened within the step budget (with ``"plateau"``, before the last
 cooldown that fits in the budget had to start).
 
-With ``lr_grid`` set (the full preset, or a task's own grid in ``task_train`` such as
-MQAR's), an algorithmic job tries the learning rates of the grid in order (its task's own
-rate first when the grid holds it, see :func:`lr_tries`) and keeps the first that fits; if
-none fits, the one with the best validation score. Every try is recorded.
+**Equal tuning.** With ``lr_grid`` set (``fit.lr_grid``, or a task's own grid in ``task_train``), every
+job of a task -- language modelling included, every scheme alike -- trains once at *every* rate of the
+grid (:func:`lr_tries`), and keeps the try with the best validation score at ``L`` after all of them
+(:func:`choose_try`): fitted tries first, then the higher score. Nothing stops at the first rate that
+passes, so every scheme gets the same number of tries. The fit gate and the choice read the same score,
+the validation set's: exact match at ``L`` on validation examples (algorithmic tasks; disjoint from the
+test examples every table reports), or the validation loss at the training length and whether it
+flattened (language modelling). Every try is recorded (``lr_tries``, with ``chosen``).
+
+The fit gate therefore never reads the test set: an algorithmic run is *fitted* when its final
+validation exact match at ``L`` is ``>= target``.
 """
 
 from __future__ import annotations
@@ -45,7 +52,8 @@ import dataclasses
 import math
 from typing import Any
 
-__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_choices", "lr_tries", "metric_at", "view_fitted",
+__all__ = ["FitConfig", "FitMonitor", "lm_validation_loss", "lr_choices", "lr_tries", "choose_try", "metric_at",
+           "view_fitted",
            "fitted_views", "DEFAULT_COOLDOWN", "VIEW_LM_TOLERANCE"]
 
 #: Length of a ``cooldown_at`` cooldown (fraction of the steps before it) when a task does not set ``cooldown``.
@@ -133,6 +141,34 @@ def lr_tries(grid: list[float], task_lr: float) -> list[float]:
     if not grid:
         return [task_lr]
     return [task_lr, *(g for g in grid if g != task_lr)] if task_lr in grid else grid
+
+
+def choose_try(tries: list[dict]) -> int:
+    """Index of the try a job keeps, after all of them ran: a fitted try before one that is not, then the
+    higher validation ``score`` (higher is better), then the higher ``token`` score (validation per-token
+    accuracy at L, algorithmic tasks), then the earlier try. Reads validation only.
+
+    Example:
+        >>> choose_try([{"fitted": True, "score": 0.96}, {"fitted": True, "score": 1.0},
+        ...             {"fitted": False, "score": 0.9}])
+        1
+        >>> choose_try([{"fitted": False, "score": -1.3}, {"fitted": True, "score": -1.4}])  # LM: -loss
+        1
+        >>> choose_try([{"fitted": True, "score": 1.0, "token": 1.0}, {"fitted": True, "score": 1.0, "token": 1.0}])
+        0
+    """
+    if not tries:
+        raise ValueError("choose_try needs at least one try")
+
+    def key(i):
+        t = tries[i]
+        sc = t.get("score")
+        sc = sc if isinstance(sc, (int, float)) and math.isfinite(sc) else -math.inf
+        tok = t.get("token")
+        tok = tok if isinstance(tok, (int, float)) and math.isfinite(tok) else -math.inf
+        return (bool(t.get("fitted")), sc, tok, -i)
+
+    return max(range(len(tries)), key=key)
 
 
 def lr_choices(runs: list[dict]) -> list[str]:
@@ -319,18 +355,26 @@ class FitMonitor:
         return self._streak >= self.fit.confirm
 
     def best_score(self) -> float:
-        """Higher is better: the last validation exact match, or minus the last LM validation loss."""
+        """Higher is better: the final validation exact match at L, or minus the final LM validation loss
+        (the model kept is the final one, so the score is the last check's)."""
         if not self.history:
             return -math.inf
         last = self.history[-1]
-        v = -last["val_loss"] if self.kind == "lm" else last["val_exact"]
+        v = -last["val_loss"] if self.kind == "lm" else last.get("val_exact_at_L", last["val_exact"])
         return v if math.isfinite(v) else -math.inf
 
+    def token_score(self) -> float | None:
+        """The final validation per-token accuracy at L (algorithmic tasks; None for language modelling)."""
+        if self.kind == "lm" or not self.history:
+            return None
+        return self.history[-1].get("val_token_accuracy_at_L")
+
     def fitted_by_validation(self) -> bool:
-        """Whether the monitor's own criterion was met (the LM fit gate)."""
+        """The fit gate, on validation only: the LM loss flattened, or the final validation exact match at L
+        reached the target."""
         if self.kind == "lm":
             return self.flat
-        return bool(self.history) and self.history[-1]["val_exact"] >= self.fit.target
+        return bool(self.history) and self.best_score() >= self.fit.target
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -360,8 +404,10 @@ def view_fitted(run: dict, runs: list[dict] = ()) -> bool:
     A row is one view of a trained model: as trained, with a RoPE scaling, or a randomized-positions model
     at positions 0..N-1 or at sampled ones. The fit gate was decided on the model as validated during
     training, so a view evaluated differently must also score in distribution at the training length L:
-    exact match at L >= the gate's target (algorithmic tasks), or, for language modelling, bits per byte
-    at L at most :data:`VIEW_LM_TOLERANCE` times the best of the views of the same job among ``runs``.
+    validation exact match at L >= the gate's target (algorithmic tasks), or, for language modelling, a
+    validation loss at L at most :data:`VIEW_LM_TOLERANCE` times the best of the views of the same job
+    among ``runs``. Each view's validation score is in its row (``validation``); rows from before protocol 3
+    have none and are gated, as they were, on their held-out score at L.
 
     Example:
         >>> fit = {"fitted": True, "target": 0.95, "score": 0.96}
@@ -369,6 +415,8 @@ def view_fitted(run: dict, runs: list[dict] = ()) -> bool:
         ...        "metrics": [{"eval_len": 8, "accuracy": 0.04}]}
         >>> view_fitted(row), view_fitted({**row, "metrics": [{"eval_len": 8, "accuracy": 0.97}]})
         (False, True)
+        >>> view_fitted({**row, "validation": {"score": 0.97}})  # protocol 3: the view's validation decides
+        True
         >>> lm = {"task": "lm", "job": "lm/rope+rand/seed0", "train_len": 64, "train": {"fit": {"fitted": True}}}
         >>> at_0_to_N = {**lm, "metrics": [{"eval_len": 64, "bpb": 3.35}]}
         >>> sampled = {**lm, "metrics": [{"eval_len": 64, "bpb": 2.03}]}
@@ -391,11 +439,20 @@ def fitted_views(runs: list[dict]) -> list[bool]:
     return [_view_passes(r, best) for r in runs]
 
 
+def _lm_view_score(run: dict):
+    """The number an LM view is gated on: its validation loss at L (protocol 3), else, for results from before
+    views carried a validation score, bits per byte at L."""
+    val = run.get("validation")
+    if isinstance(val, dict) and isinstance(val.get("score"), (int, float)):
+        return val["score"]
+    return metric_at(run, run.get("train_len"), "bpb")
+
+
 def _best_lm_views(runs) -> dict:
-    """LM job -> the lowest bits per byte at the training length over its views."""
+    """LM job -> the lowest gated score at the training length over its views."""
     best: dict = {}
     for r in runs:
-        if r.get("task") == "lm" and (b := metric_at(r, r.get("train_len"), "bpb")) is not None:
+        if r.get("task") == "lm" and (b := _lm_view_score(r)) is not None:
             best[r.get("job")] = min(b, best.get(r.get("job"), b))
     return best
 
@@ -404,9 +461,11 @@ def _view_passes(run: dict, best_lm: dict) -> bool:
     fit = (run.get("train") or {}).get("fit") or {}
     if not fit.get("fitted"):
         return False
-    L = run.get("train_len")
     if run.get("task") == "lm":
-        own = metric_at(run, L, "bpb")
+        own = _lm_view_score(run)
         return own is None or own <= VIEW_LM_TOLERANCE * best_lm.get(run.get("job"), own)
-    acc = metric_at(run, L, "accuracy")
+    val = run.get("validation")
+    if isinstance(val, dict) and isinstance(val.get("score"), (int, float)):
+        return val["score"] >= fit.get("target", 0.95)  # the view's own validation at L, never the test set
+    acc = metric_at(run, run.get("train_len"), "accuracy")  # results from before protocol 3
     return acc is None or acc >= fit.get("target", 0.95)

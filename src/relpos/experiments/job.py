@@ -21,6 +21,7 @@ A job
 from __future__ import annotations
 
 import copy
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -176,7 +177,8 @@ def sampled_positions_model_for(model, R: int, draw: int, seed: int):
 
 
 def _mean_measurements(draws: list[list]) -> list:
-    """Average the numbers of several evaluations with the same measurement layout."""
+    """Average the numbers of several evaluations with the same measurement layout (per-example scores
+    example by example)."""
     import dataclasses
 
     out = []
@@ -186,8 +188,48 @@ def _mean_measurements(draws: list[list]) -> list:
         for f in ("loss", "bpb", "ppl", "accuracy", "token_accuracy"):
             xs = [getattr(m, f) for m in ms if getattr(m, f) is not None]
             vals[f] = sum(xs) / len(xs) if xs else None
+        for f in ("per_example", "per_example_token"):
+            xs = [getattr(m, f) for m in ms if getattr(m, f) is not None]
+            vals[f] = [round(sum(v) / len(xs), 6) for v in zip(*xs)] if xs and len(xs) == len(ms) else None
         out.append(dataclasses.replace(first, count=sum(m.count for m in ms), **vals))
     return out
+
+
+def _split_per_example(measurements: list) -> tuple[list[dict], dict]:
+    """Measurement dicts without their per-example lists, and those lists keyed by
+    :func:`relpos.experiments.stats.per_example_key` (the store keeps a run's dict, not extra measurement
+    columns)."""
+    from relpos.experiments.stats import per_example_key
+
+    ms, per = [], {}
+    for m in measurements:
+        d = m.to_dict()
+        for src, field in (("per_example", "value"), ("per_example_token", "token")):
+            v = d.pop(src, None)
+            if v is not None:
+                per[per_example_key(d["protocol"], d["eval_len"], d.get("bucket_start", -1), field)] = v
+        ms.append(d)
+    return ms, per
+
+
+def view_validation(task, model) -> dict:
+    """A view's own validation score at L (the number the fit gate and the view gate read; never the test
+    set): exact match at L on the validation examples of length L (algorithmic; teacher-forced, equal to
+    greedy), or the validation loss (nats) on the validation windows (language modelling). ``model`` is the
+    view as it runs at the training length."""
+    import torch
+
+    from relpos.experiments.fitting import lm_validation_loss
+
+    x, y = task.validation_batch()
+    with torch.no_grad():
+        if task.kind == "lm":
+            return {"score": lm_validation_loss(model, x, y), "kind": "val_loss"}
+        from relpos.tasks.algorithmic import validation_score
+
+        k = task.n_val_at_l
+        exact, tok = validation_score(model, x[:k], y[:k])
+        return {"score": exact, "token": tok, "kind": "val_exact_at_L"}
 
 
 def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
@@ -195,30 +237,38 @@ def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
     from relpos.experiments.config import ROPE_VARIANTS
 
     def run(variant, measurements, task_name=None, **extra):
+        ms, per = _split_per_example(measurements)
         return {
             "scheme": job.scheme,
             "variant": variant,
             "task": task_name or job.task,
             "seed": job.seed,
             "train_len": task.train_len,
-            "measurements": [m.to_dict() for m in measurements],
+            "measurements": ms,
+            **({"per_example": per} if per else {}),
             **extra,
         }
 
+    from relpos.experiments.fitting import SampledPositions
+
     model.eval()
-    extra = {}
+    extra = {"validation": view_validation(task, model)}
     if task.kind == "lm":
         extra["span"] = _spans(task, model)
     out = [run("randomized" if job.randomized else None, task.evaluate(lambda n: model), **extra)]
+    width = task.train_seq_len()
     if job.randomized:
         R = model.cfg.random_positions
         draws = [task.evaluate(sampled_positions_model_for(model, R, d, job.seed)) for d in range(SAMPLED_DRAWS)]
-        out.append(run("randomized-sampled", _mean_measurements(draws)))
+        # validated as in training: one fixed sampled draw (the FitMonitor's)
+        val = view_validation(task, SampledPositions(model, R, width, seed=width))
+        out.append(run("randomized-sampled", _mean_measurements(draws), validation=val))
     elif _has_scalings(model):
         for v in cfg.rope_variants:
             scaling, fixed = ROPE_VARIANTS[v]
             mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
-            out.append(run(v, task.evaluate(mf)))
+            val = view_validation(task, mf(width))
+            out.append(run(v, task.evaluate(mf), validation=val))
     if task.kind == "lm" and cfg.passkey:  # passkey retrieval (issue 15) on the LM model and its scalings
         from relpos.tasks.passkey import Passkey
 
@@ -263,14 +313,15 @@ def _downsample(xs: list[float], n: int = 100) -> list[float]:
 
 
 def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
-    """Train with early stopping, trying the learning-rate grid in order; the kept (result, monitor, lr, tries)."""
-    from relpos.experiments.fitting import DEFAULT_COOLDOWN, FitMonitor, lr_tries
+    """Train with early stopping at every rate of the task's grid (all of them, for every scheme alike) and
+    keep the try with the best validation score (:func:`~relpos.experiments.fitting.choose_try`); returns
+    the kept (result, monitor, lr, tries)."""
+    from relpos.experiments.fitting import DEFAULT_COOLDOWN, FitMonitor, choose_try
     from relpos.train import train
 
     settings = cfg.train_settings(j.task)
-    grid = lr_tries(cfg.lr_grid(j.task), settings["lr"])  # language modelling: its one rate
-    tries, best = [], None
-    for lr in grid:
+    tries, kept = [], []
+    for lr in cfg.lr_tries(j.task):
         tcfg = train_config_for(j, cfg, task, lr=lr)
         steps = tcfg.steps
 
@@ -281,31 +332,30 @@ def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
         mon = FitMonitor(task, cfg.fit, steps, progress=report, cooldown_at=settings.get("cooldown_at"),
                          cooldown=settings.get("cooldown", DEFAULT_COOLDOWN))
         res = train(mcfg, tcfg, task.train_source(tcfg.batch_size, j.seed), callback=mon)
+        score = mon.best_score()
         tries.append({"lr": lr, "steps": int(res.steps), "seconds": float(res.seconds),
-                      "score": mon.best_score(), "fitted": mon.fitted_by_validation()})
-        if best is None or mon.best_score() > best[1].best_score():
-            best = (res, mon, lr)
-        if mon.fitted_by_validation() and task.kind != "lm":
-            best = (res, mon, lr)
-            break
-    return best[0], best[1], best[2], tries
+                      "score": score if math.isfinite(score) else None, "token": mon.token_score(),
+                      "fitted": mon.fitted_by_validation(), "stopped_early": mon.stopped_early})
+        best = choose_try(tries)
+        # keep only the best model so far in memory (a try's model is not needed once another beats it)
+        kept = [(res, mon, lr)] if best == len(tries) - 1 else kept
+    for i, t in enumerate(tries):
+        t["chosen"] = i == best
+    return kept[0][0], kept[0][1], kept[0][2], tries
 
 
 def _fit_record(task, mon, runs: list[dict], lr: float, tries: list[dict], target: float) -> dict:
-    """The fit gate of a job (see :mod:`relpos.experiments.fitting`)."""
+    """The fit gate of a job (see :mod:`relpos.experiments.fitting`): the kept try's final validation score,
+    the score its rate was chosen by. A randomized-position model was validated as it was trained (at
+    sampled positions). The test set is never read here."""
     rec = {**mon.summary(), "lr": lr, "lr_tries": tries, "target": target}
     if task.kind == "lm":
         rec.update(fitted=mon.fitted_by_validation(), score=mon.history[-1]["val_loss"] if mon.history else None,
                    score_kind="validation loss (nats) at the training length; fitted = it flattened")
         return rec
-    # a randomized-position model is gated as it was trained: at sampled positions
-    gate_run = next((r for r in runs if r.get("variant") == "randomized-sampled"), runs[0])
-    at_l = [m for m in gate_run["measurements"] if m["eval_len"] == task.train_len]
-    if at_l:
-        score, kind = at_l[0]["accuracy"], "held-out exact match at L (greedy decoding)"
-    else:
-        score, kind = (mon.history[-1]["val_exact"] if mon.history else 0.0), "validation exact match at <= L"
-    rec.update(fitted=bool(score is not None and score >= target), score=score, score_kind=kind)
+    score = mon.best_score() if mon.history else 0.0
+    rec.update(fitted=bool(mon.fitted_by_validation()), score=score,
+               score_kind="validation exact match at L (teacher-forced, equal to greedy)")
     return rec
 
 

@@ -96,6 +96,8 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
             **({"depth_accuracy": sorted(depth, key=lambda m: (m["eval_len"], m["depth"]))} if depth else {}),
             "train": t,
             "span": (r.get("info") or {}).get("span"),
+            # protocol 3: the view's validation score at L (what the gate reads) and per-example scores
+            **{k: (r.get("info") or {})[k] for k in ("validation", "per_example") if (r.get("info") or {}).get(k)},
         })
     return {
         "version": RESULTS_VERSION,

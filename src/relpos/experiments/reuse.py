@@ -8,9 +8,8 @@ compare --reuse FOLDER`` copies such runs instead of training them again:
 
 * a job is taken only when its task's settings in both configurations are equal in everything the
   fingerprint covers, apart from the learning-rate grid (:func:`task_settings`), and
-* the learning rates it would try here start with the rates it tried there, and it stopped there for
-  the reason it would stop here: it fitted at its last try (an algorithmic job keeps the first rate that
-  fits), or it tried every rate this configuration would try (:func:`same_tries`).
+* it tried there exactly the learning rates, in the order, it would try here (every job tries every
+  rate of its task's grid and keeps the best by validation, :func:`same_tries`).
 
 Everything else is trained as usual. A reused job keeps its measurements, its fit record and its CPU
 time, and records where it came from (``reused_from`` in its ``info``: folder, fingerprint, time); its
@@ -18,9 +17,9 @@ saved model is copied too when the source kept one. The source folder is only re
 
 Example:
     >>> full = {"lr_grid": [2e-3, 1e-3, 3e-3]}
-    >>> same_tries([{"lr": 2e-3, "fitted": True}], 2e-3, full["lr_grid"], task="copy")  # fitted at 2e-3
+    >>> same_tries([{"lr": r} for r in (2e-3, 1e-3, 3e-3)], 2e-3, full["lr_grid"], task="copy")
     True
-    >>> same_tries([{"lr": 2e-3, "fitted": False}], 2e-3, full["lr_grid"], task="copy")  # would try 1e-3 next
+    >>> same_tries([{"lr": 2e-3, "fitted": True}], 2e-3, full["lr_grid"], task="copy")  # would try all three
     False
 """
 
@@ -49,15 +48,13 @@ def task_settings(protocol: dict, task: str) -> dict:
 
 
 def same_tries(tried: list[dict], task_lr: float, grid: list[float], *, task: str) -> bool:
-    """Whether a job that tried ``tried`` (its fit record's ``lr_tries``) would try the same here and stop
-    where it stopped, with this configuration's ``task_lr`` and ``grid``."""
+    """Whether a job that tried ``tried`` (its fit record's ``lr_tries``) tried exactly the rates it would try
+    here, in the same order, with this configuration's ``task_lr`` and ``grid`` (every task, language
+    modelling included, tries every rate of its grid)."""
     from relpos.experiments.fitting import lr_tries
 
-    here = [task_lr] if task == "lm" else lr_tries(grid, task_lr)
     there = [t.get("lr") for t in tried]
-    if not there or there != here[:len(there)]:
-        return False
-    return len(there) == len(here) or (task != "lm" and bool(tried[-1].get("fitted")))
+    return bool(there) and there == lr_tries(grid, task_lr)
 
 
 def _result(job: dict, runs: list[dict]) -> dict:

@@ -251,13 +251,17 @@ class AlgorithmicTask(Task):
                 pred = greedy_decode(model, prompts, answers.shape[1], max_tokens=self.max_eval_tokens)
                 ok = pred == answers  # (E, A)
             ok = ok[:, mask]
+            exact = ok.all(dim=1)  # (E,)
+            tok = ok.double().mean(dim=1)  # (E,) every example has the same number of scored tokens
             out.append(
                 Measurement(
                     "accuracy",
                     n,
-                    accuracy=float(ok.all(dim=1).double().mean()),
+                    accuracy=float(exact.double().mean()),
                     token_accuracy=float(ok.double().mean()),
                     count=int(prompts.shape[0]),
+                    per_example=[int(v) for v in exact.tolist()],
+                    per_example_token=[round(float(v), 6) for v in tok.tolist()],
                 )
             )
         return out

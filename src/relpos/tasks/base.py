@@ -68,6 +68,11 @@ class Measurement:
         token_accuracy: fraction of answer tokens decoded correctly.
         bucket_start, bucket_end: position range (``-1`` when not a bucket).
         count: tokens or examples averaged over.
+        per_example: optional, one number per evaluation example in a fixed order that is the same for
+            every scheme of a seed (algorithmic: exact match 0/1 of each prompt; language modelling: the
+            mean loss of each window): what the paired bootstrap of
+            :mod:`relpos.experiments.stats` resamples.
+        per_example_token: optional, per-token accuracy of each example (algorithmic tasks).
     """
 
     protocol: str
@@ -80,6 +85,8 @@ class Measurement:
     bucket_start: int = -1
     bucket_end: int = -1
     count: int = 0
+    per_example: list[float] | None = None
+    per_example_token: list[float] | None = None
 
     PROTOCOLS: ClassVar[tuple[str, ...]] = ("window", "position", "fixed_target", "accuracy")
 
@@ -95,7 +102,12 @@ class Measurement:
         return cls(protocol, int(eval_len), loss=loss, bpb=loss / math.log(2), ppl=ppl, count=int(count), **kw)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """JSON-able fields; the per-example lists only when set."""
+        d = dataclasses.asdict(self)
+        for k in ("per_example", "per_example_token"):
+            if d[k] is None:
+                del d[k]
+        return d
 
 
 class Task:
@@ -163,6 +175,9 @@ def token_losses(model: nn.Module, x: Tensor, y: Tensor, *, max_tokens: int = 16
 
     Returns:
         ``(B, N)`` float64 losses, NaN where ``y == -100``.
+
+    A model with a ``token_losses(x, y)`` method (the Hugging Face wrapper, which
+    never materialises the full ``(N, vocab)`` logits) computes each chunk itself.
     """
     if x.shape != y.shape or x.dim() != 2:
         raise ValueError(f"x and y must both be (B, N), got {tuple(x.shape)} and {tuple(y.shape)}")
@@ -172,6 +187,10 @@ def token_losses(model: nn.Module, x: Tensor, y: Tensor, *, max_tokens: int = 16
     out = torch.empty(B, N, dtype=torch.float64)
     for s in range(0, B, rows):
         xb, yb = x[s : s + rows].to(dev), y[s : s + rows].to(dev)
+        own = getattr(model, "token_losses", None)
+        if callable(own):
+            out[s : s + rows] = own(xb, yb).double().cpu()
+            continue
         logits = model(xb).double()  # (b, N, V)
         lp = torch.log_softmax(logits, dim=-1)
         tgt = yb.clamp_min(0)
