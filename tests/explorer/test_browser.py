@@ -359,10 +359,10 @@ def test_shift_view_absolute_changes_relative_does_not(view, server):
     assert api["relative"]["max_abs_diff"] < 1e-4
     text = cell_readout(page, "#v3-rows canvas[data-key='absolute-diff']", "#v3-readout-absolute", 2, 5)
     assert num(text.rsplit(" ", 1)[1]) == pytest.approx(api["absolute"]["diff"][2][5], rel=1e-2, abs=1e-3)
-    # no shift, no change
+    # no shift: nothing to compare, and the page says so instead of a verdict
     page.fill("#v3-c-num", "0")
-    page.wait_for_function("() => document.querySelector('#v3-rows figcaption:nth-of-type(1)') &&"
-                           " document.querySelector('#v3-verdict-absolute').className.includes('same')")
+    page.wait_for_function("() => document.querySelector('#v3-verdict-absolute').textContent.includes('c = 0')")
+    assert page.get_attribute("#v3-verdict-absolute", "class") == "verdict"
 
 
 # ------------------------------------------------------------------- view 4

@@ -43,7 +43,7 @@ from relpos.explorer.results import aggregate_results, check_results, load_resul
 from relpos.explorer import trained as trained_mod
 from relpos.explorer.views import VIEW_MODULES
 from relpos.explorer.views import compose
-from relpos.explorer.views.shift import default_pair
+from relpos.explorer.views.shift import default_pair, kind_of
 
 __all__ = ["ApiError", "Explorer", "Limits", "tokenize", "BIAS_VIEW_SCHEMES", "CONTENT_DIM", "token_vector",
            "content_projections", "content_qk", "BiasEntry", "option_specs", "load_results", "check_results",
@@ -191,7 +191,8 @@ class Explorer:
                 try:
                     enc = self.encodings.get(name, (), 2, 8, True, 0, 512)
                     d = enc.describe()
-                    item.update(acts_on=d["acts_on"], relative=d["relative"], paper=d["paper"], params=d["params"])
+                    item.update(acts_on=d["acts_on"], relative=bool(enc.relative), kind=kind_of(enc), paper=d["paper"],
+                                params=d["params"])
                 except (ValueError, TypeError) as e:  # a scheme that cannot be built small
                     item.update(available=False, reason=str(e))
             schemes.append(item)

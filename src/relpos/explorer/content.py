@@ -10,7 +10,8 @@ import re
 import torch
 
 __all__ = ["tokenize", "CONTENT_DIM", "token_vector", "content_projections", "content_qk", "byte_label",
-           "SHIFT_HEADS", "SHIFT_HEAD_DIM", "shift_content", "shift_qk", "shift_logits", "hash_seed"]
+           "SHIFT_HEADS", "SHIFT_HEAD_DIM", "shift_content", "shift_qk", "shift_logits", "shift_logits_reference",
+           "hash_seed"]
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _TOKEN = re.compile(rf"[{_CJK}]|(?:(?![{_CJK}])\w)+(?:['\u2019](?:(?![{_CJK}])\w)+)*|[^\w\s]")
@@ -138,3 +139,34 @@ def shift_logits(enc, n: int, c: int, seed: int) -> torch.Tensor:
         q, k = shift_qk(enc, x, wq, wk, pos)
         logits = qk_logits(enc, q, k, pos, enc.attention_scale(SHIFT_HEAD_DIM))
     return logits[0].float()
+
+
+def shift_logits_reference(enc, n: int, c: int, seed: int) -> torch.Tensor:
+    """The float64 reference of :func:`shift_logits`: ``(H, N, N)`` logits formed only from the
+    scheme's own references (``reference_embed``, ``reference_rotate``, ``reference_bias``,
+    ``reference_score``), as :mod:`relpos.attention.reference` forms them.
+
+    View 3's verdict comes from these: float32 rounding of the fast path can be as large as a real
+    (small) change, float64 rounding is ~1e-12 of it.
+    """
+    H, D = SHIFT_HEADS, SHIFT_HEAD_DIM
+    x, wq, wk = shift_content(n, seed)
+    x, wq, wk = x.double(), wq.double(), wk.double()
+    pos = torch.arange(c, c + n)[None]  # (1, N)
+    scale = enc.attention_scale(D)
+    with torch.no_grad():
+        if "embedding" in enc.acts_on:
+            x = enc.reference_embed(x, pos).double()
+        q = (x @ wq).view(1, n, H, D).transpose(1, 2)  # (1, H, N, D)
+        k = (x @ wk).view(1, n, H, D).transpose(1, 2)
+        seq_len = c + n
+        q = enc.reference_rotate(q, pos, is_query=True, seq_len=seq_len).double()
+        k = enc.reference_rotate(k, pos, is_query=False, seq_len=seq_len).double()
+        logits = scale * torch.einsum("bhtd,bhjd->bhtj", q, k)  # (1, H, N, N)
+        b = enc.reference_bias(pos, pos)
+        if b is not None:
+            logits = logits + b.double()
+        s = enc.reference_score(q, k, pos, pos, scale)
+        if s is not None:
+            logits = logits + s.double()
+    return logits[0]

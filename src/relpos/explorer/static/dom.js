@@ -26,6 +26,8 @@ export function svg(tag, attrs, ...kids) {
 }
 export const minus = (s) => String(s).replace(/^-/, MINUS).replace(/e-/, 'e' + MINUS);
 export const fmtInt = (v) => minus(v);
+// an integer with thousands separators (262,144), the same in both languages
+export const fmtCount = (v) => minus(Number(v).toLocaleString('en-US', { maximumFractionDigits: 0 }));
 export function fmtNum(v, digits) {
   if (v === null || v === undefined || Number.isNaN(v)) return '—';
   if (v === 0) return '0';

@@ -4,12 +4,35 @@ and a relative scheme: a relative scheme's logits do not change when every posit
 from __future__ import annotations
 
 import inspect
+import math
 
 from relpos.encodings import get_scheme, scheme_names
-from relpos.explorer.content import SHIFT_HEAD_DIM, SHIFT_HEADS, shift_logits
+from relpos.explorer.content import SHIFT_HEAD_DIM, SHIFT_HEADS, shift_logits, shift_logits_reference
 from relpos.explorer.params import get_choice, get_int, sig, tolist
 
 ROUTE = "shift"
+
+
+#: What a scheme is under a shift of every position, from its capabilities (never its name):
+#: "none" -- no position site at all (NoPE): nothing can move; "absolute" -- adds position vectors to
+#: the tokens; "relative" -- depends on positions only through j - i (``relative`` is True);
+#: "mixed" -- not purely relative without an embedding (FIRE's normaliser uses i, dynamic RoPE the length).
+KINDS = ("none", "absolute", "relative", "mixed")
+
+
+def kind_of(enc) -> str:
+    """The :data:`KINDS` entry of a built scheme (instance attributes count: dynamic RoPE is not relative)."""
+    sites = set(enc.acts_on)
+    if not sites:
+        return "none"
+    if enc.relative:
+        return "relative"
+    return "absolute" if "embedding" in sites else "mixed"
+
+
+#: Float64 rounding of the reference logits, relative to their magnitude: a difference below
+#: ``REF_RTOL * max(1, |logit|) * (1 + log2(1 + N + c))`` is rounding, anything above is a real change.
+REF_RTOL = 1e-10
 
 
 def default_pair() -> tuple[str, str]:
@@ -51,14 +74,22 @@ def _one(ex, name: str, n: int, c: int, seed: int, head: int, slot: str) -> dict
     max_len = n + ex.limits.max_shift
     ex.encodings.check_cost(name, opts, H, D, False, max_len, n, n, fields=[slot], length_field="n")
     enc = ex.encodings.get(name, opts, H, D, False, seed, max_len)
-    base = shift_logits(enc, n, 0, seed)[head]  # (N, N)
+    base = shift_logits(enc, n, 0, seed)[head]  # (N, N), float32: what the maps draw
     moved = shift_logits(enc, n, c, seed)[head]
     diff = moved - base
     max_diff = float(diff.abs().max())
-    # float32 rounding of position terms grows with the positions and the logits' size
-    scale = max(1.0, float(base.abs().max()), float(moved.abs().max()))
-    tol = max(1e-5, 1e-6 * (n + c) * scale)
+    # the verdict comes from the float64 reference: float32 rounding of a fast path can be as large
+    # as a small real change (FIRE past its length L), float64 rounding is ~1e-13 of the logits
+    rbase = shift_logits_reference(enc, n, 0, seed)[head]  # (N, N) float64
+    rmoved = shift_logits_reference(enc, n, c, seed)[head]
+    ref_diff = float((rmoved - rbase).abs().max())
+    scale = max(1.0, float(rbase.abs().max()), float(rmoved.abs().max()))
+    tol = REF_RTOL * scale * (1.0 + math.log2(1 + n + c))
+    # the float32 maps' own rounding, for the colour scale: a difference below it draws white
+    tol32 = max(1e-5, 1e-6 * (n + c) * scale)
     desc = enc.describe()
-    return {"scheme": name, "relative": desc["relative"], "acts_on": desc["acts_on"],
+    return {"scheme": name, "relative": bool(enc.relative), "kind": kind_of(enc), "acts_on": desc["acts_on"],
             "base": tolist(base), "shifted": tolist(moved), "diff": tolist(diff),
-            "max_abs_diff": sig(max_diff, 4), "tolerance": sig(tol, 3), "unchanged": max_diff <= tol}
+            "max_abs_diff": sig(max_diff, 4), "max_abs_diff_ref": sig(ref_diff, 4),
+            "tolerance": sig(tol, 3), "tolerance_f32": sig(tol32, 3),
+            "unchanged": ref_diff <= tol, "shifted_by": c}

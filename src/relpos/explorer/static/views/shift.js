@@ -1,6 +1,6 @@
 /* View 3: the same content at shifted positions, absolute against relative.
  * create() wires the view to its DOM and returns { show, relabel, redraw }. */
-import { $, el, svg, fmtInt, fmtNum, debounce, clampInt, MINUS } from '../dom.js';
+import { $, el, svg, fmtInt, fmtCount, fmtNum, debounce, clampInt, MINUS } from '../dom.js';
 import { t, has } from '../i18n.js';
 import { state, SNAP } from '../state.js';
 import { api, ApiFailure, latest, showError } from '../api.js';
@@ -14,30 +14,52 @@ export function create() {
   const abs = $('#v3-abs'), rel = $('#v3-rel'), c = $('#v3-c'), cNum = $('#v3-c-num'), nIn = $('#v3-n'), head = $('#v3-head'), seed = $('#v3-seed');
   const maps = {};
 
-  function init() {
+  function fillOptions() {
     const av = state.info.schemes.filter((s) => s.available);
-    for (const [sel, want] of [[abs, false], [rel, true]]) {
+    const keep = [abs.value, rel.value];
+    // each option says what the scheme is under a shift, from its capabilities (the server's `kind`):
+    // absolute (position vectors on the tokens), mixed (not purely relative: FIRE's normaliser uses i,
+    // dynamic RoPE the length), relative (only j - i), none (NoPE: no position at all)
+    for (const [sel, kinds] of [[abs, ['absolute', 'mixed']], [rel, ['relative', 'none']]]) {
       sel.replaceChildren();
-      // each option says what the scheme is; "not purely relative" covers schemes whose term also
-      // depends on i or on the length (FIRE's normaliser, dynamic RoPE scaling) as well as absolute ones
-      for (const s of av.filter((x) => x.relative === want)) {
-        const what = s.relative ? t('v3.kind_rel') : (s.acts_on || []).includes('embedding') ? t('v3.kind_abs') : t('v3.kind_mixed');
-        sel.append(el('option', { value: s.name }, s.name + ' · ' + what));
+      for (const s of av.filter((x) => kinds.includes(x.kind))) {
+        sel.append(el('option', { value: s.name }, s.name + ' · ' + t('v3.kind_' + s.kind)));
       }
     }
+    if (keep[0]) abs.value = keep[0];
+    if (keep[1]) rel.value = keep[1];
+  }
+  function init() {
+    fillOptions();
     abs.value = state.info.shift_defaults.absolute;
     rel.value = state.info.shift_defaults.relative;
     head.replaceChildren(el('option', { value: '0' }, '1'), el('option', { value: '1' }, '2'));
     cNum.max = String(state.info.limits.max_shift);
+    c.max = String(state.info.limits.max_shift);  // the slider reaches every shift the box accepts
     nIn.max = String(state.info.limits.max_shift_len);
     [abs, rel, head].forEach((x) => x.addEventListener('change', load));
     c.addEventListener('input', () => { cNum.value = c.value; loadSoon(); });
-    cNum.addEventListener('input', () => { if (Number(cNum.value) <= Number(c.max)) c.value = cNum.value; loadSoon(); });
+    cNum.addEventListener('input', () => { clampC(false); loadSoon(); });
+    cNum.addEventListener('change', () => { clampC(true); loadSoon(); });
     [nIn, seed].forEach((x) => x.addEventListener('input', loadSoon));
     $('#v3-form').addEventListener('submit', (ev) => ev.preventDefault());
   }
+  // a typed shift moves the slider; one outside 0 … max is clamped visibly (the box is rewritten and
+  // a note says so) when the field is left, so the page never computes a value other than the one shown
+  function clampC(rewrite) {
+    const max = Number(cNum.max), raw = Number(cNum.value);
+    const note = $('#v3-c-note');
+    if (cNum.value === '' || !Number.isFinite(raw)) return;
+    const v = Math.min(max, Math.max(0, Math.round(raw)));
+    c.value = String(v);
+    if (v !== raw) {
+      note.hidden = false;
+      note.textContent = t('v3.clamped', { v: fmtCount(raw), max: fmtCount(max) });
+      if (rewrite) cNum.value = String(v);
+    } else { note.hidden = true; note.textContent = ''; }
+  }
   function params() {
-    return { absolute: abs.value, relative: rel.value, n: nIn.value, c: cNum.value, seed: seed.value, head: head.value };
+    return { absolute: abs.value, relative: rel.value, n: nIn.value, c: c.value, seed: seed.value, head: head.value };
   }
   async function load() {
     try {
@@ -58,23 +80,29 @@ export function create() {
     // one colour scale for both difference maps, so "unchanged" looks white next to "changed"
     // one colour scale for both difference maps, floored at the rounding tolerance: a difference
     // within float32 rounding draws white, so noise never shows as full red or blue
-    const tolOf = (r) => r.tolerance || 0;
-    const quiet = (r) => r.diff.map((row) => row.map((v) => (v !== null && Math.abs(v) <= tolOf(r) ? 0 : v)));
+    const tolOf = (r) => r.tolerance_f32 || r.tolerance || 0;
+    const quiet = (r) => (r.unchanged && data.c !== 0 ? r.diff.map((row) => row.map((v) => (v !== null && Math.abs(v) <= tolOf(r) ? 0 : v))) : r.diff);
     const shown = { absolute: quiet(data.absolute), relative: quiet(data.relative) };
     const dsc = scaleFor([].concat(...shown.absolute, ...shown.relative), 'diverging');
     dsc.m = Math.max(dsc.m, 10 * Math.max(tolOf(data.absolute), tolOf(data.relative)));
     for (const slot of ['absolute', 'relative']) {
       const r = data[slot];
       const row = el('div', { class: 'shift-row', 'data-slot': slot });
-      const isSame = r.unchanged === true;
-      row.append(el('h3', {}, r.scheme + ' · ' + t(r.relative ? 'v3.kind_rel' : 'v3.kind_abs')));
-      const verdict = el('p', { class: 'verdict ' + (isSame ? 'same' : 'changed'), id: 'v3-verdict-' + slot },
-        (isSame ? '= ' : '≠ ') + t(isSame ? 'v3.same' : 'v3.changed', { v: fmtNum(r.max_abs_diff, 3), tol: fmtNum(r.tolerance, 2) }));
+      const isSame = r.unchanged === true, noShift = data.c === 0;
+      const kind = r.kind || (r.relative ? 'relative' : 'absolute');
+      row.append(el('h3', {}, r.scheme + ' · ' + t('v3.kind_' + kind)));
+      // the verdict is the float64 reference's: float32 rounding shows in the maps but decides nothing
+      const vals = { v: fmtNum(r.max_abs_diff_ref, 3), f: fmtNum(r.max_abs_diff, 3), tol: fmtNum(r.tolerance, 2) };
+      const verdict = noShift
+        ? el('p', { class: 'verdict', id: 'v3-verdict-' + slot }, t('v3.no_shift'))
+        : el('p', { class: 'verdict ' + (isSame ? 'same' : 'changed'), id: 'v3-verdict-' + slot },
+          (isSame ? '= ' : '≠ ') + t(isSame ? 'v3.same' : 'v3.changed', vals));
       row.append(verdict);
-      if (!r.relative) {  // say why a scheme that is not purely relative may still come out unchanged
-        const note = has('v3.note.' + r.scheme) ? t('v3.note.' + r.scheme) : (isSame ? t('v3.note_same') : '');
-        if (note) row.append(el('p', { class: 'hint', id: 'v3-note-' + slot }, note));
-      }
+      // say why a scheme that is not purely relative may still come out unchanged, and why NoPE cannot move
+      let note = '';
+      if (kind === 'none') note = t('v3.note_none');
+      else if (kind !== 'relative' && !noShift) note = has('v3.note.' + r.scheme) ? t('v3.note.' + r.scheme) : (isSame ? t('v3.note_same') : '');
+      if (note) row.append(el('p', { class: 'hint', id: 'v3-note-' + slot }, note));
       const grid = el('div', { class: 'triple' });
       const flat = [].concat(...r.base, ...r.shifted);
       const sc = scaleFor(flat, 'diverging');
@@ -107,7 +135,7 @@ export function create() {
   }
   return {
     show() { if (!loaded) { loaded = true; init(); load(); } else if (data) render(); },
-    relabel() { if (loaded) render(); },
+    relabel() { if (loaded) { fillOptions(); render(); } },
     redraw() { if (loaded && data) render(); }
   };
 }
