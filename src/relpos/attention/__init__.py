@@ -85,7 +85,9 @@ def available_impls() -> list[str]:
 class Request:
     """A validated attention call, as implementations receive it.
 
-    Shapes: ``q (B, H, Nq, D)``, ``k (B, H, Nk, D)``, ``v (B, H, Nk, Dv)``,
+    Shapes: ``q (B, H, Nq, D)``, ``k (B, Hkv, Nk, D)``, ``v (B, Hkv, Nk, Dv)``
+    (``Hkv`` divides ``H``: grouped-query attention, query head ``h`` reads key/value
+    head ``h // (H // Hkv)``, as ``repeat_interleave`` would lay them out),
     ``qpos (B or 1, Nq)``, ``kpos (B or 1, Nk)`` int64, ``key_padding_mask
     (B, Nk)`` bool (True = a real key) or None.
 
@@ -105,6 +107,11 @@ class Request:
     kpos: Tensor
     contiguous: bool
     scale: float
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key/value head, ``H // Hkv`` (1 without grouped-query attention)."""
+        return self.q.shape[1] // self.k.shape[1]
 
     @property
     def shape(self) -> tuple[int, int, int, int, int]:
@@ -190,8 +197,11 @@ def request(
     B, H, Nq, D = q.shape
     if D < 1:
         raise ValueError(f"q must have a head dimension D >= 1, got shape {tuple(q.shape)}")
-    if k.shape[:2] != (B, H) or k.shape[3] != D:
-        raise ValueError(f"k must have shape (B, H, Nk, D) = ({B}, {H}, Nk, {D}), got {tuple(k.shape)}")
+    if k.shape[0] != B or k.shape[3] != D or k.shape[1] < 1 or H % k.shape[1]:
+        raise ValueError(
+            f"k must have shape (B, H_kv, Nk, D) = ({B}, H_kv, Nk, {D}) with H_kv dividing q's H={H} "
+            f"(H_kv = H, or fewer heads for grouped-query attention), got {tuple(k.shape)}"
+        )
     if v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v must have shape (B, H, Nk, Dv) = {tuple(k.shape[:3])} + (Dv,), got {tuple(v.shape)}")
     if v.shape[3] < 1:
@@ -255,14 +265,14 @@ def logits(
         >>> relpos.attention.logits(q, k, enc, causal=True)[0, 0, 0, 1].item()
         -inf
     """
-    from relpos.attention.dense import additive_terms, rotated_qk
+    from relpos.attention.dense import additive_terms, grouped_scores, rotated_qk
 
     causal = _require_causal("logits", causal)
     req = request(q, k, None, encoding, causal=causal, key_padding_mask=key_padding_mask, q_offset=q_offset,
                   positions=positions, scale=scale)
     cd = torch.float64 if q.dtype == torch.float64 else torch.float32
-    qr, kr = rotated_qk(req)  # (B, H, Nq, D), (B, H, Nk, D)
-    out = req.scale * (qr.to(cd) @ kr.to(cd).transpose(-1, -2))  # (B, H, Nq, Nk)
+    qr, kr = rotated_qk(req)  # (B, H, Nq, D), (B, Hkv, Nk, D)
+    out = req.scale * grouped_scores(qr.to(cd), kr.to(cd))  # (B, H, Nq, Nk)
     add = additive_terms(req, qr, kr)  # (B|1, H, Nq, Nk) or None
     if add is not None:
         out = out + add.to(cd)
@@ -294,8 +304,12 @@ def attention(
 
     Args:
         q: ``(B, H, Nq, D)`` queries (not yet rotated; rotary schemes rotate here).
-        k: ``(B, H, Nk, D)`` keys (not yet rotated).
-        v: ``(B, H, Nk, Dv)`` values.
+        k: ``(B, Hkv, Nk, D)`` keys (not yet rotated); ``Hkv`` may be smaller than
+            ``H`` when it divides it (grouped-query / multi-query attention: query
+            head ``h`` reads key head ``h // (H // Hkv)``); ``dense``, ``flex`` and
+            ``chunked`` (for schemes with no term that reads per-head keys) do not
+            copy the keys and values per query head.
+        v: ``(B, Hkv, Nk, Dv)`` values.
         encoding: a scheme (:func:`relpos.make_encoding`), or None for no positions.
             A scheme that acts only on the token embeddings (sinusoidal, learned)
             is refused: add it to the embeddings instead (:meth:`Encoding.embed`).

@@ -25,7 +25,60 @@ from torch import Tensor
 from relpos.attention import Request
 from relpos.distance import offsets_range, toeplitz
 
-__all__ = ["supports", "run", "position_bias", "rotated_qk", "additive_terms", "row_has_key"]
+__all__ = ["supports", "run", "position_bias", "rotated_qk", "additive_terms", "row_has_key", "group_rows",
+           "ungroup_rows", "grouped_scores", "expand_kv", "score_keys"]
+
+
+# ------------------------------------------------------------ grouped-query attention
+# Query head h reads key/value head h // G (G = H // Hkv), the layout repeat_interleave
+# gives. Instead of copying k and v per query head, the G query heads of one key head are
+# stacked as G * Nq rows: (B, H, Nq, X) -> (B, Hkv, G * Nq, X) is a view of a contiguous
+# tensor, so q @ k^T and p @ v run against the Hkv key/value heads as they are.
+
+
+def group_rows(t: Tensor, G: int) -> Tensor:
+    """``(B|1, H|1, Nq, X)`` -> ``(B|1, H/G|1, G * Nq, X)``: query head ``hkv * G + g`` becomes rows ``g * Nq + t``."""
+    if G == 1:
+        return t
+    b, h, n, x = t.shape
+    if h == 1 and n == 1:  # shared by heads and rows (a key padding mask): broadcasts as it is
+        return t
+    if h == 1:  # a term shared by the heads (a mask): repeat it for the G row blocks
+        return t[:, :, None].expand(b, 1, G, n, x).reshape(b, 1, G * n, x)
+    return t.reshape(b, h // G, G * n, x)
+
+
+def ungroup_rows(t: Tensor, G: int) -> Tensor:
+    """Inverse of :func:`group_rows`: ``(B, Hkv, G * Nq, X)`` -> ``(B, Hkv * G, Nq, X)``."""
+    if G == 1:
+        return t
+    b, hk, gn, x = t.shape
+    return t.reshape(b, hk * G, gn // G, x)
+
+
+def grouped_scores(q: Tensor, k: Tensor) -> Tensor:
+    """``q (B, H, Nq, D) @ k (B, Hkv, Nk, D)^T`` -> ``(B, H, Nq, Nk)`` without copying ``k``."""
+    G = q.shape[1] // k.shape[1]
+    return ungroup_rows(group_rows(q, G) @ k.transpose(-1, -2), G)
+
+
+def expand_kv(t: Tensor, G: int) -> Tensor:
+    """``(B, Hkv, N, X)`` -> ``(B, Hkv * G, N, X)``, a copy (the reference, and terms that read per-head keys)."""
+    return t if G == 1 else t.repeat_interleave(G, dim=1)
+
+
+def score_keys(req: Request, k: Tensor) -> Tensor:
+    """Keys as a scheme's ``score`` reads them: one per query head.
+
+    Under grouped-query attention this is an expanded copy, ``O(B H Nk D)``, for the
+    content-dependent schemes whose score reads the keys (Transformer-XL's ``u . k``,
+    DeBERTa's p2c, CoPE's gates, FoX's gates); clipped-table schemes (Shaw) read only q.
+    Attention itself (``q . k``, ``p @ v``) never copies them.
+    """
+    G = req.groups
+    if G == 1 or req.encoding.clipped_tables() is not None:
+        return k
+    return expand_kv(k, G)
 
 
 def supports(req: Request) -> str | None:
@@ -73,7 +126,7 @@ def additive_terms(req: Request, q: Tensor, k: Tensor, *, causal_fill: bool = Fa
     if "bias" in enc.acts_on:
         add = position_bias(req, causal_fill=causal_fill)
     if "score" in enc.acts_on:
-        s = enc.score(q, k, req.qpos, req.kpos, req.scale)
+        s = enc.score(q, score_keys(req, k), req.qpos, req.kpos, req.scale)
         add = s if add is None else add + s
     return add
 
@@ -99,19 +152,31 @@ def row_has_key(req: Request) -> Tensor | None:
     return ok[:, None, :, None]
 
 
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: float, G: int) -> Tensor:
+    """SDPA with ``k, v`` of ``H / G`` heads: the query heads of a group as stacked rows."""
+    if G == 1:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+    m = None if attn_mask is None else group_rows(attn_mask, G)
+    return ungroup_rows(F.scaled_dot_product_attention(group_rows(q, G), k, v, attn_mask=m, scale=scale), G)
+
+
 def run(req: Request) -> Tensor:
     enc = req.encoding
-    q, k = rotated_qk(req)  # (B, H, Nq, D), (B, H, Nk, D)
+    q, k = rotated_qk(req)  # (B, H, Nq, D), (B, Hkv, Nk, D)
     B, H, Nq, Nk, _ = req.shape
+    G = req.groups
     dtype = q.dtype
     toeplitz_causal = req.causal and "bias" in enc.acts_on and enc.toeplitz and req.contiguous
     add = additive_terms(req, q, k, causal_fill=toeplitz_causal)  # (B|1, H, Nq, Nk) or None
     valid = row_has_key(req)  # (B, 1, Nq, 1) or None
 
-    # Fast case: no term and plain causal (or no) masking -> the fused kernel's own causal mode.
+    # Fast cases: no term and plain causal (or no) masking -> the fused kernel's own causal mode.
     plain_causal = req.causal and req.key_padding_mask is None and req.q_offset == 0 and Nq == Nk
-    if add is None and "value" not in enc.acts_on and (plain_causal or (not req.causal and req.key_padding_mask is None)):
-        return F.scaled_dot_product_attention(q, k, req.v, is_causal=req.causal, scale=req.scale)
+    if add is None and "value" not in enc.acts_on:
+        if not req.causal and req.key_padding_mask is None:
+            return _sdpa(q, k, req.v, None, req.scale, G)
+        if plain_causal and G == 1:
+            return F.scaled_dot_product_attention(q, k, req.v, is_causal=True, scale=req.scale)
 
     # the boolean mask still to apply (causality is already in `add` when toeplitz_causal)
     mask = None
@@ -123,13 +188,13 @@ def run(req: Request) -> Tensor:
         mask = req.key_padding_mask[:, None, None, :]  # (B, 1, 1, Nk)
 
     if "value" in enc.acts_on:
-        logits = req.scale * (q @ k.transpose(-1, -2))  # (B, H, Nq, Nk)
+        logits = req.scale * grouped_scores(q, k)  # (B, H, Nq, Nk)
         if add is not None:
             logits = logits + add.to(dtype)
         if mask is not None:
             logits = logits.masked_fill(~mask, float("-inf"))
         p = torch.softmax(logits.float(), dim=-1).to(dtype)
-        out = p @ req.v + enc.value(p, req.qpos, req.kpos).to(dtype)
+        out = ungroup_rows(group_rows(p, G) @ req.v, G) + enc.value(p, req.qpos, req.kpos).to(dtype)
     else:
         if add is not None:
             attn_mask = add.to(dtype)
@@ -137,7 +202,7 @@ def run(req: Request) -> Tensor:
                 attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
         else:
             attn_mask = mask
-        out = F.scaled_dot_product_attention(q, k, req.v, attn_mask=attn_mask, scale=req.scale)
+        out = _sdpa(q, k, req.v, attn_mask, req.scale, G)
     if valid is not None:
         out = out * valid.to(out.dtype)
     return out

@@ -192,7 +192,8 @@ def run(req: Request) -> Tensor:
     fn = _flex_fn(q.device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
-        out = fn(q, k, v, score_mod=mod, block_mask=bm, scale=req.scale)
+        # grouped-query attention: flex reads key/value head h // G itself (enable_gqa), no copy
+        out = fn(q, k, v, score_mod=mod, block_mask=bm, scale=req.scale, enable_gqa=req.groups > 1)
     if valid is not None:
         out = out * valid.to(out.dtype)
     return out

@@ -30,8 +30,9 @@ def run(req: Request) -> Tensor:
     enc = req.encoding
     seq_len = int(req.kpos.max()) + 1
     q = enc.reference_rotate(req.q, req.qpos, is_query=True, seq_len=seq_len).double()  # (B, H, Nq, D)
-    k = enc.reference_rotate(req.k, req.kpos, is_query=False, seq_len=seq_len).double()  # (B, H, Nk, D)
-    v = req.v.double()
+    G = req.groups  # grouped-query attention: the oracle simply repeats each key/value head G times
+    k = enc.reference_rotate(req.k.repeat_interleave(G, 1), req.kpos, is_query=False, seq_len=seq_len).double()
+    v = req.v.repeat_interleave(G, 1).double()  # (B, H, Nk, Dv)
     logits = req.scale * torch.einsum("bhtd,bhjd->bhtj", q, k)  # (B, H, Nq, Nk)
     b = enc.reference_bias(req.qpos, req.kpos)
     if b is not None:

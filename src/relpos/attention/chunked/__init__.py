@@ -37,14 +37,22 @@ probabilities, e.g. ALiBi far keys) are a CPU-wide cost that
 ``torch.set_flush_denormal(True)`` removes; ``relpos bench`` sets it (see
 ``benchmarks/README.md``).
 
+Grouped-query attention (``k, v`` with fewer heads than ``q``): schemes with no
+term inside attention (NoPE, the rotary family) run each set of query heads
+against the shared key/value heads without copying them; schemes with per-head
+terms get ``k, v`` expanded to one head per query head at the entry (a copy,
+``O(B H N D)``: the engines index the heads of q and k together).
+
 Block sizes: see :data:`BLOCK_BYTES` (tests lower :data:`FORCE_ROWS` to exercise many blocks).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from types import ModuleType
 
+import torch
 from torch import Tensor
 
 from relpos.attention import Request
@@ -99,6 +107,19 @@ def engine_for(req: Request) -> str:
 def run(req: Request) -> Tensor:
     global last_engine
     from relpos.attention.dense import rotated_qk
+
+    G = req.groups
+    if G > 1:  # grouped-query attention (k, v with H / G heads; added by "use", issue 32)
+        B, H, Nq, _ = req.q.shape
+        if not (req.encoding.acts_on - {"embedding", "qk"}):
+            # no per-head term: each set of query heads g, g + G, ... runs against the shared k, v (no copy)
+            outs = [run(dataclasses.replace(req, q=req.q[:, g::G])) for g in range(G)]  # (B, Hkv, Nq, Dv) each
+            return torch.stack(outs, 2).reshape(B, H, Nq, -1)
+        # per-head position terms: the engines index the heads of q and k together, so k and v are
+        # expanded (a copy, O(B H Nk D)); see the module docstring
+        from relpos.attention.dense import expand_kv
+
+        req = dataclasses.replace(req, k=expand_kv(req.k, G), v=expand_kv(req.v, G))
 
     q, k = rotated_qk(req)  # autograd handles the rotation (O(N D))
     eng = engine(req)
