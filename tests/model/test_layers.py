@@ -66,3 +66,17 @@ def test_public_names_still_import():
                  "KVCache", "Memory", "position_limit"):
         assert hasattr(M, name), name
     assert M.TransformerLM.logits is M.TransformerEncoder.logits  # one tied output layer
+
+
+def test_model_layers_are_relpos_nn_layers_with_unchanged_checkpoint_keys():
+    """One attention layer in the package; checkpoints keep their state_dict keys."""
+    from relpos.nn import RelativeSelfAttention
+
+    m = TransformerLM(ModelConfig.preset("tiny", scheme="t5"))
+    assert all(type(b.attn) is RelativeSelfAttention for b in m.blocks)
+    assert issubclass(MultiHeadAttention, RelativeSelfAttention)
+    keys = set(m.state_dict())
+    assert {"blocks.0.attn.qkv.weight", "blocks.0.attn.qkv.bias", "blocks.0.attn.proj.weight",
+            "blocks.0.attn.proj.bias", "pos.0.table"} <= keys
+    assert not any(".attn.encoding" in k for k in keys)
+    assert m.blocks[0].attn.qkv.weight.shape == (3 * 32, 32)

@@ -3,9 +3,9 @@
 * :class:`ModelConfig` -- one flat, JSON-able dataclass; the scheme is a name
   (``scheme="t5"``) plus that scheme's own options (``scheme_options``). Named
   presets: :data:`PRESETS` (``tiny``, ``small``, ``medium``, ``base``).
-* :class:`MultiHeadAttention` -- self-attention (causal or bidirectional, with key
-  padding) that takes a scheme as one typed object (an :class:`~relpos.Encoding`);
-  everything position-related happens in :func:`relpos.attention`.
+* :class:`MultiHeadAttention` -- :class:`relpos.nn.RelativeSelfAttention` (the
+  package's one attention layer, which the blocks are built from) under its older
+  name; everything position-related happens in :func:`relpos.attention`.
 * :class:`TransformerLM` -- decoder-only, pre-LayerNorm, tied input/output
   embeddings; full forward, cached incremental decoding (:meth:`TransformerLM.step`,
   :meth:`TransformerLM.generate`) and Transformer-XL segment recurrence
