@@ -190,8 +190,8 @@ def test_held_out_examples_never_train_and_drive_in_distribution_evaluation(name
         for row in x.tolist():
             n = _n(t, row.index(t.SEP))
             assert not t.is_held_out(row[: t.prompt_len(n)])
-    P, _ = t.examples(6)  # in distribution: held-out examples only
-    assert all(t.is_held_out(p) for p in P.tolist())
+    P, _ = t.examples(6)  # in distribution: the test split only
+    assert all(t.split_of(p) == "test" for p in P.tolist())
     x, y = t.validation_batch()
     assert x.shape[0] == t.n_val
     for i, row in enumerate(x.tolist()):
@@ -199,13 +199,42 @@ def test_held_out_examples_never_train_and_drive_in_distribution_evaluation(name
         if i < t.n_val_at_l:
             assert n == t.train_len  # the first half sits at L, where the fit gate applies
         if t.n_symbols ** n >= 100:  # shorter lengths may have no held-out example at all
-            assert t.is_held_out(row[: t.prompt_len(n)])
+            assert t.split_of(row[: t.prompt_len(n)]) == "val"
+
+
+@pytest.mark.parametrize("name", ALGO + ["mqar"])
+def test_validation_and_test_prompts_are_disjoint(name):
+    """Issue 30: at parity n = 12, 55 of the 256 evaluation prompts were validation prompts."""
+    t = make_task(name, train_len=12, eval_lengths=[12, 24], n_eval=256, n_val=256) if name != "copy-distinct" \
+        else make_task(name, train_len=12, eval_lengths=[12, 24], n_eval=256, n_val=256, alphabet=32)
+    x, _ = t.validation_batch()
+    val = set()
+    for row in x.tolist():
+        n = _n(t, row.index(t.SEP))
+        val.add(tuple(row[: t.prompt_len(n)]))
+    test = {tuple(p) for p in t.examples(12)[0].tolist()}
+    assert not val & test
+    # distinct prompts (parity at 12 bits: its test split holds about 5 % of 4,096 strings, all of them used)
+    assert len(test) == 256 if name != "parity" else len(test) > 200
+
+
+def test_parity_labels_are_balanced_at_every_length():
+    t = Parity(train_len=16, eval_lengths=[16, 24, 32, 48, 64], n_eval=256, n_val=256)
+    for n in t.eval_lengths:
+        _, A = t.examples(n)
+        assert int(A.sum()) == 128, n  # exactly half odd
+    x, y = t.validation_batch()
+    labels = y[y != IGNORE]
+    assert labels.shape[0] == 256 and int((labels == 1).sum()) == 128
+    # an odd count differs by one at most, and the strings of each parity are still uniform: both bits vary
+    _, A = Parity(train_len=4, eval_lengths=[9], n_eval=33).examples(9)
+    assert abs(int(A.sum()) - 16.5) <= 0.5
 
 
 def test_parity_held_out_strings_exist_at_the_training_length():
     t = Parity(train_len=12, eval_lengths=[12], holdout=0.1)
     P, _ = t.examples(12)
-    assert len({tuple(p) for p in P.tolist()}) > 50  # many distinct unseen strings
+    assert len({tuple(p) for p in P.tolist()}) == t.n_eval  # distinct unseen strings
     seen = set()
     src = t.train_source(256, seed=0)
     for step in range(4):

@@ -14,13 +14,19 @@ The *length* of an example is ``n`` (symbols, pairs or bits). Training draws
 tokens only (prompt targets are ``-100``; in ``mqar`` only the values ``a_i``
 count, the queries ``q_i`` are inputs).
 
-**Held-out examples.** A fixed fraction ``holdout`` of all examples (chosen by a
-stable hash of the prompt) is never used for training. In-distribution
-evaluation (lengths ``n <= train_len``) and the validation that decides early
-stopping draw only from that held-out set, so a model that memorised its
-training strings does not pass for fitted (parity at ``n = 8`` has only 256
-strings). Evaluation at lengths past ``train_len`` uses any example: all of them
-are unseen in training.
+**Three disjoint splits.** A stable hash of the prompt assigns every possible example to one split:
+a fraction ``holdout`` is held out and never trained on, and the held-out examples are halved again
+into a **validation** split (early stopping, the fit gate, the learning-rate choice) and a **test**
+split (every reported number). In-distribution evaluation (lengths ``n <= train_len``) draws only from
+the test split and the validation set only from the validation split, so no test prompt is a
+validation or a training prompt (before protocol 3 both drew from one held-out set: at parity ``n = 12``,
+55 of the 256 evaluation prompts were validation prompts). Evaluation at lengths past ``train_len`` uses
+any example: training and validation only hold lengths up to ``train_len``. An evaluation set holds
+distinct prompts where the split has enough of them.
+
+**Balanced labels.** A task with one answer symbol per example (parity) draws its validation and test
+examples with alternating labels, so exactly half of each set (of even size) has each label at every
+length: a model that always answers one label scores 0.5, not the label frequency of the draw.
 
 **Scoring.** Copy, reverse and parity are decoded greedily (no teacher forcing):
 an example counts as solved only when every answer token is right. ``mqar`` is
@@ -65,8 +71,8 @@ class AlgorithmicTask(Task):
         n_eval: examples per evaluation length.
         eval_seed: seed of the evaluation examples (shared by every scheme).
         max_eval_tokens: decoding batch budget (rows x tokens).
-        holdout: fraction of all examples reserved for in-distribution
-            evaluation and validation, never trained on (0 disables it).
+        holdout: fraction of all examples never trained on, halved into the
+            validation and the test split (0 disables it).
         n_val: examples of the in-training validation set (lengths
             ``min_len..train_len``, held-out examples only).
     """
@@ -167,28 +173,62 @@ class AlgorithmicTask(Task):
         """Whether ``answer`` is the exact answer to ``prompt``."""
         return list(answer) == self.solve(list(prompt), n)
 
-    def is_held_out(self, prompt: list[int]) -> bool:
-        """Whether an example belongs to the held-out set (a stable hash of its prompt)."""
+    def split_of(self, prompt: list[int]) -> str:
+        """``"train"``, ``"val"`` or ``"test"``: the split of an example (a stable hash of its prompt)."""
         if self.holdout <= 0:
-            return False
+            return "train"
         h = zlib.crc32(np.asarray(prompt, dtype=np.int32).tobytes())
-        return (h % 10_000) < self.holdout * 10_000
+        if (h % 10_000) >= self.holdout * 10_000:
+            return "train"
+        return "val" if (h // 10_000) % 2 == 0 else "test"
 
-    def draw(self, rng: np.random.Generator, n: int, *, held_out: bool | None,
-             evaluation: bool = False) -> tuple[list[int], list[int]]:
-        """An example from the held-out set (True), outside it (False), or either (None).
+    def is_held_out(self, prompt: list[int]) -> bool:
+        """Whether an example is held out of training (validation or test split)."""
+        return self.split_of(prompt) != "train"
+
+    #: answers of a single symbol whose validation and test labels are balanced (parity)
+    balanced_labels: ClassVar[bool] = False
+
+    def draw(self, rng: np.random.Generator, n: int, *, held_out: bool | str | None,
+             evaluation: bool = False, label: int | None = None) -> tuple[list[int], list[int]]:
+        """An example of a split: ``"train"``, ``"val"``, ``"test"``, ``True`` (either held-out split),
+        ``False`` (= ``"train"``) or ``None`` (any). ``label``: the answer symbol wanted (tasks with
+        :attr:`balanced_labels`).
 
         Rejection sampling; after ``_MAX_TRIES`` tries (a length so short that
-        the wanted side is empty) the last draw is returned as it is.
+        the wanted split is empty) the last draw is returned as it is.
         """
-        p, a = self.sample(rng, n, evaluation=evaluation)
+        kw = {"evaluation": evaluation, **({"label": label} if label is not None else {})}
+        p, a = self.sample(rng, n, **kw)
         if held_out is None or self.holdout <= 0:
             return p, a
+        want = "train" if held_out is False else held_out
         for _ in range(self._MAX_TRIES):
-            if self.is_held_out(p) == held_out:
+            got = self.split_of(p)
+            if got == want or (want is True and got != "train"):
                 break
-            p, a = self.sample(rng, n, evaluation=evaluation)
+            p, a = self.sample(rng, n, **kw)
         return p, a
+
+    def _draw_set(self, rng: np.random.Generator, lengths: list[int], split, *, label_offset: int = 0):
+        """Examples of the given lengths from one split, distinct prompts where the split allows, labels
+        alternating for :attr:`balanced_labels` tasks."""
+        seen, out = set(), []
+        for i, n in enumerate(lengths):
+            label = (i + label_offset) % 2 if self.balanced_labels else None
+            first = None
+            for _ in range(self._MAX_TRIES):
+                p, a = self.draw(rng, n, held_out=split, evaluation=True, label=label)
+                if split is not None and self.holdout > 0 and self.split_of(p) != split:
+                    continue  # a length so short that the split is (nearly) empty
+                first = first or (p, a)
+                if tuple(p) not in seen:
+                    break
+            else:  # no unseen prompt of the split found: repeat its first draw (or take the last one)
+                p, a = first or (p, a)
+            seen.add(tuple(p))
+            out.append((p, a, n))
+        return out
 
     def examples(self, n: int, count: int | None = None) -> tuple[Tensor, Tensor]:
         """The fixed evaluation set at length ``n``: ``prompts (E, P)``, ``answers (E, A)``.
@@ -198,8 +238,8 @@ class AlgorithmicTask(Task):
         n = _check_int("n", n, 1)
         count = self.n_eval if count is None else _check_int("count", count, 1)
         rng = np.random.default_rng(stable_seed(self.name, "eval", self.eval_seed, n, self._key()))
-        held = True if n <= self.train_len else None
-        ps, ans = zip(*(self.draw(rng, n, held_out=held, evaluation=True) for _ in range(count)))
+        split = "test" if n <= self.train_len else None
+        ps, ans, _ = zip(*self._draw_set(rng, [n] * count, split))
         return torch.tensor(ps, dtype=torch.long), torch.tensor(ans, dtype=torch.long)
 
     def validation_batch(self) -> tuple[Tensor, Tensor]:
@@ -214,9 +254,9 @@ class AlgorithmicTask(Task):
         width = self.train_seq_len()
         x = np.full((self.n_val, width), self.PAD, dtype=np.int64)
         y = np.full((self.n_val, width), IGNORE, dtype=np.int64)
-        for b in range(self.n_val):
-            n = self.train_len if b < self.n_val_at_l else int(rng.integers(self.min_len, self.train_len + 1))
-            p, a = self.draw(rng, n, held_out=True, evaluation=True)
+        lengths = [self.train_len if b < self.n_val_at_l else int(rng.integers(self.min_len, self.train_len + 1))
+                   for b in range(self.n_val)]
+        for b, (p, a, n) in enumerate(self._draw_set(rng, lengths, "val")):
             self._fill(x[b], y[b], p, a, n)
         return torch.from_numpy(x), torch.from_numpy(y)
 
@@ -486,8 +526,14 @@ class Parity(AlgorithmicTask):
     def answer_len(self, n):
         return 1
 
-    def sample(self, rng, n, *, evaluation=False):
+    balanced_labels = True
+
+    def sample(self, rng, n, *, evaluation=False, label=None):
+        """Uniform bits; with ``label``, the last bit is set so the parity is ``label`` (uniform over the
+        strings of that parity)."""
         bits = rng.integers(0, 2, size=n).tolist()
+        if label is not None:
+            bits[-1] ^= (sum(bits) + int(label)) % 2
         p = [self.BOS] + bits + [self.SEP]
         return p, self.solve(p, n)
 
