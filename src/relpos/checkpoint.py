@@ -49,7 +49,7 @@ from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
 from relpos.model import ModelConfig, TransformerEncoder, TransformerLM
-from relpos.outdir import check_output_dir
+from relpos.outdir import OutputDirError, check_output_dir, check_writable
 
 __all__ = ["CheckpointError", "save", "load", "read", "load_state_dict_into", "check_state_dict", "is_checkpoint_dir",
            "check_checkpoint_target", "FORMAT", "VERSION"]
@@ -118,19 +118,38 @@ def is_checkpoint_dir(path: str | os.PathLike) -> bool:
         return False
 
 
-def check_checkpoint_target(path: str | os.PathLike) -> Path:
+def check_checkpoint_target(path: str | os.PathLike, *, writable: bool = False) -> Path:
     """Check that :func:`save` may write a checkpoint at ``path``; change nothing.
 
     Call it before training starts so that a bad ``--out`` costs nothing.
+
+    Args:
+        path: the checkpoint folder.
+        writable: also check that :func:`save` can write there: ``path`` is not a
+            mount point (it is replaced by renaming), and a temporary file can be
+            created and removed in the nearest existing folder above it (a
+            read-only file system or a full disk is found now, not after training).
 
     Returns:
         The path (symbolic links resolved).
 
     Raises:
         relpos.outdir.OutputDirError: ``path`` is a file, a folder with other
-            content, the current folder, ... (see :mod:`relpos.outdir`).
+            content, the current folder, a mount point, not writable, ... (see
+            :mod:`relpos.outdir`).
     """
-    return check_output_dir(path, owns=is_checkpoint_dir, what="checkpoint")
+    real = check_output_dir(path, owns=is_checkpoint_dir, what="checkpoint")
+    if writable:
+        if real.is_dir() and os.path.ismount(real):
+            raise OutputDirError(
+                f"--out {path} is a mount point; relpos replaces a checkpoint folder by renaming it, which a "
+                f"mount point does not allow. Nothing was trained; name a folder inside it (e.g. --out {path}/run)"
+            )
+        above = real.parent
+        while not above.exists() and above != above.parent:
+            above = above.parent
+        check_writable(above)
+    return real
 
 
 def _remove_own_files(folder: Path) -> None:

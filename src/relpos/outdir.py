@@ -35,13 +35,14 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 __all__ = ["OutputDirError", "check_output_dir", "prepare_output_dir", "write_json_atomic", "clean_stale_tmp",
-           "process_alive"]
+           "process_alive", "refuse_special_files", "check_writable", "read_regular_text"]
 
 #: A temporary file of a dead writer older than this is removed by :func:`clean_stale_tmp`.
 STALE_TMP_SECONDS = 3600.0
@@ -61,12 +62,98 @@ def _describe(p: Path) -> str:
     return "a special file (device, socket or pipe)"
 
 
+def _kind(mode: int) -> str | None:
+    """What a file of this ``st_mode`` is, when it is not a regular file (None for a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device"
+
+
+def refuse_special_files(folder: str | os.PathLike, names: Iterable[str], *, flag: str = "--out") -> None:
+    """Raise :class:`OutputDirError` if one of ``names`` in ``folder`` exists and is not a regular file.
+
+    A named pipe, socket, device, folder or symbolic link where relpos reads or writes
+    its own file would block the command (a FIFO never answers) or send its output
+    somewhere else; nothing is opened here, only ``lstat``-ed.
+    """
+    for name in names:
+        p = Path(folder) / name
+        try:
+            kind = _kind(os.lstat(p).st_mode)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise OutputDirError(f"{flag} {folder}: cannot read {name} ({e.strerror or e})") from None
+        if kind is not None:
+            raise OutputDirError(
+                f"{flag} {folder}: {name} is {kind}, not a regular file; relpos reads and writes only regular "
+                f"files there. Nothing was changed; remove it or choose another {flag}."
+            )
+
+
+def check_writable(folder: str | os.PathLike, *, flag: str = "--out") -> None:
+    """Create and remove a temporary file in ``folder``; raise :class:`OutputDirError` if that fails.
+
+    Call it before expensive work so that a read-only file system, a full disk or a
+    busy mount point is found before training, not after it.
+    """
+    probe = Path(folder) / f".relpos-write-test.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"relpos")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+        raise OutputDirError(f"{flag} {folder}: cannot write there ({e.strerror or e}); nothing was trained -- "
+                             f"choose a writable {flag}") from None
+
+
+def read_regular_text(path: str | os.PathLike, *, limit: int = 64 << 20) -> str:
+    """The text of a regular file of at most ``limit`` bytes; never blocks on a named pipe.
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        ValueError: it is not a regular file, or it is larger than ``limit``.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        kind = _kind(st.st_mode)
+        if kind is not None:
+            raise ValueError(f"{path} is {kind}, not a regular file; relpos reads only regular files")
+        if st.st_size > limit:
+            raise ValueError(f"{path} is {st.st_size:,} bytes; relpos reads at most {limit:,} bytes here")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit:,} bytes; relpos reads at most {limit:,} bytes here")
+    return data.decode("utf-8")
+
+
 def check_output_dir(
     path: str | os.PathLike,
     *,
     owns: Callable[[Path], bool],
     what: str,
     flag: str = "--out",
+    files: Iterable[str] = (),
 ) -> Path:
     """Check that a command may write its output folder at ``path``; change nothing.
 
@@ -76,6 +163,9 @@ def check_output_dir(
             command's own earlier output (read its manifest; must not raise).
         what: what the command writes, for the message (e.g. ``"checkpoint"``).
         flag: the option that named the path, for the message.
+        files: names of the command's own files in the folder; any of them that
+            exists and is not a regular file (a named pipe, a link, ...) is refused
+            before ``owns`` reads anything (see :func:`refuse_special_files`).
 
     Returns:
         The path, with symbolic links resolved (write there).
@@ -101,6 +191,7 @@ def check_output_dir(
     if not (given.exists() or given.is_symlink()):
         return real
     if given.is_dir():
+        refuse_special_files(real, files, flag=flag)
         try:
             empty = not any(real.iterdir())
         except OSError as e:
@@ -119,8 +210,10 @@ def prepare_output_dir(
     owns: Callable[[Path], bool],
     what: str,
     flag: str = "--out",
+    files: Iterable[str] = (),
 ) -> Path:
-    """:func:`check_output_dir`, then create the folder (and its parents) if missing.
+    """:func:`check_output_dir`, then create the folder (and its parents) if missing and check that a
+    file can be written there (:func:`check_writable`).
 
     Returns:
         The folder (symbolic links resolved).
@@ -129,11 +222,12 @@ def prepare_output_dir(
         OutputDirError: see :func:`check_output_dir`, or the folder cannot be
             created (e.g. a parent is a file or read-only).
     """
-    real = check_output_dir(path, owns=owns, what=what, flag=flag)
+    real = check_output_dir(path, owns=owns, what=what, flag=flag, files=files)
     try:
         real.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OutputDirError(f"{flag} {path}: cannot create the folder ({e.strerror or e})") from None
+    check_writable(real, flag=flag)
     return real
 
 

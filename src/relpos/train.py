@@ -428,7 +428,8 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
     if train_cfg.ckpt_dir is not None:
         from relpos.checkpoint import check_checkpoint_target
 
-        check_checkpoint_target(train_cfg.ckpt_dir)  # before any work: never overwrite what relpos did not write
+        # before any work: never overwrite what relpos did not write, and find a read-only --out now
+        check_checkpoint_target(train_cfg.ckpt_dir, writable=ctx.is_main)
     tr = Trainer(model_cfg, train_cfg, data, ctx=ctx)
     if train_cfg.resume and train_cfg.ckpt_dir is not None:
         tr.restore(train_cfg.ckpt_dir)

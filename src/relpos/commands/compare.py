@@ -82,13 +82,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from relpos.corpus.cli import add_corpus_arguments
 
     add_corpus_arguments(p)
-    g.add_argument("--passkey", type=int, default=0, metavar="N",
-                   help="passkey retrieval on the LM models: N examples per length x depth (default 0: off)")
+    g.add_argument("--passkey", type=int, default=None, metavar="N",
+                   help="passkey retrieval on the LM models: N examples per length x depth (default 0: off; "
+                        "with --hf-model 10, and 0 turns it off)")
     g = p.add_argument_group("your pretrained model")
-    g.add_argument("--hf-model", default=None, metavar="DIR",
-                   help="evaluate a local LLaMA-family checkpoint zero-shot under each RoPE scaling "
-                        "(needs --corpus; no training)")
-    g.add_argument("--hf-factors", default="1,2,4,8", help="evaluation lengths as multiples of the model's context")
+    from relpos.experiments.hf_report import add_hf_arguments
+
+    add_hf_arguments(g)
     g.add_argument("--device", default=None, help="cpu or cuda for --hf-model (default: cuda when available)")
     g = p.add_argument_group("running")
     g.add_argument("--out", help="output folder (default runs/compare-<preset>)")
@@ -201,12 +201,17 @@ def main(args: argparse.Namespace) -> int:
     from relpos.experiments.compare import compare, plan, rebuild_report, summary_text
     from relpos.experiments.runner import make_runner
 
+    if args.out is not None and not args.out.strip():
+        raise ValueError("--out is empty; name a new folder (default: runs/compare-<preset>)")
     if args.report_only:
         out = args.out or os.path.join("runs", f"compare-{args.preset}")
         print(summary_text(rebuild_report(out, plots=not args.no_plots)))
         return 0
+    from relpos.experiments.hf_report import check_hf_flags, run_hf
+
+    check_hf_flags(args)
     if args.hf_model:
-        return _hf_main(args)
+        return run_hf(args)
     cfg = build_config(args)
     out = args.out or os.path.join("runs", f"compare-{cfg.preset}")
     for folder in args.reuse:
@@ -244,32 +249,3 @@ def main(args: argparse.Namespace) -> int:
     if summary.interrupted:
         return 130
     return 1 if summary.failed else 0
-
-
-def _hf_main(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from relpos.corpus.cli import corpus_spec_from_args
-    from relpos.experiments.hf_eval import run_hf_sweep
-    from relpos.experiments.hf_report import hf_report, passkey_heatmap
-
-    corpus = corpus_spec_from_args(args)
-    if corpus is None:
-        raise ValueError("--hf-model needs --corpus PATH")
-    corpus.pop("tokenizer", None)
-    out = Path(args.out or os.path.join("runs", f"hf-{Path(args.hf_model).name}"))
-    spec = {"model": args.hf_model, "corpus": corpus, "tokenizer": args.tokenizer, "device": args.device,
-            "factors": [float(f) for f in args.hf_factors.split(",")],
-            "passkey_n": args.passkey or 10}
-    if args.eval_tokens:
-        spec["eval_tokens"] = args.eval_tokens
-    runs = run_hf_sweep(out, spec, progress=args.progress is not False, log=lambda s: print(s, file=sys.stderr))
-    text = hf_report(runs)
-    (out / "hf_report.md").write_text(text + "\n")
-    for r in runs:
-        if r["task"] == "passkey":
-            name = r["scheme"].split(":", 1)[-1]
-            passkey_heatmap(r["measurements"], out / f"passkey_{name}_{r['variant'] or 'none'}.png",
-                            title=f"{name}, {r['variant'] or 'none'}")
-    print(text)
-    return 0

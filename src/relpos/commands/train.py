@@ -70,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
         if val is not None:
             overrides[field] = val
     check_device(args.device)
-    check_checkpoint_target(args.out)  # a bad --out fails before anything is built or read
+    check_checkpoint_target(args.out, writable=True)  # a bad or read-only --out fails before anything is built
     mcfg = ModelConfig.preset(args.preset, **overrides)
     tcfg = TrainConfig(
         steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, accum_steps=args.accum_steps,

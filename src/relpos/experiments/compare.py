@@ -31,7 +31,7 @@ from relpos.experiments.config import ExperimentConfig, config_diff
 from relpos.experiments.plots import make_plots
 from relpos.experiments.report import results_dict, text_tables, write_json_atomic, write_report
 from relpos.experiments.runner import Job, LocalRunner, SerialRunner
-from relpos.experiments.store import ConfigMismatchError, Store, error_line
+from relpos.experiments.store import ConfigMismatchError, Store, error_line, read_store_meta
 
 __all__ = ["plan", "compare", "rebuild_report", "summary_text", "CompareSummary", "prepare_output", "build_results",
            "folder_config", "OUTPUT_FILES"]
@@ -88,16 +88,9 @@ def _folder_meta(out: Path) -> tuple[str | None, dict | None]:
     (the database first, then results.json); ``(None, None)`` if there is none."""
     db = out / "results.sqlite"
     if db.exists():
-        import sqlite3
-
-        try:
-            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60)
-            try:
-                rows = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('fingerprint', 'protocol')"))
-            finally:
-                con.close()
-        except sqlite3.DatabaseError as e:
-            raise ConfigMismatchError(f"{db} is not a relpos results database ({e}); choose another --out") from None
+        # read-only, creates nothing beside the file; refuses a foreign, damaged or special file with the
+        # store's own message; an SQLite file still being created by a concurrent compare counts as fresh
+        rows = read_store_meta(db) or {}
         if rows.get("fingerprint"):
             try:
                 proto = json.loads(rows.get("protocol") or "null")
@@ -157,7 +150,7 @@ def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = 
 
     out = Path(out_dir)
     # a new folder, an empty one, or one with compare's own earlier output -- never a foreign folder
-    check_output_dir(out, owns=_owns, what="compare results")
+    check_output_dir(out, owns=_owns, what="compare results", files=OUTPUT_FILES)
     fp = cfg.fingerprint()
     old, old_proto = _folder_meta(out) if out.exists() else (None, None)
     if old is not None and old != fp:
@@ -172,9 +165,16 @@ def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = 
         dest = _archive(out, old)
         log(f"moved the results of configuration {old} to {dest}")
     out.mkdir(parents=True, exist_ok=True)
+    if not (out / "results.sqlite").exists():
+        _refuse_to_shrink(out / "results.json", {"runs": []})  # its runs would be lost: before creating anything
     store = Store(out / "results.sqlite")
-    store.bind(fp, cfg.protocol())
-    record = folder_config(cfg, out)
+    try:
+        store.bind(fp, cfg.protocol())
+        record = folder_config(cfg, out)
+        _refuse_to_shrink(out / "results.json", build_results(store, record))  # before any training
+    except BaseException:
+        store.close()
+        raise
     write_json_atomic(out / "config.json", {"fingerprint": fp, **record.to_dict(), "protocol": cfg.protocol()})
     return store
 
@@ -354,17 +354,29 @@ def compare(
         store.close()
 
 
+def _run_id(run) -> tuple:
+    if not isinstance(run, dict):
+        return (repr(run),)
+    return tuple(str(run.get(k)) for k in ("scheme", "variant", "task", "seed", "train_len"))
+
+
 def _refuse_to_shrink(path: Path, results: dict) -> None:
-    """Raise ValueError if ``path`` already holds more runs than ``results`` would write."""
+    """Raise ValueError if ``path`` holds a run that ``results`` would not write (or more runs than it)."""
     try:
         old = json.loads(path.read_text())
-        n_old = len(old.get("runs") or []) if isinstance(old, dict) else 0
-    except (OSError, ValueError):
+        old_runs = (old.get("runs") or []) if isinstance(old, dict) else []
+    except (OSError, ValueError, UnicodeDecodeError):
         return
-    if n_old > len(results["runs"]):
+    if not isinstance(old_runs, list):
+        return
+    new_ids = {_run_id(r) for r in results["runs"]}
+    lost = [r for r in old_runs if _run_id(r) not in new_ids]
+    if lost or len(old_runs) > len(results["runs"]):
         raise ValueError(
-            f"{path} holds {n_old} runs but the database holds only {len(results['runs'])}; refusing to "
-            f"overwrite it (is results.sqlite from another run?). Nothing was changed."
+            f"{path} holds {len(old_runs)} runs, {len(lost)} of them not in the database (which holds "
+            f"{len(results['runs'])}); refusing to overwrite it (was results.sqlite moved, replaced or from "
+            f"another run, or results.json extended by hand?). Nothing was changed; move results.json aside "
+            f"to let relpos write a new one."
         )
 
 
@@ -379,6 +391,9 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
     """
     out = Path(out_dir)
     db, cj = out / "results.sqlite", out / "config.json"
+    from relpos.outdir import refuse_special_files
+
+    refuse_special_files(out, OUTPUT_FILES)  # a named pipe would block the reads below
     if not db.exists() or not cj.exists():
         raise FileNotFoundError(f"{out} holds no relpos compare results (results.sqlite and config.json)")
     saved = json.loads(cj.read_text())
