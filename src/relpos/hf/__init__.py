@@ -1,0 +1,38 @@
+"""Put any relpos scheme into a Hugging Face Llama-family model: :func:`use_scheme`.
+
+``relpos.hf.use_scheme(model, "alibi")`` turns a Llama-family causal LM (Llama,
+Mistral without a sliding window, Qwen2, and any model whose attention layers call
+transformers' attention-function registry with rotary embeddings from a
+``rotary_emb`` module) into the same model with the chosen scheme:
+
+* the model's rotary embedding is turned off (its ``rotary_emb`` returns
+  ``cos = 1, sin = 0``, so ``apply_rotary_pos_emb`` is the identity and the cache
+  holds keys *before* rotation, which is what relpos needs);
+* each attention layer gets a scheme module (``self_attn.relpos_encoding``, a
+  parameter of the model: it trains and is saved with it; T5 shares one table
+  across layers) and the model's attention implementation becomes ``"relpos"``,
+  registered in transformers' ``AttentionInterface`` (the attention function) and
+  ``AttentionMaskInterface`` (the mask: the 2-D padding mask, as for
+  FlashAttention);
+* the attention function calls :func:`relpos.attention` with the model's
+  grouped-query layout (k, v are not repeated), ``causal=True``, the padding mask
+  (left or right) as ``key_padding_mask`` and ``q_offset = Nk - Nq`` (the
+  queries are the last keys of the model's own cache), so ``generate`` with the
+  model's cache is exact.
+
+Positions are token indices in the sequence (padding included): relative schemes
+see the same offsets between real tokens whatever the padding.
+
+Refused by name: schemes that act only on the token embeddings (``sinusoidal``,
+``learned``), DeBERTa with ``share_att_key=True`` (it needs the layer's content
+projections bound), models with sliding-window attention, models without a
+``rotary_emb`` to turn off, attention dropout in training, and RoPE types relpos
+does not implement. transformers (>= 4.56) is imported lazily, on the first
+:func:`use_scheme`. Guide: ``docs/use.md``.
+"""
+
+from __future__ import annotations
+
+from relpos.hf.bridge import ATTN_NAME, bridge_schemes, rope_options, use_scheme
+
+__all__ = ["use_scheme", "rope_options", "bridge_schemes", "ATTN_NAME"]
