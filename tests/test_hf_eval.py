@@ -13,6 +13,7 @@ pytest.importorskip("tokenizers")
 from relpos.encodings.rope import RoPE  # noqa: E402
 from relpos.experiments.hf_eval import (HF_SCALINGS, hf_rope_parameters, load_hf_model,  # noqa: E402
                                         relpos_rope_options, run_hf_job, run_hf_sweep)
+from relpos.experiments.hf_rope import APPLIED_SCALINGS  # noqa: E402
 from tests.data_helpers import prose, tiny_llama  # noqa: E402
 
 L0 = 64
@@ -43,7 +44,7 @@ def _qk_and_probs(model, x):
     return q, k, out.attentions[0]
 
 
-@pytest.mark.parametrize("scaling", HF_SCALINGS)
+@pytest.mark.parametrize("scaling", APPLIED_SCALINGS)
 @pytest.mark.parametrize("factor", [1.0, 2.5, 4.0])
 def test_relpos_rope_gives_the_hf_models_attention_logits(model_dir, scaling, factor):
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
@@ -94,17 +95,16 @@ def test_hf_sweep_end_to_end_resumable(model_dir, tmp_path):
     logs = []
     runs = run_hf_sweep(tmp_path / "out", spec, log=logs.append)
     assert len(runs) == 2 * len(HF_SCALINGS)
-    assert {(r["scheme"], r["variant"], r["task"]) for r in runs} == {
+    assert {(r["scheme"], r["variant"], r["task"]) for r in runs} == {  # "native": the checkpoint as shipped
         ("hf:tiny-llama", None if s == "none" else s, t) for s in HF_SCALINGS for t in ("lm", "passkey")}
     lm = {r["variant"]: r for r in runs if r["task"] == "lm"}
     for r in lm.values():
         assert r["train_len"] == L0
         protos = {(m["protocol"], m["eval_len"]) for m in r["measurements"]}
         assert {("window", L0), ("window", 2 * L0), ("fixed_target", L0), ("fixed_target", 2 * L0)} <= protos
-        bpt = r["info"]["hf"]["corpus"]
         for m in r["measurements"]:
             # loss per token, bits per byte = loss / ln 2 / (bytes per token of the validation split)
-            assert m["bpb"] == pytest.approx(m["loss"] / math.log(2) * bpt["val_tokens"] / _val_bytes(tmp_path, spec))
+            assert m["bpb"] == pytest.approx(_corpus(spec).bits_per_byte(m["loss"]))
     # at 1x every scaling is the plain model (factor 1)
     w1 = {v: next(m["loss"] for m in r["measurements"] if m["protocol"] == "window" and m["eval_len"] == L0)
           for v, r in lm.items()}
@@ -119,13 +119,15 @@ def test_hf_sweep_end_to_end_resumable(model_dir, tmp_path):
     # a second run finds everything stored
     logs.clear()
     again = run_hf_sweep(tmp_path / "out", spec, log=logs.append)
-    assert len(again) == len(runs) and all("skipped" in line for line in logs)
+    jobs = [line for line in logs if line.startswith("hf/")]
+    assert len(again) == len(runs) and len(jobs) == len(HF_SCALINGS) and all("skipped" in line for line in jobs)
+    assert any("documents" in line for line in logs) and any(line.startswith("corpus ") for line in logs)
 
 
-def _val_bytes(tmp_path, spec):
-    from relpos.experiments.hf_eval import _corpus_for
+def _corpus(spec):
+    from relpos.experiments.hf_eval import HFEvalSpec, _lm_task
 
-    return _corpus_for(spec).n_bytes("val")
+    return _lm_task(HFEvalSpec(**spec), L0, [L0, 2 * L0]).corpus
 
 
 def test_hf_job_matches_the_store_format(model_dir, tmp_path):
@@ -173,7 +175,7 @@ def test_hf_command_line_writes_report_and_heatmaps(model_dir, tmp_path, monkeyp
     corpus.write_text("".join(json.dumps({"body": prose(2000, seed=s)}) + "\n" for s in range(200)))
     out = tmp_path / "out"
     argv = ["--hf-model", str(model_dir), "--corpus", str(corpus), "--text-field", "body", "--out", str(out),
-            "--scalings", "none,yarn", "--factors", "1,2", "--eval-tokens", "512", "--passkey-n", "1",
+            "--scalings", "none,yarn", "--hf-factors", "1,2", "--eval-tokens", "512", "--passkey", "1",
             "--device", "cpu", "--no-progress"]
     assert main(argv) == 0
     text = (out / "hf_report.md").read_text()
