@@ -7,15 +7,22 @@ from relpos import bench
 
 def test_default_plan_covers_every_scheme_and_long_lengths():
     cases = bench.default_cases("cpu")
-    schemes = {c.scheme for c in cases if c.N == 2048}
-    assert set(bench.attention_schemes()) <= schemes
-    assert {c.impl for c in cases if c.N == 2048} == set(bench.default_impls("cpu"))
+    for N in (256, 1024, 2048):  # auto against every implementation, every scheme, both modes
+        assert {c.scheme for c in cases if c.N == N} == set(bench.attention_schemes())
+        assert {c.impl for c in cases if c.N == N} == set(bench.default_impls("cpu"))
+        assert {c.mode for c in cases if c.N == N} == set(bench.MODES)
+    assert {c.scheme for c in cases if c.N == 8192} == set(bench.SAMPLE_SCHEMES)
+    assert {c.impl for c in cases if c.N == 8192} == {"chunked", "auto"}
     assert max(c.N for c in cases) == 16384
     assert all(c.impl == "chunked" for c in cases if c.N == 16384)
-    assert all(c.impl != "dense" for c in cases if c.N > bench.DENSE_MAX_N and c.N != 2048)
+    bi = bench.default_cases("cpu", causal=False)
+    assert max(c.N for c in bi) == 8192
+    assert not {"cope", "fox", "xpos"} & {c.scheme for c in bi}  # causal-only schemes
     assert "flex" not in bench.default_impls("cpu")
     assert not any(":" in c.impl for c in cases)
     assert any(c.impl.startswith("peer:") for c in bench.default_cases("cpu", peers=True))
+    bi_peers = {c.impl for c in bench.default_cases("cpu", peers=True, causal=False)}
+    assert "peer:hf-deberta" in bi_peers and "peer:cope-paper" not in bi_peers and "peer:ret-xpos" not in bi_peers
 
 
 def test_attention_schemes_keep_one_rotary_preset_per_class():

@@ -44,6 +44,19 @@ def test_quick_run_schema(tmp_path, capsys):
     assert by[("shaw-kv", "flex", "fwd")]["status"] == "unsupported"
     assert "| scheme |" in md and "x" in md
     assert "relpos bench" in capsys.readouterr().err
+    assert {r["causal"] for r in recs} == {True}  # a grid runs causal unless --masks says otherwise
+    assert {(r["scheme"], r["N"], r["mode"]) for r in doc["auto_vs_fastest"]} == {
+        (s, 24, m) for s in ("nope", "t5", "shaw-kv") for m in bench.MODES}
+    assert "### auto against the fastest implementation" in md
+
+
+def test_masks_run_both_in_one_document(tmp_path):
+    doc, md = _bench(tmp_path, "--schemes", "t5,cope", "--impls", "dense,auto", "--lengths", "16", "--modes", "fwd",
+                     "--masks", "causal,bidirectional", "--no-memory")
+    got = {(r["scheme"], r["causal"]) for r in doc["records"]}
+    assert got == {("t5", True), ("t5", False), ("cope", True)}  # CoPE is causal only
+    assert [m["causal"] for m in doc["masks"]] == [True, False]
+    assert "## Causal" in md and "## Bidirectional" in md
 
 
 def test_peers_compare_against_the_same_layer(tmp_path):
@@ -51,17 +64,19 @@ def test_peers_compare_against_the_same_layer(tmp_path):
     names = [n for n, p in bench.PEERS.items() if p.warmups == 1]
     doc, md = _bench(tmp_path, "--schemes", "t5", "--impls", "chunked", "--lengths", "16", "--modes", "fwd,fwd+bwd",
                      "--peers", "--peer-names", ",".join(names), "--no-memory")
-    rows = {(p["peer"], p["mode"]): p for p in doc["peers"]}
-    assert {p for p, _ in rows} == set(names)
+    rows = {(p["peer"], p["mode"], p["causal"]): p for p in doc["peers"]}
+    assert {p for p, _, _ in rows} == set(names)
+    assert {c for _, _, c in rows} == {True, False}  # --peers runs both masks
+    assert not any(p == "cope-paper" and not c for p, _, c in rows)  # CoPE is causal only
     for p in rows.values():
-        if p["peer"] == "xt-t5-flash":
+        if p["peer"] in ("xt-t5-flash", "xt-dpb-flash"):
             assert p["status"] == "unsupported" and "refuses" in p["note"]
             continue
         assert p["status"] == "ok", p
         assert p["peer_ms"] > 0 and p["relpos_ms"] > 0 and p["speedup"] > 0
         assert p["relpos_impl"] in ("dense", "chunked")
-    assert sum(p["best"] for p in rows.values()) == len({(p["family"], p["mode"]) for p in rows.values()
-                                                         if p["status"] == "ok"})
+    assert sum(p["best"] for p in rows.values()) == len({(p["family"], p["mode"], p["causal"])
+                                                         for p in rows.values() if p["status"] == "ok"})
     assert "### Peers: every configuration" in md and "### Peers at their best" in md
 
 
@@ -80,6 +95,7 @@ def test_compiled_flex_peer_runs_inference(tmp_path):
     (["--modes", "sideways"], "unknown mode"),
     (["--threads", "-1"], "--threads must be >= 0"),
     (["--peers", "--peer-names", "nosuch"], "unknown peer"),
+    (["--masks", "sideways"], "unknown mask"),
 ])
 def test_bad_input(tmp_path, capsys, args, msg):
     with pytest.raises(SystemExit) if args[0] == "--lengths" else _nullcontext():

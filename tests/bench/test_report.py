@@ -34,7 +34,7 @@ def test_peer_summary_marks_each_familys_fastest_configuration():
     assert rows["xt-alibi-flash"]["speedup"] == 2.0 and rows["xt-alibi-flash"]["memory_fraction"] == 0.2
     assert rows["xt-alibi-eager"]["speedup"] == 4.0
     md = "\n".join(bench.report.peer_table(list(rows.values())))
-    assert "| x-transformers alibi | flash | alibi | 2048 | fwd+bwd | 2.0x | 0.2 |" in md
+    assert "| x-transformers alibi | flash | alibi | causal | 2048 | fwd+bwd | 2.0x | 0.2 |" in md
     assert "flash **(best)**" in md
 
 
@@ -44,3 +44,17 @@ def test_record_json_rounds_and_keeps_every_field():
     j = Record("t5", "dense", 64, "fwd", median_ms=1.23456789, ratio=1 / 3).to_json()
     assert j["median_ms"] == 1.235 and j["ratio"] == 0.333 and j["peak_mib"] is None
     assert set(j) >= {"scheme", "impl", "N", "mode", "status", "note", "chosen", "runs", "baseline_ms"}
+
+
+def test_auto_against_the_fastest_per_mask():
+    recs = [_rec("deberta", "dense", 33.0, causal=False), _rec("deberta", "chunked", 60.0, causal=False),
+            _rec("deberta", "auto", 60.2, chosen="chunked", causal=False),
+            _rec("deberta", "dense", 96.0), _rec("deberta", "chunked", 62.0), _rec("deberta", "auto", 63.0,
+                                                                                   chosen="chunked")]
+    rows = {r["causal"]: r for r in bench.report.auto_rows(recs)}
+    assert rows[False]["fastest"] == "dense" and rows[False]["ratio"] == round(60.2 / 33, 3)
+    assert not rows[False]["within"]
+    assert rows[True]["fastest"] == "chunked" and rows[True]["within"]
+    md = bench.markdown({"shape": "B=1", "baseline": "sdpa", "records": recs, "peers": []})
+    assert "## Causal" in md and "## Bidirectional" in md
+    assert "| deberta | **1.82** (chunked) |" in md and "| deberta | 1.02 (chunked) |" in md

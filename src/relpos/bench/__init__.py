@@ -23,10 +23,13 @@ from __future__ import annotations
 
 from relpos.bench.cases import (
     DENSE_MAX_N,
+    GRID_LENGTHS,
     LONG_LENGTHS,
     LONG_SCHEMES,
     MAIN_N,
     MODES,
+    SAMPLE_LENGTHS,
+    SAMPLE_SCHEMES,
     SWEEP_LENGTHS,
     SWEEP_SCHEMES,
     TARGETS,
@@ -40,12 +43,12 @@ from relpos.bench.cases import (
 from relpos.bench.memory import apply_process_settings, measure_memory
 from relpos.bench.peers import PEERS, Peer, peer_available, peer_cases
 from relpos.bench.report import markdown
-from relpos.bench.runner import SLOW_S, Record, machine_info, run_bench
+from relpos.bench.runner import SLOW_S, Record, machine_info, merge_docs, run_bench
 from relpos.bench.steps import build_step
 
 __all__ = [
     "BenchSpec", "Case", "Record", "Peer", "PEERS", "TARGETS", "MODES", "MAIN_N", "SLOW_S",
-    "SWEEP_LENGTHS", "SWEEP_SCHEMES", "LONG_LENGTHS", "LONG_SCHEMES", "DENSE_MAX_N",
+    "SWEEP_LENGTHS", "SWEEP_SCHEMES", "GRID_LENGTHS", "SAMPLE_LENGTHS", "SAMPLE_SCHEMES", "LONG_LENGTHS", "LONG_SCHEMES", "DENSE_MAX_N",
     "attention_schemes", "default_cases", "default_impls", "grid_cases", "peer_cases", "peer_available",
-    "run_bench", "markdown", "machine_info", "measure_memory", "apply_process_settings", "build_step",
+    "run_bench", "merge_docs", "markdown", "machine_info", "measure_memory", "apply_process_settings", "build_step",
 ]

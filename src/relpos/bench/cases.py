@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from relpos.bench.peers import peer_cases
-from relpos.bench.spec import MODES, BenchSpec, Case
+from relpos.bench.spec import MODES, BenchSpec, Case, runs_with_mask
 
 __all__ = ["MODES", "TARGETS", "BenchSpec", "Case", "attention_schemes", "default_impls", "default_cases",
-           "grid_cases", "SWEEP_LENGTHS", "SWEEP_SCHEMES", "LONG_LENGTHS", "LONG_SCHEMES", "DENSE_MAX_N",
-           "MAIN_N"]
+           "grid_cases", "GRID_LENGTHS", "SAMPLE_LENGTHS", "SAMPLE_SCHEMES", "SWEEP_LENGTHS", "SWEEP_SCHEMES",
+           "LONG_LENGTHS", "LONG_SCHEMES", "DENSE_MAX_N", "MAIN_N"]
 
 #: The length of the main table: every scheme and implementation, and the peers.
 MAIN_N = 2048
@@ -54,48 +54,61 @@ def default_impls(device: str = "cpu") -> list[str]:
     return impls
 
 
-#: Default length sweep (forward+backward) and the schemes it covers; N = 2048 covers every scheme.
-SWEEP_LENGTHS = (256, 1024, 4096, 8192)
-SWEEP_SCHEMES = ("nope", "alibi", "t5", "shaw")
+#: Lengths of the full grid: every scheme x every implementation x both modes (and both masks).
+GRID_LENGTHS = (256, 1024, 2048)
+#: The long length, sampled: :data:`SAMPLE_SCHEMES` with ``chunked`` and ``auto`` (``dense`` would
+#: form ``(B, H, N, N)`` tensors of 2 GiB each, and ``auto``'s table never measures or picks it there).
+SAMPLE_LENGTHS = (8192,)
+SAMPLE_SCHEMES = ("alibi", "t5", "fire", "deberta")
+#: Very long, causal training only: :data:`LONG_SCHEMES` with ``chunked``.
 LONG_LENGTHS = (16384,)
 LONG_SCHEMES = ("alibi", "t5")
-DENSE_MAX_N = 1024  # in the sweep; dense's N x N terms make longer runs slow (its cost is shown at N = 2048)
+# kept for callers of the earlier plan
+SWEEP_LENGTHS = GRID_LENGTHS + SAMPLE_LENGTHS
+SWEEP_SCHEMES = SAMPLE_SCHEMES
+DENSE_MAX_N = max(GRID_LENGTHS)
 
 
-def default_cases(device: str = "cpu", *, peers: bool = False) -> list[Case]:
-    """The default plan (under 10 minutes on a 2-core CPU machine).
+def default_cases(device: str = "cpu", *, peers: bool = False, causal: bool = True) -> list[Case]:
+    """The default plan for one mask (``relpos bench`` runs it causal, then bidirectional).
 
-    * ``N = 2048``: every attention scheme x every implementation, forward and
+    * ``N`` in :data:`GRID_LENGTHS`: every attention scheme x every implementation,
+      forward and forward+backward (``auto`` against the fastest of them in every cell);
+    * ``N`` in :data:`SAMPLE_LENGTHS`: :data:`SAMPLE_SCHEMES` with ``chunked`` and ``auto``,
+      both modes;
+    * causal only: ``N`` in :data:`LONG_LENGTHS`, :data:`LONG_SCHEMES` with ``chunked``,
       forward+backward;
-    * ``N`` in :data:`SWEEP_LENGTHS`, forward+backward: :data:`SWEEP_SCHEMES` with
-      ``chunked``, and ``dense`` up to :data:`DENSE_MAX_N`;
-    * ``N = 16384``: :data:`LONG_SCHEMES` with ``chunked``, forward+backward;
     * ``peers``: every peer and its matching relpos layer at ``N = 2048`` (see
       :func:`relpos.bench.peers.peer_cases`).
     """
     cases: list[Case] = []
     impls = default_impls(device)
-    for s in attention_schemes():
-        for i in impls:
-            for m in MODES:
-                cases.append(Case(s, i, MAIN_N, m))
-    for N in SWEEP_LENGTHS:
-        for s in SWEEP_SCHEMES:
-            for i in ("dense", "chunked"):
-                if i == "dense" and N > DENSE_MAX_N:
-                    continue
-                cases.append(Case(s, i, N, "fwd+bwd"))
-    for N in LONG_LENGTHS:
-        for s in LONG_SCHEMES:
-            cases.append(Case(s, "chunked", N, "fwd+bwd"))
+    schemes = [s for s in attention_schemes() if runs_with_mask(s, causal)]
+    for N in GRID_LENGTHS:
+        for s in schemes:
+            for i in impls:
+                for m in MODES:
+                    cases.append(Case(s, i, N, m))
+    for N in SAMPLE_LENGTHS:
+        for s in (s for s in SAMPLE_SCHEMES if s in schemes):
+            for i in ("chunked", "auto"):
+                for m in MODES:
+                    cases.append(Case(s, i, N, m))
+    if causal:
+        for N in LONG_LENGTHS:
+            for s in LONG_SCHEMES:
+                cases.append(Case(s, "chunked", N, "fwd+bwd"))
     if peers:
-        cases += peer_cases([MAIN_N])
+        cases += peer_cases([MAIN_N], causal=causal)
     return cases
 
 
-def grid_cases(schemes: list[str], impls: list[str], lengths: list[int], modes: list[str]) -> list[Case]:
-    """Every combination (``impls`` may include ``"peers"`` for the peer set)."""
+def grid_cases(schemes: list[str], impls: list[str], lengths: list[int], modes: list[str], *,
+               causal: bool = True) -> list[Case]:
+    """Every combination (``impls`` may include ``"peers"`` for the peer set of the mask ``causal``);
+    causal-only schemes are left out of a bidirectional grid."""
+    schemes = [s for s in schemes if runs_with_mask(s, causal)]
     cases = [Case(s, i, N, m) for N in lengths for s in schemes for i in impls if i != "peers" for m in modes]
     if "peers" in impls:
-        cases += peer_cases(lengths, modes)
+        cases += peer_cases(lengths, modes, causal=causal)
     return cases

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["RelposLayer", "RotaryPeerLayer", "FlexAlibiLayer", "ShawNND", "ShawLoop", "HFT5"]
+__all__ = ["RelposLayer", "RotaryPeerLayer", "FlexAlibiLayer", "ShawNND", "ShawLoop", "HFT5", "HFDebertaV2", "CoPEPaper"]
 
 
 class _Layer(nn.Module):
@@ -188,3 +188,69 @@ class HFT5(nn.Module):
         if self.causal:
             mask = torch.full((N, N), torch.finfo(x.dtype).min, device=x.device, dtype=x.dtype).triu(1)[None, None]
         return self.layer(x, attention_mask=mask)[0]
+
+
+class HFDebertaV2(nn.Module):
+    """transformers' DeBERTa-v2 ``DisentangledSelfAttention`` (c2p and p2c, 256 log buckets up to 512),
+    with the shared position table and its LayerNorm as ``DebertaV2Encoder`` feeds it, and the
+    output projection, residual and norm of ``DebertaV2SelfOutput``.
+
+    Args:
+        share_att_key: DeBERTa-v3's setting (positions projected by the content projections);
+            False gives separate position projections, as relpos's ``deberta`` default.
+    """
+
+    def __init__(self, dim: int, heads: int, dim_head: int, causal: bool, share_att_key: bool) -> None:
+        super().__init__()
+        import logging
+
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        from transformers import DebertaV2Config
+        from transformers.models.deberta_v2.modeling_deberta_v2 import DisentangledSelfAttention
+
+        cfg = DebertaV2Config(hidden_size=heads * dim_head, num_attention_heads=heads, relative_attention=True,
+                              position_buckets=256, max_relative_positions=512, pos_att_type=["p2c", "c2p"],
+                              share_att_key=share_att_key, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                              norm_rel_ebd="layer_norm")
+        self.attn = DisentangledSelfAttention(cfg)
+        self.rel_embeddings = nn.Embedding(2 * 256, heads * dim_head)
+        self.rel_norm = nn.LayerNorm(heads * dim_head)
+        self.out = nn.Linear(heads * dim_head, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.causal = causal
+
+    def forward(self, x: Tensor) -> Tensor:
+        from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
+
+        B, N, _ = x.shape
+        mask = torch.ones(N, N, dtype=torch.bool, device=x.device)
+        if self.causal:
+            mask = mask.tril()
+        rel_pos = build_relative_position(x, x, bucket_size=256, max_position=512)
+        rel = self.rel_norm(self.rel_embeddings.weight)
+        ctx = self.attn(x, mask[None, None].expand(B, 1, N, N), relative_pos=rel_pos, rel_embeddings=rel)[0]
+        return self.norm(x + self.out(ctx))
+
+
+class CoPEPaper(_Layer):
+    """CoPE as the paper's reference code writes it (Golovneva et al. 2024, Figure/Listing 1): the
+    ``N x N`` content logits, sigmoid gates, a flipped cumulative sum for the positions, a
+    ``(B, H, N, npos_max)`` table of ``q . e[p]``, two ``N x N`` gathers and the interpolation.
+    Causal only (the paper's positions count the past)."""
+
+    def __init__(self, dim: int, heads: int, dim_head: int, causal: bool, npos_max: int = 64) -> None:
+        super().__init__(dim, heads, dim_head, causal)
+        self.npos_max = npos_max
+        self.pos_emb = nn.Parameter(torch.randn(1, dim_head, npos_max) * 0.02)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        N = q.shape[-2]
+        mask = torch.ones(N, N, device=q.device).tril()
+        logits = q @ k.transpose(-1, -2) / math.sqrt(self.dim_head) + mask.log()
+        gates = torch.sigmoid(logits)
+        pos = gates.flip(-1).cumsum(dim=-1).flip(-1).clamp(max=self.npos_max - 1)
+        pos_ceil, pos_floor = pos.ceil().long(), pos.floor().long()
+        logits_int = q @ self.pos_emb  # (B, H, N, npos_max)
+        w = pos - pos_floor
+        logits = logits + logits_int.gather(-1, pos_ceil) * w + logits_int.gather(-1, pos_floor) * (1 - w)
+        return logits.softmax(-1) @ v

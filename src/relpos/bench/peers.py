@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from relpos.bench.spec import MODES, BenchSpec, Case
+from relpos.bench.spec import MODES, BenchSpec, Case, runs_with_mask
 
 __all__ = ["Peer", "PEERS", "peer_cases", "build_peer", "peer_available"]
 
@@ -36,6 +36,7 @@ class Peer:
         warmups: untimed runs before timing (2 for compiled code: the first compiles).
         memory: measure its peak memory in a fresh process (False for compiled code, whose
             compiler workers do not belong in a forked child and whose compile would dominate).
+        masks: the masks it runs (``"causal"``, ``"bidirectional"``); CoPE's positions count the past.
     """
 
     family: str
@@ -48,6 +49,7 @@ class Peer:
     max_n: int | None = None
     warmups: int = 1
     memory: bool = True
+    masks: tuple[str, ...] = ("causal", "bidirectional")
 
 
 def _xt(kw: dict, flash: bool):
@@ -79,6 +81,21 @@ def _rotary(xpos: bool):
     return build
 
 
+def _hf_deberta(share_att_key: bool):
+    def build(dim: int, heads: int, dim_head: int, causal: bool) -> nn.Module:
+        from relpos.bench.layers import HFDebertaV2
+
+        return HFDebertaV2(dim, heads, dim_head, causal, share_att_key)
+
+    return build
+
+
+def _cope_paper(dim: int, heads: int, dim_head: int, causal: bool) -> nn.Module:
+    from relpos.bench.layers import CoPEPaper
+
+    return CoPEPaper(dim, heads, dim_head, causal)
+
+
 def _flex_alibi(dim: int, heads: int, dim_head: int, causal: bool) -> nn.Module:
     from relpos.bench.layers import FlexAlibiLayer
 
@@ -94,7 +111,7 @@ def _shaw(loop: bool):
     return build
 
 
-_XT = "x-transformers Decoder layer"
+_XT = "x-transformers Decoder (causal) / Encoder (bidirectional) layer"
 #: name -> peer configuration. transformers' T5 also has attn_implementation='flex_attention'; on CPU
 #: (torch 2.13.0, transformers 5.24) its compiled kernel crashed the process (segmentation fault at N = 16),
 #: so it is not listed.
@@ -112,6 +129,19 @@ PEERS: dict[str, Peer] = {
                            _xt({"alibi_pos_bias": True}, True), "x_transformers"),
     "xt-alibi-eager": Peer("x-transformers alibi", "eager", "alibi", f"{_XT}, alibi_pos_bias=True",
                            _xt({"alibi_pos_bias": True}, False), "x_transformers"),
+    "xt-dpb": Peer("x-transformers dpb", "eager", "dpb", f"{_XT}, dynamic_pos_bias=True",
+                   _xt({"dynamic_pos_bias": True}, False), "x_transformers"),
+    "xt-dpb-flash": Peer("x-transformers dpb", "flash", "dpb", f"{_XT}, dynamic_pos_bias=True, attn_flash=True",
+                         _xt({"dynamic_pos_bias": True}, True), "x_transformers"),
+    "hf-deberta": Peer("HF DeBERTa-v2", "separate position projections", "deberta",
+                       "transformers DisentangledSelfAttention (c2p+p2c, 256 buckets, share_att_key=False) with "
+                       "DebertaV2Encoder's LayerNorm'd position table", _hf_deberta(False), "transformers"),
+    "hf-deberta-shared": Peer("HF DeBERTa-v2", "share_att_key", "deberta",
+                              "transformers DisentangledSelfAttention (c2p+p2c, 256 buckets, share_att_key=True, "
+                              "DeBERTa-v3's setting)", _hf_deberta(True), "transformers"),
+    "cope-paper": Peer("CoPE paper code", "N x N gather", "cope",
+                       "CoPE as the paper's reference code writes it: sigmoid gates, flipped cumsum, q.e table, two "
+                       "N x N gathers (Golovneva et al. 2024)", _cope_paper, masks=("causal",)),
     "xt-rope-flash": Peer("x-transformers rope", "flash", "rope", f"{_XT}, rotary_pos_emb=True, attn_flash=True",
                           _xt({"rotary_pos_emb": True}, True), "x_transformers"),
     "xt-rope-eager": Peer("x-transformers rope", "eager", "rope", f"{_XT}, rotary_pos_emb=True",
@@ -142,8 +172,10 @@ def peer_available(name: str) -> bool:
 
 
 def peer_cases(lengths: list[int], modes: list[str] | tuple[str, ...] = MODES,
-               names: list[str] | None = None) -> list[Case]:
-    """Every peer (and the relpos layer of its scheme) at each N in ``lengths`` and each mode it runs.
+               names: list[str] | None = None, *, causal: bool = True) -> list[Case]:
+    """Every peer (and the relpos layer of its scheme) at each N in ``lengths``, each mode it runs,
+    for the mask ``causal`` (peers that do not run that mask, or whose scheme is causal-only in relpos,
+    are left out).
 
     A peer with ``max_n`` below a requested N runs at ``max_n`` instead (with its relpos layer).
 
@@ -151,6 +183,7 @@ def peer_cases(lengths: list[int], modes: list[str] | tuple[str, ...] = MODES,
         lengths: sequence lengths.
         modes: modes to run (each peer runs those of them it supports).
         names: peers to run (default: all of :data:`PEERS`).
+        causal: the mask of the run.
 
     Raises:
         ValueError: an unknown peer name.
@@ -162,6 +195,8 @@ def peer_cases(lengths: list[int], modes: list[str] | tuple[str, ...] = MODES,
     for N in lengths:
         for name, peer in PEERS.items():
             if names is not None and name not in names:
+                continue
+            if ("causal" if causal else "bidirectional") not in peer.masks or not runs_with_mask(peer.scheme, causal):
                 continue
             n = N if peer.max_n is None else min(N, peer.max_n)
             for m in modes:
@@ -183,6 +218,11 @@ def build_peer(name: str, spec: BenchSpec) -> nn.Module:
     """
     if name not in PEERS:
         raise ValueError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
+    mask = "causal" if spec.causal else "bidirectional"
+    if mask not in PEERS[name].masks:
+        from relpos.attention import UnsupportedError
+
+        raise UnsupportedError(f"peer {name!r} runs only {', '.join(PEERS[name].masks)} attention")
     if not peer_available(name):
         from relpos.attention import UnsupportedError
 

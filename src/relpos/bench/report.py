@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from relpos.bench.cases import MAIN_N, MODES, TARGETS
 
-__all__ = ["markdown", "peer_table"]
+__all__ = ["markdown", "peer_table", "auto_rows", "AUTO_TOLERANCE"]
+
+#: ``auto`` is on target where its time is within this factor of the fastest implementation's.
+AUTO_TOLERANCE = 1.05
 
 _IMPLS = ("dense", "chunked", "flex", "auto")
 
@@ -20,7 +23,7 @@ def _cell(rec: dict | None) -> str:
     return s
 
 
-def _main_tables(recs: list[dict], idx: dict) -> list[str]:
+def _main_tables(recs: list[dict], idx: dict, targets: bool = True) -> list[str]:
     impls = [i for i in _IMPLS if any(r["impl"] == i for r in recs)]
     schemes = list(dict.fromkeys(r["scheme"] for r in recs if ":" not in r["impl"]))
     Ns = sorted({r["N"] for r in recs if ":" not in r["impl"]})
@@ -37,7 +40,7 @@ def _main_tables(recs: list[dict], idx: dict) -> list[str]:
             if b.get("baseline_peak_mib") is not None:
                 bl += f", {b['baseline_peak_mib']:.0f} MiB"
             bl += "."
-        train = mode == "fwd+bwd"
+        train = mode == "fwd+bwd" and targets
         lines += [f"### N = {main_n}, {mode}", "", bl, ""]
         lines += ["| scheme | " + " | ".join(impls) + " | auto picks |" + (" target | met |" if train else ""),
                   "|" + "---|" * (len(impls) + 2 + (2 if train else 0))]
@@ -53,6 +56,53 @@ def _main_tables(recs: list[dict], idx: dict) -> list[str]:
             lines.append(row)
         lines.append("")
     return lines
+
+
+def auto_rows(recs: list[dict]) -> list[dict]:
+    """``auto`` against the fastest timed implementation (dense, chunked, flex) of the same scheme, mask,
+    N and mode: one row per cell where ``auto`` and at least one of them ran."""
+    idx = {(r.get("causal", True), r["scheme"], r["impl"], r["N"], r["mode"]): r for r in recs}
+    out = []
+    for (causal, scheme, impl, N, mode), a in idx.items():
+        if impl != "auto" or a.get("median_ms") is None:
+            continue
+        others = {i: idx[(causal, scheme, i, N, mode)] for i in ("dense", "chunked", "flex")
+                  if (causal, scheme, i, N, mode) in idx and idx[(causal, scheme, i, N, mode)].get("median_ms")}
+        if not others:
+            continue
+        best = min(others, key=lambda i: others[i]["median_ms"])
+        ratio = a["median_ms"] / others[best]["median_ms"]
+        out.append({"causal": causal, "scheme": scheme, "N": N, "mode": mode, "auto_picks": a.get("chosen"),
+                    "fastest": best, "auto_ms": a["median_ms"], "fastest_ms": others[best]["median_ms"],
+                    "timed": sorted(others), "ratio": round(ratio, 3), "within": ratio <= AUTO_TOLERANCE})
+    return out
+
+
+def _auto_table(recs: list[dict]) -> list[str]:
+    rows = auto_rows(recs)
+    if not rows:
+        return []
+    cols = sorted({(r["N"], r["mode"]) for r in rows}, key=lambda c: (c[0], MODES.index(c[1])))
+    by = {(r["scheme"], r["N"], r["mode"]): r for r in rows}
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    worst = max(rows, key=lambda r: r["ratio"])
+    n_out = sum(not r["within"] for r in rows)
+    lines = ["### auto against the fastest implementation", "",
+             f"Cell: `auto`'s time / the fastest timed implementation's (same run), and what auto picked; "
+             f"bold over {AUTO_TOLERANCE:.2f}. {len(rows)} cells, {n_out} over; worst {worst['ratio']:.2f} "
+             f"({worst['scheme']}, N = {worst['N']}, {worst['mode']}).", "",
+             "| scheme | " + " | ".join(f"N={n} {m}" for n, m in cols) + " |", "|---|" + "---|" * len(cols)]
+    for s in schemes:
+        cells = []
+        for c in cols:
+            r = by.get((s, *c))
+            if r is None:
+                cells.append("")
+                continue
+            v = f"{r['ratio']:.2f}"
+            cells.append((v if r["within"] else f"**{v}**") + f" ({r['auto_picks'] or '?'})")
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _sweep_tables(recs: list[dict], idx: dict) -> list[str]:
@@ -88,26 +138,30 @@ def peer_table(peers: list[dict]) -> list[str]:
     """Every peer configuration, then one line per peer family in its fastest configuration."""
     if not peers:
         return []
+    def mask(p: dict) -> str:
+        return "causal" if p.get("causal", True) else "bidirectional"
+
     lines = ["### Peers: every configuration", "",
-             "| peer | config | scheme | N | mode | peer ms | relpos ms (impl) | speedup | peer MiB | relpos MiB | "
-             "memory fraction |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| peer | config | scheme | mask | N | mode | peer ms | relpos ms (impl) | speedup | peer MiB | "
+             "relpos MiB | memory fraction |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in peers:
         best = " **(best)**" if p.get("best") else ""
         if p["status"] != "ok":
             note = (p.get("note") or "").split("\n")[0][:80]
-            lines.append(f"| {p['family']} | {p['config']} | {p['scheme']} | {p['N']} | {p['mode']} | "
+            lines.append(f"| {p['family']} | {p['config']} | {p['scheme']} | {mask(p)} | {p['N']} | {p['mode']} | "
                          f"{p['status']}: {note} | | | | | |")
             continue
         lines.append(
-            f"| {p['family']} | {p['config']}{best} | {p['scheme']} | {p['N']} | {p['mode']} | {p['peer_ms']} | "
+            f"| {p['family']} | {p['config']}{best} | {p['scheme']} | {mask(p)} | {p['N']} | {p['mode']} | "
+            f"{p['peer_ms']} | "
             f"{_num(p['relpos_ms'])} ({p['relpos_impl']}) | {_num(p['speedup'], 'x')} | {_num(p['peer_peak_mib'])} | "
             f"{_num(p['relpos_peak_mib'])} | {_num(p['memory_fraction'])} |")
     lines += ["", "### Peers at their best (fastest configuration of each peer, same run)", "",
-              "| peer | best config | scheme | N | mode | speedup of relpos | memory fraction |",
-              "|---|---|---|---|---|---|---|"]
-    for p in peers:
+              "| peer | best config | scheme | mask | N | mode | speedup of relpos | memory fraction |",
+              "|---|---|---|---|---|---|---|---|"]
+    for p in sorted((p for p in peers if p.get("best")), key=lambda p: (p["family"], not p.get("causal", True))):
         if p.get("best"):
-            lines.append(f"| {p['family']} | {p['config']} | {p['scheme']} | {p['N']} | {p['mode']} | "
+            lines.append(f"| {p['family']} | {p['config']} | {p['scheme']} | {mask(p)} | {p['N']} | {p['mode']} | "
                          f"{_num(p['speedup'], 'x')} | {_num(p['memory_fraction'])} |")
     lines.append("")
     seen = set()
@@ -121,11 +175,17 @@ def peer_table(peers: list[dict]) -> list[str]:
 def markdown(doc: dict) -> str:
     """The report: target-shape tables, the length sweep and the peer comparison."""
     recs = doc["records"]
-    idx = {(r["scheme"], r["impl"], r["N"], r["mode"]): r for r in recs}
     lines = [f"Shape: {doc['shape']}. Baseline: {doc['baseline']}.", "",
              f"Cells: median {doc.get('clock', 'time').split(' (')[0]} as a multiple of the baseline's (same run, "
              "same N, same mode) · peak memory growth of a fresh process running the step once.", ""]
-    lines += _main_tables(recs, idx)
-    lines += _sweep_tables(recs, idx)
+    masks = list(dict.fromkeys(r.get("causal", True) for r in recs))
+    for causal in masks:
+        sub = [r for r in recs if r.get("causal", True) == causal]
+        idx = {(r["scheme"], r["impl"], r["N"], r["mode"]): r for r in sub}
+        if len(masks) > 1:
+            lines += [f"## {'Causal' if causal else 'Bidirectional'}", ""]
+        lines += _main_tables(sub, idx, targets=causal)
+        lines += _auto_table(sub)
+        lines += _sweep_tables(sub, idx)
     lines += peer_table(doc.get("peers") or [])
     return "\n".join(lines)

@@ -22,7 +22,7 @@ from relpos.bench.spec import BenchSpec, Case
 from relpos.bench.memory import measure_memory
 from relpos.bench.steps import build_step, timed
 
-__all__ = ["Record", "run_bench", "machine_info", "SLOW_S", "peer_summary"]
+__all__ = ["Record", "run_bench", "merge_docs", "machine_info", "SLOW_S", "peer_summary"]
 
 #: A case whose warm-up run takes longer than this many seconds is timed by that run alone.
 SLOW_S = 2.0
@@ -230,6 +230,10 @@ def run_bench(cases: list[Case], spec: BenchSpec, *, log: Callable[[str], None] 
     timing_s = time.monotonic() - t_start
     if spec.memory:
         _memory(records, list(by_n), spec, log)
+    recs = [r.to_json() for r in records.values()]
+    peers = peer_summary(records)
+    for row in recs + peers:
+        row["causal"] = spec.causal
     return {
         "version": 1,
         "kind": "relpos-attention-bench",
@@ -243,9 +247,29 @@ def run_bench(cases: list[Case], spec: BenchSpec, *, log: Callable[[str], None] 
                  "both clocks are in every record (cpu_ms, wall_ms, wall_ratio)",
         "timing_seconds": round(timing_s, 1),
         "total_seconds": round(time.monotonic() - t_start, 1),
-        "records": [r.to_json() for r in records.values()],
-        "peers": peer_summary(records),
+        "records": recs,
+        "peers": peers,
     }
+
+
+def merge_docs(docs: list[dict]) -> dict:
+    """One document from runs of the same plan with different masks (every record and peer row keeps
+    its ``causal`` flag; ``masks`` lists the runs in order, with their own timing and load)."""
+    if len(docs) == 1:
+        out = dict(docs[0])
+    else:
+        out = dict(docs[0])
+        out["shape"] = docs[0]["shape"].rsplit(", ", 1)[0] + ", " + " and ".join(
+            "causal" if d["spec"]["causal"] else "bidirectional" for d in docs)
+        out["baseline"] = ("torch.nn.functional.scaled_dot_product_attention without position terms, with the "
+                           "run's mask (is_causal=True in causal runs)")
+        out["records"] = [r for d in docs for r in d["records"]]
+        out["peers"] = [p for d in docs for p in d["peers"]]
+        out["timing_seconds"] = round(sum(d["timing_seconds"] for d in docs), 1)
+        out["total_seconds"] = round(sum(d["total_seconds"] for d in docs), 1)
+    out["masks"] = [{"causal": d["spec"]["causal"], "timing_seconds": d["timing_seconds"],
+                     "loadavg_start": d["machine"].get("loadavg_start")} for d in docs]
+    return out
 
 
 def peer_summary(records: dict[tuple, Record]) -> list[dict]:

@@ -10,7 +10,7 @@ import dataclasses
 
 import torch
 
-__all__ = ["MODES", "BenchSpec", "Case"]
+__all__ = ["MODES", "BenchSpec", "Case", "runs_with_mask"]
 
 MODES = ("fwd", "fwd+bwd")
 
@@ -78,3 +78,12 @@ class Case:
     @property
     def key(self) -> tuple:
         return (self.scheme, self.impl, self.N, self.mode)
+
+
+def runs_with_mask(scheme: str, causal: bool) -> bool:
+    """False for a causal-only scheme (xPos, CoPE, FoX) in a bidirectional run."""
+    if causal or scheme == "none":
+        return True
+    import relpos
+
+    return not relpos.make_encoding(scheme, n_heads=2, head_dim=8).causal_only

@@ -63,7 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=1, help="batch B (default 1)")
     p.add_argument("--heads", type=int, default=8, help="heads H (default 8)")
     p.add_argument("--head-dim", type=int, default=64, help="head dimension D (default 64)")
-    p.add_argument("--bidirectional", action="store_true", help="bidirectional attention (default causal)")
+    p.add_argument("--bidirectional", action="store_true", help="bidirectional attention only (same as --masks "
+                   "bidirectional)")
+    p.add_argument("--masks", type=_csv(str), default=None,
+                   help="comma-separated masks, each a run of its own in one document: causal, bidirectional "
+                        "(default both for the default plan and --peers, causal for a --schemes/--lengths grid)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--json", action="store_true", help="print the JSON document instead of the markdown report")
@@ -92,7 +96,22 @@ def _spec(args: argparse.Namespace):
     return spec
 
 
-def _cases(args: argparse.Namespace) -> list:
+def _masks(args: argparse.Namespace) -> list[bool]:
+    """The runs to make, as ``causal`` flags."""
+    if args.bidirectional:
+        if args.masks and args.masks != ["bidirectional"]:
+            raise ValueError("--bidirectional and --masks disagree; pass one of them")
+        return [False]
+    if args.masks is not None:
+        for m in args.masks:
+            if m not in ("causal", "bidirectional"):
+                raise ValueError(f"--masks: unknown mask {m!r}; choose from causal, bidirectional")
+        return [m == "causal" for m in dict.fromkeys(args.masks)]
+    grid = args.quick or any(x is not None for x in (args.schemes, args.impls, args.lengths, args.modes))
+    return [True] if grid and not args.peers else [True, False]
+
+
+def _cases(args: argparse.Namespace, causal: bool = True) -> list:
     from relpos import bench
     from relpos.attention import available_impls
     from relpos.encodings import get_scheme, normalise_name
@@ -117,14 +136,14 @@ def _cases(args: argparse.Namespace) -> list:
         lengths = args.lengths or ([64, 128] if args.quick else [bench.MAIN_N])
         grid_impls = [i for i in (impls or bench.default_impls(args.device)) if i != "peers"]
         cases = bench.grid_cases(schemes or bench.attention_schemes(), grid_impls, lengths,
-                                 args.modes or list(bench.MODES))
+                                 args.modes or list(bench.MODES), causal=causal)
         if args.peers or "peers" in (impls or []):
             cases += bench.peer_cases(args.lengths or ([64] if args.quick else [bench.MAIN_N]),
-                                      args.modes or bench.MODES, names)
+                                      args.modes or bench.MODES, names, causal=causal)
         return cases
-    cases = bench.default_cases(args.device)
+    cases = bench.default_cases(args.device, causal=causal)
     if args.peers:
-        cases += bench.peer_cases([bench.MAIN_N], names=names)
+        cases += bench.peer_cases([bench.MAIN_N], names=names, causal=causal)
     return cases
 
 
@@ -133,17 +152,28 @@ def main(args: argparse.Namespace) -> int:
 
     from relpos import bench
 
+    import dataclasses
+
     spec = _spec(args)
     bench.apply_process_settings(spec)
-    cases = _cases(args)
+    masks = _masks(args)
+    plans = [(c, _cases(args, c)) for c in masks]
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    log(f"relpos bench: {len(cases)} cases, {spec.batch}x{spec.heads}x{spec.head_dim} {spec.dtype} "
-        f"{'causal' if spec.causal else 'bidirectional'}, {torch.get_num_threads()} thread(s), device {spec.device}")
     t0 = time.monotonic()
-    doc = bench.run_bench(cases, spec, log=log, time_budget=args.budget)
+    docs = []
+    for causal, cases in plans:
+        sp = dataclasses.replace(spec, causal=causal)
+        log(f"relpos bench: {len(cases)} cases, {sp.batch}x{sp.heads}x{sp.head_dim} {sp.dtype} "
+            f"{'causal' if causal else 'bidirectional'}, {torch.get_num_threads()} thread(s), device {sp.device}")
+        budget = None if args.budget is None else max(args.budget - (time.monotonic() - t0), 0.0)
+        docs.append(bench.run_bench(cases, sp, log=log, time_budget=budget))
+    doc = bench.merge_docs(docs)
+    from relpos.bench.report import auto_rows
+
+    doc["auto_vs_fastest"] = auto_rows(doc["records"])
     doc["command"] = "relpos bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "bench" else [])
     md = bench.markdown(doc)
     stem = args.name or ("attention-quick" if args.quick else "attention")
@@ -156,7 +186,9 @@ def main(args: argparse.Namespace) -> int:
         f.write(f"# relpos bench\n\nCommand: `{doc['command'].strip()}`\n\n"
                 f"Machine: {doc['machine']['cpu']} ({doc['machine']['cpu_count']} CPUs), torch "
                 f"{doc['machine']['torch']}, {doc['machine']['torch_threads']} thread(s); "
-                f"run took {doc['total_seconds']:.0f} s.\n\n{md}\n")
+                f"run took {doc['total_seconds']:.0f} s; load average at the start of each mask's run: "
+                + ", ".join(f"{'causal' if m['causal'] else 'bidirectional'} {m['loadavg_start']}"
+                            for m in doc["masks"]) + f".\n\n{md}\n")
     print(json.dumps(doc, indent=1) if args.json else md)
     log(f"wrote {jpath} and {mpath} in {time.monotonic() - t0:.0f} s")
     return 0
