@@ -25,6 +25,14 @@ def _joined(c: Corpus, split: str) -> bytes:
     return c.array(split).tobytes()
 
 
+def _tokens(c: Corpus) -> int:
+    return sum(c.n_tokens(s) for s in ("train", "val", "test"))
+
+
+def _removed(c: Corpus) -> int:
+    return sum(c.meta["dedup"].get(s, {}).get("removed", 0) for s in ("val", "test"))
+
+
 # ------------------------------------------------------------------ the forms
 
 
@@ -34,13 +42,14 @@ def test_text_file_round_trip_split_and_fingerprint(tmp_path):
     f.write_text(text)
     c = load_corpus(f, cache_dir=tmp_path / "cache")
     assert detect_kind(f) == "text" and c.vocab_size == 256 and not c.tokenized
-    tr, va = _joined(c, "train"), _joined(c, "val")
-    assert len(tr) + len(va) == len(text)  # chunks without separators: every byte once
-    assert c.n_tokens("train") == len(tr) and c.n_bytes("val") == len(va)
-    assert 0.03 < len(va) / len(text) < 0.25  # ~10% by hash
+    tr, va, te = _joined(c, "train"), _joined(c, "val"), _joined(c, "test")
+    assert _removed(c) == 0  # random prose: no 64-byte window of it recurs
+    assert len(tr) + len(va) + len(te) == len(text)  # chunks without separators: every byte once
+    assert c.n_tokens("train") == len(tr) and c.n_bytes("val") == len(va) and c.n_bytes("test") == len(te)
+    assert 0.01 < len(va) / len(text) < 0.12 and 0.03 < len(te) / len(text) < 0.25  # ~5% and ~10% by hash
     # chunks of ~1/256 of the file, cut after a line break, each split by its content hash
     assert chunk_size(len(text)) == 1024 and chunk_size(1 << 28) == 1 << 20 and chunk_size(1 << 22) == 1 << 14
-    assert tr.endswith(b"\n") and va.endswith(b"\n")
+    assert tr.endswith(b"\n") and va.endswith(b"\n") and te.endswith(b"\n")
     # the fingerprint depends on the data only, not on the path or the cache
     g = tmp_path / "copy.txt"
     g.write_text(text)
@@ -54,11 +63,11 @@ def test_split_rule_is_the_builtin_one(tmp_path):
     root = write_folder(tmp_path / "docs", n_files=80, size=300)
     c = load_corpus(root, glob="**/*.txt", cache_dir=tmp_path / "cache")
     rels = sorted((q.relative_to(root).as_posix() for q in root.rglob("*.txt")))
-    val = [r for r in rels if data._is_val(r)]  # the stdlib corpus's hash of the relative path
-    want_val = b"".join((root / r).read_bytes() + b"\n\n" for r in val)
-    want_train = b"".join((root / r).read_bytes() + b"\n\n" for r in rels if r not in val)
-    assert _joined(c, "val") == want_val and _joined(c, "train") == want_train
-    assert c.report()["splits"]["val"]["docs"] == len(val)
+    assert _removed(c) == 0
+    for s in ("train", "val", "test"):
+        mine = [r for r in rels if data._split_of(r) == s]  # the stdlib corpus's hash of the relative path
+        assert _joined(c, s) == b"".join((root / r).read_bytes() + b"\n\n" for r in mine)
+        assert c.report()["splits"][s]["docs"] == len(mine)
 
 
 def test_folder_skips_binary_and_undecodable_files_and_counts_them(tmp_path):
@@ -71,20 +80,20 @@ def test_folder_skips_binary_and_undecodable_files_and_counts_them(tmp_path):
     rep = c.report()
     assert rep["skipped"] == {"binary": 1, "undecodable": 2, "unreadable": 0}
     assert set(rep["skipped_examples"]["undecodable"]) == {"latin1.txt", "late_bad.txt"}
-    both = _joined(c, "train") + _joined(c, "val")
+    both = _joined(c, "train") + _joined(c, "val") + _joined(c, "test")
     assert b"PNG" not in both and b"caf" not in both and b"ok line" not in both  # rolled back whole
     # glob selects
-    c2 = load_corpus(root, glob="sub/*.txt", cache_dir=tmp_path / "cache")
-    assert c2.report()["splits"]["train"]["docs"] + c2.report()["splits"]["val"]["docs"] == 14
+    c2 = load_corpus(root, glob="doc*.txt", cache_dir=tmp_path / "cache")  # top level only
+    assert sum(c2.report()["splits"][s]["docs"] for s in ("train", "val", "test")) == 26
 
 
 def test_jsonl_documents_and_content_hash_split(tmp_path):
     f = write_jsonl(tmp_path / "d.jsonl", n=120, size=400, field="body")
     c = load_corpus(f, text_field="body", cache_dir=tmp_path / "cache")
     docs = [json.loads(line)["body"] for line in f.read_text().splitlines()]
-    val = b"".join(d.encode() + b"\n\n" for d in docs if hashlib.sha1(d.encode()).digest()[0] < 26)
-    assert _joined(c, "val") == val
-    assert c.n_tokens("train") + c.n_tokens("val") == sum(len(d) + 2 for d in docs)
+    test = b"".join(d.encode() + b"\n\n" for d in docs if hashlib.sha1(d.encode()).digest()[0] < 26)
+    assert _joined(c, "test") == test and _removed(c) == 0
+    assert _tokens(c) == sum(len(d) + 2 for d in docs)
 
 
 def test_hf_datasets_folder(tmp_path):
@@ -95,13 +104,13 @@ def test_hf_datasets_folder(tmp_path):
     dd.save_to_disk(str(tmp_path / "ds"))
     c = load_corpus(tmp_path / "ds", text_field="content", cache_dir=tmp_path / "cache")
     assert c.meta["kind"] == "hf"
-    assert c.n_tokens("train") + c.n_tokens("val") == sum(len(r) + 2 for r in rows)
+    assert _tokens(c) == sum(len(r) + 2 for r in rows)
     # the same rows as JSONL give the same data, hence the same split bytes
     with open(tmp_path / "same.jsonl", "w") as f:
         for r in rows[100:] + rows[:100]:  # sorted split order: "test" before "train"
             f.write(json.dumps({"content": r}) + "\n")
     j = load_corpus(tmp_path / "same.jsonl", text_field="content", cache_dir=tmp_path / "cache")
-    assert _joined(j, "val") == _joined(c, "val") and _joined(j, "train") == _joined(c, "train")
+    assert all(_joined(j, s) == _joined(c, s) for s in ("train", "val", "test"))
     with pytest.raises(ValueError, match="no text field 'text'.*content"):
         load_corpus(tmp_path / "ds", cache_dir=tmp_path / "cache")
 
@@ -117,13 +126,14 @@ def test_tokenizer_path_counts_tokens_and_bytes(tmp_path):
     c = load_corpus(f, tokenizer=tok_file, cache_dir=tmp_path / "cache")
     tok = load_tokenizer(tok_file)
     assert c.tokenized and c.vocab_size == tok.get_vocab_size() and c.unit == "tokens"
-    ids = np.concatenate([c.array("train"), c.array("val")])
+    ids = np.concatenate([c.array("train"), c.array("val"), c.array("test")])
     assert ids.dtype == np.int32 and int(ids.max()) < c.vocab_size
-    assert c.n_bytes("train") + c.n_bytes("val") == len(text)
-    assert c.n_tokens("train") + c.n_tokens("val") < len(text) / 3  # subword: fewer tokens than bytes
-    # the val split decodes back to its text
-    assert tok.decode(c.array("val").tolist()) == _joined(load_corpus(f, cache_dir=tmp_path / "c2"), "val").decode()
-    assert c.bits_per_byte(np.log(2)) == pytest.approx(c.n_tokens("val") / c.n_bytes("val"))
+    assert _removed(c) == 0
+    assert sum(c.n_bytes(s) for s in ("train", "val", "test")) == len(text)
+    assert _tokens(c) < len(text) / 3  # subword: fewer tokens than bytes
+    # the test split decodes back to its text
+    assert tok.decode(c.array("test").tolist()) == _joined(load_corpus(f, cache_dir=tmp_path / "c2"), "test").decode()
+    assert c.bits_per_byte(np.log(2)) == pytest.approx(c.n_tokens("test") / c.n_bytes("test"))
     assert c.fingerprint != load_corpus(f, cache_dir=tmp_path / "cache").fingerprint
     x, y = c.train_source(4, 32, seed=1).batch(3)
     assert x.shape == (4, 32) and torch.equal(x[:, 1:], y[:, :-1])
@@ -168,11 +178,11 @@ def test_cache_is_reused_and_invalidated(tmp_path):
 
 def test_lm_requirement_and_size_error(tmp_path):
     need = lm_requirement(64, [64, 128, 256], 4096, blocks=32)
-    assert need.val == 32 * 257 and need.train >= need.val
+    assert need.test == 32 * 257 and need.val == 32 * 65 and need.train >= need.test
     f = tmp_path / "small.txt"
     f.write_text(prose(40_000))
     cache = tmp_path / "cache"
-    with pytest.raises(ValueError, match=r"too small: its validation split has [\d,]+ bytes and needs 8,224.*"
+    with pytest.raises(ValueError, match=r"too small: its test split has [\d,]+ bytes and needs 8,224.*"
                                          r"about 82,240 bytes of text in all"):
         load_corpus(f, cache_dir=cache, require=need)
     assert not cache.exists()  # nothing written
@@ -235,7 +245,7 @@ def test_bad_input_raises_clearly_and_writes_nothing(tmp_path, case):
         path, match = tmp_path / "a.txt", "not UTF-8 text"
         path.write_bytes(b"abc\xffdef\n" * 10)
     elif case == "one_doc":  # one small document: the validation split is empty
-        path, match = tmp_path / "a.jsonl", "validation split is empty|training split is empty"
+        path, match = tmp_path / "a.jsonl", "(validation|training|test) split is empty"
         path.write_text('{"text": "just one document"}\n')
     else:
         path, match = tmp_path / "a.txt", "applies to a folder"
@@ -255,7 +265,7 @@ def test_missing_path_and_bad_types(tmp_path):
     with pytest.raises(ValueError, match="split"):
         f = tmp_path / "a.txt"
         f.write_text(prose(30_000))
-        load_corpus(f, cache_dir=tmp_path / "c").array("test")
+        load_corpus(f, cache_dir=tmp_path / "c").array("dev")
 
 
 def test_default_cache_dir_follows_env(tmp_path, monkeypatch):
@@ -272,7 +282,8 @@ def test_the_corpus_of_docs_your_data(tmp_path):
     """docs/your-data.md runs on this corpus; its fingerprint and sizes are the ones printed there."""
     root = write_folder(tmp_path / "docs", n_files=300, size=4000, pool=3)
     c = load_corpus(root, glob="**/*.txt", cache_dir=tmp_path / "cache")
-    assert (c.fingerprint, c.n_bytes("train"), c.n_bytes("val")) == ("049f265e51b3bc0f", 1067828, 140838)
+    sizes = (c.n_bytes("train"), c.n_bytes("val"), c.n_bytes("test"))
+    assert (c.fingerprint, sizes) == ("ba97f206b5b18659", (995292, 72536, 140838))
 
 
 def test_command_line_options():

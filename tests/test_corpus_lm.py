@@ -32,10 +32,12 @@ def test_bytes_corpus_task_reads_the_corpus(corpus_file, tmp_path):
     c = load_corpus(corpus_file, cache_dir=tmp_path)
     t = CorpusLanguageModelling(c, train_len=32, eval_lengths=[32, 64], eval_tokens=2048, blocks=16)
     assert t.vocab_size == 256
-    val = c.array("val").tobytes()
+    test, val = c.array("test").tobytes(), c.array("val").tobytes()
     chunks = t._chunks(4, 64)
-    for row in chunks:  # evaluation text comes from the corpus's validation split
-        assert bytes(row.to(torch.uint8).tolist()) in val
+    for row in chunks:  # evaluation text comes from the corpus's test split
+        assert bytes(row.to(torch.uint8).tolist()) in test
+    vx, vy = t.validation_batch()  # early stopping reads the validation split
+    assert vx.shape == (32, 32) and all(bytes(r.to(torch.uint8).tolist()) in val for r in vx)
     x, y = t.train_source(4, seed=1).batch(0)
     train = c.array("train").tobytes()
     assert x.shape == (4, 32) and all(bytes(r.to(torch.uint8).tolist()) in train for r in x)
@@ -45,9 +47,14 @@ def test_bytes_corpus_task_reads_the_corpus(corpus_file, tmp_path):
     assert all(m.bpb == pytest.approx(m.loss / math.log(2)) for m in ms)  # bytes: bits per byte = bits per token
     # the corpus enters the options (hence compare's configuration fingerprint)
     opts = t.options()
-    assert opts["corpus"]["fingerprint"] == c.fingerprint
+    assert opts["corpus"]["fingerprint"] == c.fingerprint and opts["corpus"]["sha256"] == c.meta["sha256"]
     base = LanguageModelling(train_len=32, eval_lengths=[32, 64], eval_tokens=2048, blocks=16).options()
-    assert {k: v for k, v in opts.items() if k != "corpus"} == base
+    assert {k: v for k, v in opts.items() if k != "corpus"} == {k: v for k, v in base.items() if k != "corpus"}
+    assert base["corpus"]["name"] == "python-stdlib" and base["corpus"]["sha256"] != opts["corpus"]["sha256"]
+    ident = t.corpus_identity()  # recorded with every result
+    assert ident["sha256"] == c.meta["sha256"] and ident["leak_window"] == 64
+    assert {s: ident["splits"][s]["tokens"] for s in ("train", "val", "test")} == \
+        {s: c.n_tokens(s) for s in ("train", "val", "test")}
 
 
 def test_tokenized_corpus_reports_loss_per_token_and_bits_per_byte(corpus_file, tmp_path):
@@ -58,7 +65,7 @@ def test_tokenized_corpus_reports_loss_per_token_and_bits_per_byte(corpus_file, 
 
     assert t.vocab_size == c.vocab_size == load_tokenizer(tok).get_vocab_size() > 256
     ms = t.evaluate(lambda n: _tiny_model(c.vocab_size))
-    ratio = c.n_bytes("val") / c.n_tokens("val")
+    ratio = c.n_bytes("test") / c.n_tokens("test")
     assert ratio > 2
     for m in ms:
         assert m.ppl == pytest.approx(math.exp(m.loss))  # per token
@@ -67,7 +74,7 @@ def test_tokenized_corpus_reports_loss_per_token_and_bits_per_byte(corpus_file, 
 
 def test_too_small_for_the_evaluation(corpus_file, tmp_path):
     c = load_corpus(corpus_file, cache_dir=tmp_path)
-    with pytest.raises(ValueError, match=r"validation split has [\d,]+ bytes and needs [\d,]+ for 64 evaluation "
+    with pytest.raises(ValueError, match=r"test split has [\d,]+ bytes and needs [\d,]+ for 64 evaluation "
                                          r"blocks of 4097 bytes"):
         CorpusLanguageModelling(c, train_len=256, eval_lengths=[256, 4096], eval_tokens=262144)
     with pytest.raises(TypeError, match="Corpus"):

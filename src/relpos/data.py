@@ -2,9 +2,13 @@
 
 The corpus needs no download: it is the ``*.py`` source of the standard library of
 the running Python (found through :func:`sysconfig.get_paths`), without its test
-folders, split into ``"train"`` and ``"val"`` by a stable hash of each file's path
-relative to the standard-library root (about 10% of files go to ``"val"``). The
-same Python always gives the same bytes.
+folders, split into ``"train"``, ``"val"`` and ``"test"`` by a stable hash of each
+file's path relative to the standard-library root (:func:`split_of_key`: about 10%
+of files go to ``"test"``, 5% to ``"val"``). The same Python always gives the same
+bytes. :func:`stdlib_splits` is what the benchmark reads: the same splits with every
+span of validation and test text that also occurs in training cut out
+(:mod:`relpos.dedup`), and the corpus's identity (content hash, sizes, Python
+version).
 
 Batch sources
 -------------
@@ -28,8 +32,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["VOCAB_SIZE", "IGNORE_INDEX", "is_val_key", "stdlib_root", "stdlib_files", "stdlib_corpus", "ByteLMSource",
-           "encode", "decode"]
+__all__ = ["VOCAB_SIZE", "IGNORE_INDEX", "SPLITS", "split_of_key", "is_val_key", "stdlib_root", "stdlib_files",
+           "stdlib_corpus", "stdlib_splits", "ByteLMSource", "encode", "decode"]
 
 #: byte-level vocabulary size
 VOCAB_SIZE = 256
@@ -37,12 +41,15 @@ VOCAB_SIZE = 256
 IGNORE_INDEX = -100
 
 _EXCLUDED_PARTS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
-_SPLITS = ("train", "val")
+#: the three splits of every relpos corpus: training, validation (early stopping, the fit gate,
+#: the learning-rate choice) and test (every reported number)
+SPLITS = ("train", "val", "test")
+_SPLITS = SPLITS
 
 
 def _check_split(split: str) -> None:
     if split not in _SPLITS:
-        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
 
 
 def stdlib_root() -> Path:
@@ -50,19 +57,26 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def is_val_key(key: bytes) -> bool:
-    """The train/validation rule of every relpos corpus: ``True`` (validation) for about 10% of keys.
+def split_of_key(key: bytes) -> str:
+    """The split rule of every relpos corpus: ``"test"``, ``"val"`` or ``"train"`` for a document's key.
 
-    A document goes to validation when the first byte of the SHA-1 of its key is
-    below 26 (26/256 = 10.2%). The key is a file's path relative to the corpus
-    root (the built-in corpus, folder corpora) or the document's own bytes
-    (:mod:`relpos.corpus` for other forms).
+    With ``b`` the first byte of the SHA-1 of the key: ``b < 26`` test (26/256 =
+    10.2%), ``26 <= b < 39`` validation (13/256 = 5.1%), the rest training. The key
+    is a file's path relative to the corpus root (the built-in corpus, folder
+    corpora) or the document's own bytes (:mod:`relpos.corpus` for other forms).
+    The test split holds the files of the former validation split (``b < 26``).
     """
-    return hashlib.sha1(key).digest()[0] < 26
+    b = hashlib.sha1(key).digest()[0]
+    return "test" if b < 26 else "val" if b < 39 else "train"
 
 
-def _is_val(rel_posix: str) -> bool:
-    return is_val_key(rel_posix.encode("utf-8"))
+def is_val_key(key: bytes) -> bool:
+    """True when a key's document is held out of training (validation or test)."""
+    return split_of_key(key) != "train"
+
+
+def _split_of(rel_posix: str) -> str:
+    return split_of_key(rel_posix.encode("utf-8"))
 
 
 @functools.lru_cache(maxsize=4)
@@ -77,7 +91,7 @@ def _files(split: str) -> tuple[Path, ...]:
             p = Path(dirpath) / fn
             if not p.is_file():
                 continue
-            if _is_val(p.relative_to(root).as_posix()) == (split == "val"):
+            if _split_of(p.relative_to(root).as_posix()) == split:
                 out.append(p)
     out.sort(key=lambda q: q.relative_to(root).as_posix())
     return tuple(out)
@@ -87,7 +101,7 @@ def stdlib_files(split: str) -> list[Path]:
     """Standard-library source files of one split, sorted by relative path.
 
     Args:
-        split: ``"train"`` or ``"val"``.
+        split: ``"train"``, ``"val"`` or ``"test"``.
 
     Returns:
         Absolute paths of ``*.py`` files, excluding any folder named ``test``,
@@ -106,7 +120,7 @@ def stdlib_corpus(split: str, max_bytes: int | None = None) -> bytes:
     Only as many files as needed are read.
 
     Args:
-        split: ``"train"`` or ``"val"``.
+        split: ``"train"``, ``"val"`` or ``"test"``.
         max_bytes: optional upper bound on the length (>= 1).
 
     Raises:
@@ -128,6 +142,54 @@ def stdlib_corpus(split: str, max_bytes: int | None = None) -> bytes:
             break
     data = b"".join(parts)
     return data if max_bytes is None else data[:max_bytes]
+
+
+@functools.lru_cache(maxsize=1)
+def stdlib_splits() -> dict:
+    """The benchmark's built-in corpus: the three splits, leak-free, and their identity (cached per process).
+
+    Validation and test are :func:`stdlib_corpus` of their split with every span
+    covered by a :data:`relpos.dedup.WINDOW`-byte substring of the training split cut
+    out (:func:`relpos.dedup.remove_leaks`); training is unchanged.
+
+    Returns:
+        ``{"train": bytes, "val": bytes, "test": bytes, "identity": dict}``; the
+        identity is ``{"name", "python", "sha256", "leak_window", "splits": {split:
+        {"documents", "bytes", "bytes_before", "leaked_windows", "removed_bytes"}}}``,
+        ``sha256`` over the cleaned bytes of the three splits (its first 16 hex
+        digits enter the configuration fingerprint).
+    """
+    import platform
+
+    import numpy as np
+
+    from relpos.dedup import WINDOW, remove_leaks
+
+    raw = {s: stdlib_corpus(s) for s in _SPLITS}
+    for s, b in raw.items():
+        if not b:
+            raise ValueError(f"the standard-library {s!r} split is empty on this Python ({stdlib_root()})")
+    train = np.frombuffer(raw["train"], dtype=np.uint8)
+    step = 1 << 22
+    cleaned, stats = remove_leaks([np.frombuffer(raw[s], dtype=np.uint8) for s in ("val", "test")],
+                                  lambda: (train[i: i + step] for i in range(0, len(train), step)), WINDOW)
+    out = {"train": raw["train"], "val": cleaned[0].tobytes(), "test": cleaned[1].tobytes()}
+    h = hashlib.sha256(f"relpos-stdlib-corpus:v3:window={WINDOW}".encode())
+    for s in _SPLITS:
+        h.update(f"|{s}:{len(out[s])}:".encode())
+        h.update(out[s])
+    per = {"train": {"leaked_windows": 0, "removed": 0}, "val": stats[0], "test": stats[1]}
+    out["identity"] = {
+        "name": "python-stdlib",
+        "python": platform.python_version(),
+        "sha256": h.hexdigest(),
+        "leak_window": WINDOW,
+        "unit": "bytes",
+        "splits": {s: {"documents": len(_files(s)), "bytes": len(out[s]), "bytes_before": len(raw[s]),
+                       "leaked_windows": int(per[s]["leaked_windows"]), "removed_bytes": int(per[s]["removed"])}
+                   for s in _SPLITS},
+    }
+    return out
 
 
 def encode(text: str) -> Tensor:

@@ -137,3 +137,94 @@ def test_bad_options():
         LanguageModelling(train_len=8, eval_lengths=[8, 16], target_len=9)
     with pytest.raises(ValueError, match="train_len"):
         LanguageModelling(train_len=1)
+
+
+class LateDegrade(Bigram):
+    """Context-free like :class:`Bigram`, and worse only at positions >= ``start`` (past anything "trained")."""
+
+    def __init__(self, start: int, penalty: float = 3.0):
+        super().__init__()
+        self.start, self.penalty = start, penalty
+
+    def forward(self, idx):
+        out = super().forward(idx).clone()
+        out[:, self.start:, 0] += self.penalty  # byte 0 never occurs in source text: every real byte loses
+        return out
+
+
+def test_far_position_ratio_exposes_a_model_that_degrades_late():
+    """The window mean of a long window mostly averages positions seen in training; the far positions do not."""
+    from relpos.tasks.lm import far_loss
+
+    t = LanguageModelling(train_len=8, eval_lengths=[8, 64], eval_tokens=1024, target_len=4, blocks=4)
+    ms = t.evaluate(lambda n: LateDegrade(start=60, penalty=14.0))
+    win = {m.eval_len: m.loss for m in ms if m.protocol == "window"}
+    pos = [m for m in ms if m.protocol == "position"]
+    window_ratio = win[64] / win[8]
+    far_ratio = far_loss(pos, 64) / far_loss(pos, 8)
+    assert window_ratio < 1.1  # the usual number says "held"
+    assert far_ratio > 1.25 and far_ratio > window_ratio + 0.15  # the far quarter says it did not
+    # a model that does not degrade has both ratios at 1
+    ms = t.evaluate(lambda n: Bigram())
+    pos = [m for m in ms if m.protocol == "position"]
+    assert far_loss(pos, 64) / far_loss(pos, 8) == pytest.approx(1.0, abs=0.05)
+    # the far quarter is the bucket-width-weighted mean of the buckets that start at or after 3/4 of the window
+    rows = [{"eval_len": 16, "bucket_start": a, "bucket_end": b, "loss": v}
+            for (a, b), v in zip([(0, 4), (4, 8), (8, 12), (12, 14), (14, 16)], [9, 9, 9, 1.0, 3.0])]
+    assert far_loss(rows, 16) == pytest.approx(2.0) and far_loss(rows, 32) is None
+
+
+def test_validation_reads_val_and_every_reported_number_reads_test():
+    from relpos.tasks.lm import corpus
+
+    t = LanguageModelling(train_len=16, eval_lengths=[16, 32], eval_tokens=512, blocks=4)
+    val, test = corpus("val"), corpus("test")
+    x, y = t.validation_batch()
+    assert x.shape == (32, 16) and all(bytes(r.tolist()) in val for r in x)
+    for row in t._chunks(8, 32):
+        b = bytes(row.tolist())
+        assert b in test and b not in val
+    assert t.options()["corpus"]["sha256"] == t.corpus_identity()["sha256"]
+
+
+def test_per_example_scores_are_the_window_means_in_a_fixed_order():
+    t = LanguageModelling(train_len=8, eval_lengths=[8, 32], eval_tokens=256, blocks=4)
+    ms = t.evaluate(lambda n: Bigram())
+    for m in ms:
+        if m.protocol == "window":
+            assert len(m.per_example) == 256 // m.eval_len
+            assert sum(m.per_example) / len(m.per_example) == pytest.approx(m.loss, abs=1e-5)
+        elif m.protocol == "fixed_target":
+            assert len(m.per_example) == 4
+        else:
+            assert m.per_example is None
+    again = t.evaluate(lambda n: Bigram())
+    assert [m.per_example for m in again] == [m.per_example for m in ms]
+
+
+class ContextHelps(nn.Module):
+    """Loss falls with position: byte 0's logit (never the target) shrinks as context grows."""
+
+    def forward(self, idx):
+        B, N = idx.shape
+        out = torch.zeros(B, N, 256)
+        out[..., 0] = 20.0 / (1.0 + torch.arange(N, dtype=torch.float32))
+        return out
+
+
+def test_sliding_window_scores_the_same_bytes_with_more_context():
+    """Press et al.'s sliding evaluation: a context-free model gets exactly the non-overlapping number (the
+    same bytes are scored, each once); a model that gains from context gets a lower one."""
+    kw = dict(train_len=8, eval_lengths=[8, 32], eval_tokens=256, blocks=4)
+    plain, slide = LanguageModelling(**kw), LanguageModelling(**kw, eval_stride=8)
+    for model, same in ((Bigram(), True), (ContextHelps(), False)):
+        a = {m.eval_len: m for m in plain.evaluate(lambda n: model) if m.protocol == "window"}
+        b = {m.eval_len: m for m in slide.evaluate(lambda n: model) if m.protocol == "window"}
+        assert b[32].count == a[32].count and len(b[32].per_example) == len(a[32].per_example)
+        if same:
+            assert b[32].loss == pytest.approx(a[32].loss, abs=1e-9)
+        else:
+            assert b[32].loss < a[32].loss - 0.05
+        assert b[8].loss == pytest.approx(a[8].loss, abs=1e-9)  # stride = length: nothing slides
+    with pytest.raises(ValueError, match="eval_stride"):
+        LanguageModelling(train_len=8, eval_lengths=[8, 32], eval_stride=5)

@@ -1,23 +1,31 @@
-"""A user's own corpus: read once, split by a stable hash, tokenized into a memory-mapped cache.
+"""A user's own corpus: read once, split by a stable hash, cleaned of leaks, tokenized into a memory-mapped cache.
 
 :func:`load_corpus` reads a text file, a folder of files, a JSONL file or a
 Hugging Face ``datasets`` folder (see :mod:`relpos.corpus.readers`), streams
 every document through a tokenizer -- UTF-8 bytes by default, or a Hugging Face
-``tokenizers`` file -- and appends it to ``train.bin`` or ``val.bin`` of a cache
-folder. About 10% of documents go to validation, by the rule of the built-in
-corpus (:func:`relpos.data.is_val_key`: the first byte of the SHA-1 of the
-document's split key is below 26). Reading never holds more than about 2 MiB of
+``tokenizers`` file -- and appends it to ``train.bin``, ``val.bin`` or ``test.bin``
+of a cache folder. Documents are split by the rule of the built-in corpus
+(:func:`relpos.data.split_of_key` on the document's split key: about 10% test, 5%
+validation). Then every span of validation and test text covered by a
+:data:`relpos.dedup.WINDOW`-token substring that also occurs in the training
+split is cut out (:func:`relpos.dedup.remove_leaks`; ``meta["dedup"]`` counts the
+leaked windows and tokens removed), so no evaluation window has been seen in
+training. Validation serves early stopping, the fit gate and the learning-rate
+choice; test every reported number. Reading never holds more than about 2 MiB of
 text at a time; training windows are read back with ``os.pread``
 (:class:`FileTokens`) and evaluation text through :class:`numpy.memmap`, so a
 corpus larger than memory works (measured on a 1 GB file: building adds about
-12 MB to the resident set, 50 batches of 16 x 1024 tokens about 4 MB).
+12 MB to the resident set, 50 batches of 16 x 1024 tokens about 4 MB); removing
+leaks holds about 16 bytes per validation and test token while it streams the
+training split.
 
 The cache folder is ``<cache_dir>/<key>/`` where ``key`` hashes the absolute
 path, the size and modification time of every input file and the options; a
 second load of an unchanged corpus reads only its ``meta.json``. The
 **fingerprint** hashes what the model sees (every document's bytes, its split,
-the tokenizer file's bytes), not where it came from: it is what enters a
-configuration fingerprint (:meth:`Corpus.options`).
+the tokenizer file's bytes, the leak window), not where it came from: its
+``sha256`` is what enters a configuration fingerprint (:meth:`Corpus.options`),
+and :meth:`Corpus.identity` records it with every result.
 
 Bad input raises ``ValueError`` (``FileNotFoundError`` for a missing path) and
 leaves nothing behind: a build is written to a temporary folder and renamed into
@@ -26,10 +34,10 @@ place only once the corpus is complete, non-empty and large enough.
 Example:
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (d / "a.txt").write_text("hello relpos\\n" * 2000)
+    >>> _ = (d / "a.txt").write_text("".join(f"line {i} of relpos\\n" for i in range(20000)))
     >>> c = load_corpus(d / "a.txt", cache_dir=d / "cache")
-    >>> c.vocab_size, c.n_tokens("train") + c.n_tokens("val") == 26000
-    (256, True)
+    >>> c.vocab_size, sum(c.n_tokens(s) for s in ("train", "val", "test")), c.meta["dedup"]["test"]["removed"]
+    (256, 408890, 0)
 """
 
 from __future__ import annotations
@@ -47,15 +55,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from relpos.data import is_val_key
+from relpos.data import SPLITS, split_of_key
+from relpos.dedup import WINDOW, remove_leaks
 from relpos.corpus.readers import KINDS, Skipped, Undecodable, check_hf_folder, detect_kind, file_signature, read_docs
 from relpos.corpus.sources import FileTokens, TokenLMSource
 
 __all__ = ["Corpus", "CorpusSpec", "FileTokens", "Requirement", "TokenLMSource", "load_corpus", "cached_corpus",
            "lm_requirement", "default_cache_dir", "load_tokenizer", "KINDS"]
 
-FORMAT_VERSION = 1
-_SPLITS = ("train", "val")
+FORMAT_VERSION = 2  # 2: train / val / test, leaked spans removed from val and test
+_SPLITS = SPLITS
 
 
 def default_cache_dir() -> Path:
@@ -100,29 +109,36 @@ class CorpusSpec:
 
 @dataclass(frozen=True)
 class Requirement:
-    """Tokens (or bytes) a use of the corpus needs in each split, and what for (``why`` may say ``{unit}``)."""
+    """Tokens (or bytes) a use of the corpus needs in each split, and what for (``why`` may say ``{unit}``).
+
+    ``why`` explains the test split's need; validation needs only its early-stopping windows."""
 
     train: int
     val: int
     why: str = ""
+    test: int = 0
 
 
-def lm_requirement(train_len: int, eval_lengths, eval_tokens: int, blocks: int | None = None) -> Requirement:
+def lm_requirement(train_len: int, eval_lengths, eval_tokens: int, blocks: int | None = None, *,
+                   n_val: int = 32, eval_stride: int | None = None) -> Requirement:
     """What :class:`relpos.tasks.LanguageModelling` needs, without overlapping evaluation text.
 
-    Validation: the window protocol scores ``eval_tokens // max(eval_lengths)``
-    chunks of ``max(eval_lengths) + 1`` tokens and the fixed-target protocol
-    ``blocks`` blocks of the same size (default ``max(16, eval_tokens // longest)``),
-    both spread over the split: it must hold the larger of the two. Training: at
-    least ``train_len + 1`` tokens and as many as validation needs.
+    Test: the window protocol scores ``eval_tokens // max(eval_lengths)``
+    chunks of ``max(eval_lengths) + 1`` tokens (each after ``longest`` tokens of
+    context, which sliding windows read) and the fixed-target protocol ``blocks``
+    blocks of the same size (default ``max(16, eval_tokens // longest)``), both
+    spread over the split: it must hold the larger of the two. Validation:
+    ``n_val`` windows of ``train_len + 1`` tokens. Training: at least
+    ``train_len + 1`` tokens and as many as the test split needs.
     """
     longest = max(eval_lengths)
     chunks = max(1, eval_tokens // longest)
     blocks = max(16, eval_tokens // longest) if blocks is None else blocks
-    val = max(chunks, blocks) * (longest + 1)
+    # the window protocol's chunks are preceded by ``longest`` tokens of context (read by sliding windows)
+    test = max(chunks * (longest + 1) + longest, blocks * (longest + 1))
     why = (f"{max(chunks, blocks)} evaluation blocks of {longest + 1} {{unit}} "
            f"(eval_tokens {eval_tokens}, longest length {longest})")
-    return Requirement(train=max(train_len + 1, val), val=val, why=why)
+    return Requirement(train=max(train_len + 1, test), val=n_val * (train_len + 1), why=why, test=test)
 
 
 class Corpus:
@@ -152,24 +168,37 @@ class Corpus:
     def n_bytes(self, split: str) -> int:
         return int(self.meta["splits"][_split(split)]["bytes"])
 
-    def bytes_per_token(self, split: str = "val") -> float:
+    def bytes_per_token(self, split: str = "test") -> float:
         """UTF-8 bytes per token of a split (1.0 for byte-level)."""
         return self.n_bytes(split) / max(self.n_tokens(split), 1)
 
-    def bits_per_byte(self, loss_nats_per_token: float, split: str = "val") -> float:
+    def bits_per_byte(self, loss_nats_per_token: float, split: str = "test") -> float:
         """Convert a mean loss per token into bits per byte with the split's bytes-per-token ratio."""
         return float(loss_nats_per_token) / math.log(2) / self.bytes_per_token(split)
 
     def report(self) -> dict:
         """Kind, documents and bytes/tokens per split, files skipped (by reason, with examples)."""
-        keys = ("kind", "path", "fingerprint", "tokenizer", "vocab_size", "splits", "skipped", "skipped_examples")
+        keys = ("kind", "path", "fingerprint", "tokenizer", "vocab_size", "splits", "dedup", "skipped",
+                "skipped_examples")
         return {k: self.meta[k] for k in keys}
 
     def options(self) -> dict:
         """The fingerprinted description (no paths): enters the configuration fingerprint."""
-        return {"fingerprint": self.fingerprint, "kind": self.meta["kind"],
+        return {"fingerprint": self.fingerprint, "sha256": self.meta["sha256"], "kind": self.meta["kind"],
                 "tokenizer_sha256": self.meta["tokenizer_sha256"], "vocab_size": self.vocab_size,
-                "train_tokens": self.n_tokens("train"), "val_tokens": self.n_tokens("val")}
+                "leak_window": self.meta["dedup"]["window"],
+                **{f"{s}_tokens": self.n_tokens(s) for s in _SPLITS}}
+
+    def identity(self) -> dict:
+        """What is recorded with every result: ``name`` (the path), content ``sha256``, ``leak_window``,
+        ``unit``, and per split documents, tokens, bytes, leaked windows and tokens removed."""
+        d = self.meta["dedup"]
+        return {"name": self.meta["path"], "sha256": self.meta["sha256"], "leak_window": d["window"],
+                "unit": self.unit, "tokenizer_sha256": self.meta["tokenizer_sha256"],
+                "splits": {s: {"documents": v["docs"], "tokens": v["tokens"], "bytes": v["bytes"],
+                               "leaked_windows": d.get(s, {}).get("leaked_windows", 0),
+                               "removed_tokens": d.get(s, {}).get("removed", 0)}
+                           for s, v in self.meta["splits"].items()}}
 
     # ------------------------------------------------------------------- data
     def array(self, split: str) -> np.ndarray:
@@ -206,7 +235,7 @@ class Corpus:
 
     def __repr__(self) -> str:
         return (f"Corpus({self.meta['path']!r}, kind={self.meta['kind']}, fingerprint={self.fingerprint}, "
-                f"train={self.n_tokens('train')}, val={self.n_tokens('val')} {self.unit})")
+                f"train={self.n_tokens('train')}, val={self.n_tokens('val')}, test={self.n_tokens('test')} {self.unit})")
 
     @property
     def unit(self) -> str:
@@ -215,22 +244,28 @@ class Corpus:
 
 def _split(split: str) -> str:
     if split not in _SPLITS:
-        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
     return split
+
+
+_SHARE = {"train": 0.85, "val": 0.05, "test": 0.10}  # about, by split_of_key
+_NAME = {"train": "training", "val": "validation", "test": "test"}
 
 
 def _check_size(meta: dict, need: Requirement | None) -> None:
     if need is None:
         return
     unit = "tokens" if meta["tokenizer"] else "bytes"
-    for s, want in (("val", need.val), ("train", need.train)):
+    for s, want in (("test", need.test), ("val", need.val), ("train", need.train)):
         have = meta["splits"][s]["tokens"]
         if have < want:
-            name = "validation" if s == "val" else "training"
-            total = math.ceil(want / (0.1 if s == "val" else 0.9))
+            total = math.ceil(want / _SHARE[s])
+            why = need.why.format(unit=unit) if s == "test" and need.why else (
+                "its early-stopping windows" if s == "val" else "")
             raise ValueError(
-                f"corpus {meta['path']!r} is too small: its {name} split has {have:,} {unit} and needs {want:,}"
-                f"{' for ' + need.why.format(unit=unit) if need.why else ''}; about 10% of documents go to validation, so give about "
+                f"corpus {meta['path']!r} is too small: its {_NAME[s]} split has {have:,} {unit} and needs {want:,}"
+                f"{' for ' + why if why else ''} (after removing text that also occurs in training); about "
+                f"{_SHARE[s]:.0%} of documents go to the {_NAME[s]} split, so give about "
                 f"{total:,} {unit} of text in all, or lower the evaluation lengths or budget")
 
 
@@ -279,7 +314,7 @@ def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, nee
     skipped = Skipped()
     try:
         for doc in read_docs(spec.path, kind, glob=spec.glob, text_field=spec.text_field, skipped=skipped):
-            sink = sinks["val" if is_val_key(doc.split_key) else "train"]
+            sink = sinks[split_of_key(doc.split_key)]
             sink.begin()
             try:
                 for text in doc.pieces():
@@ -305,7 +340,8 @@ def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, nee
             extra = (f" (no readable text: {c['binary']} binary, {c['undecodable']} not UTF-8, "
                      f"{c['unreadable']} unreadable file(s) skipped; glob {spec.glob or '**/*'!r})")
         raise ValueError(f"corpus {spec.path!r} is empty: it yields no text{extra}")
-    fp = hashlib.sha256(f"relpos-corpus:{FORMAT_VERSION}:{tok_sha}".encode())
+    dedup = _remove_leaks(out, dtype, {s: sinks[s] for s in _SPLITS})
+    fp = hashlib.sha256(f"relpos-corpus:{FORMAT_VERSION}:{tok_sha}:window={WINDOW}".encode())
     for s in _SPLITS:
         fp.update(f"|{s}:{sinks[s].docs}:".encode() + sinks[s].hash.digest())
     meta = {
@@ -314,6 +350,8 @@ def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, nee
         "kind": kind,
         "spec": spec.to_dict(),
         "fingerprint": fp.hexdigest()[:16],
+        "sha256": fp.hexdigest(),
+        "dedup": dedup,
         "tokenizer": spec.tokenizer,
         "tokenizer_sha256": tok_sha,
         "vocab_size": 256 if tok is None else int(tok.get_vocab_size(with_added_tokens=True)),
@@ -326,12 +364,42 @@ def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, nee
     _check_size(meta, need)  # first: its message says how much text is needed
     for s in _SPLITS:
         if meta["splits"][s]["tokens"] == 0:
-            name = "validation" if s == "val" else "training"
+            left = (f"; {dedup[s]['removed']:,} {unit} of it also occur in training and were removed"
+                    if dedup.get(s, {}).get("removed") else "")
             raise ValueError(
-                f"corpus {spec.path!r} is too small: its {name} split is empty ({total:,} {unit} in "
-                f"{sum(x.docs for x in sinks.values())} document(s); about 10% of documents go to validation, "
-                "so give more documents or more text)")
+                f"corpus {spec.path!r} is too small: its {_NAME[s]} split is empty ({total:,} {unit} in "
+                f"{sum(x.docs for x in sinks.values())} document(s){left}; about 10% of documents go to test and 5% "
+                "to validation, so give more documents or more text)")
     return meta
+
+
+def _remove_leaks(folder: Path, dtype, sinks: dict) -> dict:
+    """Cut from ``val.bin`` and ``test.bin`` every span covered by a :data:`WINDOW`-token substring of
+    ``train.bin`` (:func:`relpos.dedup.remove_leaks`), rewrite them, update the sinks' counts; the stats."""
+    n_train = sinks["train"].tokens
+    step = 1 << 22
+
+    def train_pieces():
+        if n_train == 0:
+            return
+        mm = np.memmap(folder / "train.bin", dtype=dtype, mode="r")
+        for i in range(0, n_train, step):
+            yield np.asarray(mm[i: i + step])
+
+    held = [s for s in ("val", "test") if sinks[s].tokens]
+    arrays = [np.fromfile(folder / f"{s}.bin", dtype=dtype) for s in held]
+    cleaned, stats = remove_leaks(arrays, train_pieces, WINDOW)
+    out = {"window": WINDOW}
+    for s, a, st in zip(held, cleaned, stats):
+        sink = sinks[s]
+        if st["removed"]:
+            a.astype(dtype).tofile(folder / f"{s}.bin")
+            before = sink.tokens
+            sink.tokens = len(a)
+            # bytes: exact for byte-level text; for a tokenizer, in proportion to the tokens kept
+            sink.bytes = len(a) if dtype == np.uint8 else round(sink.bytes * len(a) / max(before, 1))
+        out[s] = {"leaked_windows": st["leaked_windows"], "removed": st["removed"]}
+    return out
 
 
 def _sha256_file(path: Path) -> str:

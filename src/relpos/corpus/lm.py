@@ -3,13 +3,14 @@
 :class:`CorpusLanguageModelling` keeps the three evaluation protocols of
 :mod:`relpos.tasks.lm` (window, position, fixed target) and its options, and
 changes only where the text comes from: training windows from the corpus's
-training split (:meth:`relpos.corpus.Corpus.train_source`), evaluation text
-from its validation split (memory-mapped), with lengths in the corpus's unit
-(bytes, or tokens of its tokenizer). It refuses a validation split too small for
-the evaluation instead of repeating it (:func:`relpos.corpus.lm_requirement`).
+training split (:meth:`relpos.corpus.Corpus.train_source`), early-stopping
+windows from its validation split and every reported number from its test split
+(both memory-mapped, both cleaned of text that occurs in training), with lengths
+in the corpus's unit (bytes, or tokens of its tokenizer). It refuses a split too
+small for the evaluation instead of repeating it (:func:`relpos.corpus.lm_requirement`).
 
 Units: ``loss`` and ``ppl`` are per token; ``bpb`` is bits per *byte* -- for a
-tokenized corpus the loss per token divided by ``ln 2`` and by the validation
+tokenized corpus the loss per token divided by ``ln 2`` and by the test
 split's bytes per token (:meth:`relpos.corpus.Corpus.bits_per_byte`); for bytes
 the two are the same thing.
 """
@@ -44,7 +45,8 @@ class CorpusLanguageModelling(LanguageModelling):
         super().__init__(**options)
         self.corpus = corpus
         self.vocab_size = corpus.vocab_size
-        corpus.require(lm_requirement(self.train_len, self.eval_lengths, self.eval_tokens, self.blocks))
+        corpus.require(lm_requirement(self.train_len, self.eval_lengths, self.eval_tokens, self.blocks,
+                                      n_val=self.n_val, eval_stride=self.eval_stride))
 
     @classmethod
     def from_spec(cls, spec, *, cache_dir=None, **options) -> "CorpusLanguageModelling":
@@ -57,23 +59,25 @@ class CorpusLanguageModelling(LanguageModelling):
         from relpos.corpus import cached_corpus
 
         plain = LanguageModelling(**options)  # resolves the defaults and checks the options
-        need = lm_requirement(plain.train_len, plain.eval_lengths, plain.eval_tokens, plain.blocks)
+        need = lm_requirement(plain.train_len, plain.eval_lengths, plain.eval_tokens, plain.blocks,
+                              n_val=plain.n_val, eval_stride=plain.eval_stride)
         return cls(cached_corpus(spec, cache_dir, require=need), **options)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` in this corpus's unit (for prompts such as passkey retrieval)."""
         return self.corpus.encode(text)
 
-    def options(self) -> dict:
-        d = super().options()
-        d["corpus"] = self.corpus.options()
-        return d
+    def corpus_identity(self) -> dict:
+        return self.corpus.identity()
+
+    def corpus_key(self) -> dict:
+        return self.corpus.options()
 
     def train_source(self, batch_size: int, seed: int):
         return self.corpus.train_source(batch_size, self.train_len, seed, limit=self.train_bytes)
 
-    def _val(self) -> torch.Tensor:
-        return self.corpus.tensor("val")
+    def _text(self, split: str) -> torch.Tensor:
+        return self.corpus.tensor(split)
 
     def evaluate(self, model_for, *, lengths=None):
         out = super().evaluate(model_for, lengths=lengths)
