@@ -293,8 +293,12 @@ def _bos(config) -> list[int]:
     return [] if getattr(config, "bos_token_id", None) is None else [int(config.bos_token_id)]
 
 
-def hf_fingerprint(spec: dict, config=None) -> tuple[str, dict, object]:
-    """``(fingerprint, protocol, corpus)`` of an HF evaluation: model and corpus content, settings."""
+def hf_fingerprint(spec: dict, config=None, notes: list | None = None) -> tuple[str, dict, object]:
+    """``(fingerprint, protocol, corpus)`` of an HF evaluation: model and corpus content, settings.
+
+    Warnings for the user (passkey left out) are appended to ``notes``.
+    """
+    notes = [] if notes is None else notes
     from relpos.corpus import load_tokenizer
 
     spec = HFEvalSpec(**spec)
@@ -304,6 +308,13 @@ def hf_fingerprint(spec: dict, config=None) -> tuple[str, dict, object]:
     lm = _lm_task(spec, L0, p["lengths"])
     tok = load_tokenizer(tokenizer_file(spec["model"], spec["tokenizer"], spec["cache_dir"]))
     pk = _passkey(spec, p["lengths"], tok, _bos(cfg))
+    if spec["passkey_n"] and pk is None:
+        from relpos.tasks.passkey import Passkey
+
+        need = Passkey([1 << 20], depths=spec["passkey_depths"], n=1, bos=_bos(cfg),
+                       encode=lambda t: tok.encode(t, add_special_tokens=False).ids).min_length()
+        notes.append(f"warning: passkey is not evaluated: its prompt needs {need} tokens and the longest length is "
+                     f"{max(p['lengths'])}; give --hf-factors up to {math.ceil(need / L0)} or more (or --passkey 0)")
     corpus = lm.corpus
     protocol = {"hf_model": model_fingerprint(spec["model"]), "original_context": L0,
                 "lm": {**lm.options(), "corpus": corpus.options()}, "passkey": pk.options() if pk else None,
@@ -456,8 +467,11 @@ def run_hf_sweep(out: str | os.PathLike, spec: dict, *, progress: bool | None = 
     src = model_source(spec["model"])
     require_hf(gguf=bool(src.gguf))
     cfg = load_config(src, dtype=spec["dtype"])
-    fp, protocol, corpus = hf_fingerprint(spec, cfg)  # raises on bad input before anything is written
+    notes: list[str] = []
+    fp, protocol, corpus = hf_fingerprint(spec, cfg, notes)  # raises on bad input before anything is written
     log_corpus(corpus, log)
+    for n in notes:
+        log(n)
     model = load_hf_model(spec["model"], device=spec["device"], dtype=spec["dtype"], original=spec["context"])
     old = _stored_fingerprint(outp)
     if old is not None and old != fp:
