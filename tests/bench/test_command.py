@@ -117,3 +117,15 @@ class _nullcontext:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_merge_joins_runs_made_side_by_side(tmp_path):
+    for mask in ("causal", "bidirectional"):
+        assert cli_main(["bench", "--schemes", "t5", "--impls", "dense,auto", "--lengths", "16", "--modes", "fwd",
+                         "--repeats", "1", "--masks", mask, "--no-memory", "--out", str(tmp_path), "--name", mask]) == 0
+    assert cli_main(["bench", "--merge", f"{tmp_path}/causal.json,{tmp_path}/bidirectional.json",
+                     "--out", str(tmp_path), "--name", "both"]) == 0
+    doc = json.loads((tmp_path / "both.json").read_text())
+    assert {r["causal"] for r in doc["records"]} == {True, False}
+    assert len(doc["auto_vs_fastest"]) == 2 and len(doc["merged_from"]) == 2
+    assert "## Bidirectional" in (tmp_path / "both.md").read_text()

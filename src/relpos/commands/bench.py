@@ -70,6 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default both for the default plan and --peers, causal for a --schemes/--lengths grid)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--merge", type=_csv(str), default=None,
+                   help="comma-separated JSON documents of earlier runs (say one per mask, run side by side) to "
+                        "merge into <name>.json/.md instead of running anything")
     p.add_argument("--json", action="store_true", help="print the JSON document instead of the markdown report")
 
 
@@ -164,17 +167,37 @@ def main(args: argparse.Namespace) -> int:
 
     t0 = time.monotonic()
     docs = []
+    if args.merge:
+        plans = []
+        for path in args.merge:
+            try:
+                with open(path) as f:
+                    docs.append(json.load(f))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"--merge: cannot read {path!r}: {e}") from None
     for causal, cases in plans:
         sp = dataclasses.replace(spec, causal=causal)
         log(f"relpos bench: {len(cases)} cases, {sp.batch}x{sp.heads}x{sp.head_dim} {sp.dtype} "
             f"{'causal' if causal else 'bidirectional'}, {torch.get_num_threads()} thread(s), device {sp.device}")
         budget = None if args.budget is None else max(args.budget - (time.monotonic() - t0), 0.0)
         docs.append(bench.run_bench(cases, sp, log=log, time_budget=budget))
-    doc = bench.merge_docs(docs)
+    command = "relpos bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "bench" else [])
+    if args.merge:
+        doc = dict(docs[0])
+        doc["records"] = [r for d in docs for r in d["records"]]
+        doc["peers"] = [p for d in docs for p in d.get("peers", [])]
+        doc["masks"] = [m for d in docs for m in d.get("masks", [])]
+        doc["merged_from"] = [{"file": os.path.basename(p), "command": d.get("command"),
+                               "total_seconds": d.get("total_seconds")} for p, d in zip(args.merge, docs)]
+        doc["shape"] = doc["shape"].split(", causal")[0].split(", bidirectional")[0] + ", " + " and ".join(
+            dict.fromkeys("causal" if m["causal"] else "bidirectional" for m in doc["masks"]))
+        doc["total_seconds"] = round(sum(d.get("total_seconds", 0) for d in docs), 1)
+    else:
+        doc = bench.merge_docs(docs)
     from relpos.bench.report import auto_rows
 
     doc["auto_vs_fastest"] = auto_rows(doc["records"])
-    doc["command"] = "relpos bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "bench" else [])
+    doc["command"] = command
     md = bench.markdown(doc)
     stem = args.name or ("attention-quick" if args.quick else "attention")
     os.makedirs(args.out, exist_ok=True)
@@ -186,7 +209,9 @@ def main(args: argparse.Namespace) -> int:
         f.write(f"# relpos bench\n\nCommand: `{doc['command'].strip()}`\n\n"
                 f"Machine: {doc['machine']['cpu']} ({doc['machine']['cpu_count']} CPUs), torch "
                 f"{doc['machine']['torch']}, {doc['machine']['torch_threads']} thread(s); "
-                f"run took {doc['total_seconds']:.0f} s; load average at the start of each mask's run: "
+                + (f"merged from {', '.join(m['command'] for m in doc['merged_from'])}; "
+                   if doc.get("merged_from") else "")
+                + f"run took {doc['total_seconds']:.0f} s; load average at the start of each mask's run: "
                 + ", ".join(f"{'causal' if m['causal'] else 'bidirectional'} {m['loadavg_start']}"
                             for m in doc["masks"]) + f".\n\n{md}\n")
     print(json.dumps(doc, indent=1) if args.json else md)
