@@ -16,16 +16,20 @@ _REAL: dict = {}
 @pytest.fixture(scope="package", autouse=True)
 def _no_shipped_data():
     """The views' tests compare with freshly initialised schemes and their own results files, so what
-    the package ships (relpos/data/trained_positions.json, relpos/data/results-documented.json) is
+    the package ships (relpos/data/trained_positions.json, relpos/data/results-documented.json, the
+    trained models in relpos/explorer/data/models/) is
     hidden from them (package scope: module-scoped explorers are built with it hidden too); tests
     marked ``shipped_data`` see the real files."""
     from relpos.explorer import api as api_mod
+    from relpos.explorer import models as models_mod
     from relpos.explorer import trained as trained_mod
 
-    _REAL.update(trained=trained_mod.trained_values, bundled=api_mod.bundled_results)
+    _REAL.update(trained=trained_mod.trained_values, bundled=api_mod.bundled_results,
+                 models=models_mod.shipped_model_dirs)
     mp = pytest.MonkeyPatch()
     mp.setattr(trained_mod, "trained_values", lambda: {"made_by": "", "schemes": {}, "path": None})
     mp.setattr(api_mod, "bundled_results", lambda: None)
+    mp.setattr(models_mod, "shipped_model_dirs", lambda: [])
     yield
     mp.undo()
 
@@ -34,10 +38,12 @@ def _no_shipped_data():
 def _shipped_data(request, monkeypatch):
     if request.node.get_closest_marker("shipped_data"):
         from relpos.explorer import api as api_mod
+        from relpos.explorer import models as models_mod
         from relpos.explorer import trained as trained_mod
 
         monkeypatch.setattr(trained_mod, "trained_values", _REAL["trained"])
         monkeypatch.setattr(api_mod, "bundled_results", _REAL["bundled"])
+        monkeypatch.setattr(models_mod, "shipped_model_dirs", _REAL["models"])
 
 
 def make_results() -> dict:

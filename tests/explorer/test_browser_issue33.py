@@ -3,10 +3,72 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-from tests.explorer.test_browser import browser, num, server, view  # noqa: F401 - fixtures
+from relpos.explorer import Explorer
+from relpos.explorer.server import make_server, serve_in_thread
+from tests.explorer.conftest import _REAL
+from tests.explorer.test_browser import _open_context, browser, num, server, view  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def shipped_server():
+    """A server as `relpos explore` starts with no arguments: the shipped models and documented results."""
+    from relpos.explorer import api as api_mod
+    from relpos.explorer import models as models_mod
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(models_mod, "shipped_model_dirs", _REAL["models"])
+    mp.setattr(api_mod, "bundled_results", _REAL["bundled"])
+    try:
+        ex = Explorer()
+    finally:
+        mp.undo()
+    if ex.default_model is None:
+        pytest.skip("no shipped model in relpos/explorer/data/models (python -m relpos.explorer.make_models)")
+    srv = make_server(ex)
+    serve_in_thread(srv)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def learner(browser, shipped_server):
+    """Open the page with no arguments (no hash): ``page, watch = learner()``."""
+    opened = []
+
+    def go(*, lang: str = "en", hash_: str = ""):
+        ctx, page, watch = _open_context(browser)
+        opened.append((ctx, watch))
+        page.goto(shipped_server.url + (f"?lang={lang}" if lang != "en" else "") + hash_)
+        page.wait_for_selector("body[data-ready=true]")
+        return page, watch
+
+    yield go
+    for ctx, watch in opened:
+        ctx.close()
+        watch.check()
+
+
+def select_cell(page, i: int, j: int, key: str = "logits") -> None:
+    page.focus(f"[data-key='{key}']")
+    for _ in range(40):
+        page.keyboard.press("ArrowUp")
+    page.keyboard.press("Home")
+    for _ in range(i):
+        page.keyboard.press("ArrowDown")
+    for _ in range(j):
+        page.keyboard.press("ArrowRight")
+    page.wait_for_function("([i, j]) => { const s = document.querySelector('#v0-walk [data-step=pair]');"
+                           " return s && s.textContent.includes(`i = ${i}`) && s.textContent.includes(`j = ${j}`); }",
+                           arg=[i, j])
+
+
+def row_probs(page) -> list[float]:
+    return [num(x) if x else 0.0 for x in page.locator("#v0-row-table tr[data-row=p] td").all_text_contents()]
 
 
 def _shift_rows(page, scheme: str, c: str) -> None:
@@ -86,3 +148,109 @@ def test_typed_shift_moves_the_slider_and_clamps_visibly(view):
     page.wait_for_function("() => document.querySelector('#v3-c-num').value === '2048'")
     assert page.input_value("#v3-c") == "2048"
     assert page.is_visible("#v3-c-note") and "5,000" in page.text_content("#v3-c-note")
+
+
+# ------------------------------------------------------------------- view 0 on a trained model
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_compose_opens_first_on_a_trained_model_whose_position_term_moves_attention(learner, shipped_server, lang):
+    page, _ = learner(lang=lang)
+    assert page.get_attribute("#tab-compose", "aria-selected") == "true"
+    assert page.is_visible("#view-compose") and not page.is_visible("#view-offsets")
+    page.wait_for_selector("#v0-walk [data-step=logit]")
+    ex = shipped_server.explorer
+    ck = ex.checkpoints[ex.default_model]
+    assert page.input_value("#v0-model") == str(ex.default_model)
+    note = page.text_content("#v0-model-note")
+    assert ck.config.scheme in note and ("fitted" in note if lang == "en" else "已拟合" in note)
+    assert ("standard library" in note) if lang == "en" else ("训练数据" in note)
+    # the options the model really uses are shown and locked; heads and layers follow the model
+    assert page.is_disabled("#v0-scheme") and page.is_disabled("#v0-causal") and page.is_checked("#v0-causal")
+    assert page.locator("#v0-head option").count() == ck.config.n_heads
+    assert page.locator("#v0-layer option").count() == ck.config.n_layers
+    assert page.is_hidden("#v0-seed-wrap")
+    # the page's probabilities are the model's attention maps on the learner's text
+    text = page.input_value("#v0-text")
+    data = text.encode("utf-8")
+    maps = ck.model.attention_maps(torch.tensor([list(data)]))
+    api = ex.get("compose", {"text": text})
+    assert api["argmax_moves"], "the trained model's position term should move some row's argmax"
+    r = api["argmax_moves"][-1]
+    select_cell(page, r, 0)
+    on = row_probs(page)
+    assert on == pytest.approx(maps[0][0, 0, r].tolist(), abs=2e-4)
+    assert "t5" != ck.config.scheme or page.locator("#v0-walk [data-step=bucket]").count() == 1
+    page.uncheck("#v0-on")
+    page.wait_for_selector("#v0-walk [data-step=logit_off]")
+    off = row_probs(page)
+    assert max(range(len(on)), key=on.__getitem__) != max(range(len(off)), key=off.__getitem__)
+    assert page.text_content("#v0-moves")
+    # initial values are one click away
+    page.select_option("#v0-model", "initial")
+    page.wait_for_function("() => !document.querySelector('#v0-scheme').disabled")
+    page.wait_for_function("() => document.querySelectorAll('#v0-head option').length === 2")
+    assert page.is_visible("#v0-seed-wrap")
+
+
+def test_compose_outlines_the_clicked_cell_in_all_four_maps_and_masks_position(learner):
+    page, _ = learner()
+    page.wait_for_selector("#v0-walk [data-step=logit]")
+    select_cell(page, 4, 2, key="probs")
+    for key in ("content", "position", "logits", "probs"):
+        assert page.evaluate("(k) => { const c = document.querySelector(`[data-key='${k}']`);"
+                             " return c.dataset.cursor; }", key) == "4,2", key
+    # causal model: keys after the query have no position value in the row table
+    cells = page.locator("#v0-row-table tr[data-row=position] td").all_text_contents()
+    assert all(c == "" for c in cells[5:]) and all(c != "" for c in cells[:5])
+
+
+def test_shaw_k_is_settable_and_clips_the_default_sentence(view):
+    page, _ = view("compose")
+    page.wait_for_selector("#v0-walk [data-step=logit]")
+    page.select_option("#v0-scheme", "shaw")
+    page.wait_for_selector("#v0-walk [data-step=clip]")
+    assert page.is_visible("#v0-k") and page.input_value("#v0-k") == "2"
+    page.wait_for_function("() => document.querySelector('#v0-walk [data-step=clip]').textContent.includes('−2, 2)')")
+    from tests.explorer.test_browser_compose import select_cell as sel0
+
+    sel0(page, 5, 0)
+    assert "clip(−5, −2, 2) = −2" in page.text_content("#v0-walk [data-step=clip]")
+    page.fill("#v0-k", "8")
+    page.wait_for_function("() => document.querySelector('#v0-walk [data-step=clip]').textContent.includes('= −5')")
+
+
+def test_causal_is_given_back_when_a_scheme_stops_forcing_it(view):
+    page, _ = view("compose")
+    page.wait_for_selector("#v0-walk [data-step=logit]")
+    assert not page.is_checked("#v0-causal")
+    for forced in ("fox", "xpos", "cope"):
+        page.select_option("#v0-scheme", forced)
+        page.wait_for_function("() => document.querySelector('#v0-causal').checked && document.querySelector('#v0-causal').disabled")
+        page.select_option("#v0-scheme", "alibi")
+        page.wait_for_function("() => !document.querySelector('#v0-causal').disabled")
+        assert not page.is_checked("#v0-causal"), forced
+
+
+# ------------------------------------------------------------------- view 2 with trained values
+
+
+@pytest.mark.shipped_data
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_trained_values_show_and_lock_the_options_they_use(learner, shipped_server, lang):
+    page, _ = learner(lang=lang, hash_="#bias")
+    page.wait_for_selector("#v2-made-by")
+    assert page.input_value("#v2-scheme") == "t5" and page.input_value("#v2-values") == "trained"
+    assert page.input_value("#v2-opt-max_distance") == "64" and page.is_disabled("#v2-opt-max_distance")
+    assert page.input_value("#v2-opt-num_buckets") == "32" and page.is_disabled("#v2-opt-num_buckets")
+    assert page.input_value("#v2-heads") == "4" and page.is_disabled("#v2-heads")
+    assert page.locator("#v2-head option").count() == 4
+    made = page.text_content("#v2-made-by")
+    assert ("fitted" in made) if lang == "en" else ("已拟合" in made)
+    assert "params" not in made and "opt." not in made
+    # the API ignores options the trained table cannot take, instead of failing on a shape
+    d = shipped_server.explorer.get("bias", {"scheme": "t5", "values": "trained", "opt.num_buckets": "16"})
+    assert d["used_options"]["num_buckets"] == 32 and d["used_options"]["max_distance"] == 64
+    page.select_option("#v2-values", "initial")
+    page.wait_for_function("() => !document.querySelector('#v2-opt-num_buckets').disabled && "
+                           "!document.querySelector('#v2-heads').disabled")

@@ -40,6 +40,7 @@ from relpos.explorer.content import (CONTENT_DIM, byte_label, content_projection
                                      shift_logits, shift_qk, token_vector, tokenize)
 from relpos.explorer.errors import ApiError, Limits
 from relpos.explorer.results import aggregate_results, check_results, load_results, parse_results
+from relpos.explorer import models as models_mod
 from relpos.explorer import trained as trained_mod
 from relpos.explorer.views import VIEW_MODULES
 from relpos.explorer.views import compose
@@ -93,6 +94,8 @@ class _Checkpoint:
     path: str
     model: Any
     config: Any
+    shipped: bool = False  # one of the package's trained models (relpos.explorer.models)
+    extra: dict = dataclasses.field(default_factory=dict)  # config.json's "extra": trained on, fitted, ...
 
 
 class Explorer:
@@ -109,7 +112,7 @@ class Explorer:
             cannot be read (the message names it, and the field for a results file).
     """
 
-    def __init__(self, results=(), checkpoints=(), limits: Limits | None = None) -> None:
+    def __init__(self, results=(), checkpoints=(), limits: Limits | None = None, *, shipped_models: bool = True) -> None:
         self.limits = limits or Limits()
         self.encodings = EncodingCache(self.limits)
         self.attention_cache = ByteLRU(self.limits.attention_cache_bytes)
@@ -126,7 +129,18 @@ class Explorer:
 
             model, cfg = ckpt.load(c)
             model.eval()
-            self.checkpoints.append(_Checkpoint(_label(c), str(c), model, cfg))
+            self.checkpoints.append(_Checkpoint(_label(c), str(c), model, cfg, extra=models_mod.read_extra(c)))
+        # the trained models relpos ships come after the user's own: views 0 and 5 open on one of them
+        self.default_model: int | None = None
+        for d in (models_mod.shipped_model_dirs() if shipped_models else []):
+            from relpos import checkpoint as ckpt
+
+            model, cfg = ckpt.load(d)
+            model.eval()
+            if d.name == models_mod.DEFAULT_MODEL or self.default_model is None:
+                self.default_model = len(self.checkpoints)
+            self.checkpoints.append(_Checkpoint(d.name, str(d), model, cfg, shipped=True,
+                                                extra=models_mod.read_extra(d)))
         self._routes: dict[str, Callable[[dict], dict]] = {"info": self.info}
         for mod in VIEW_MODULES:
             self._routes[mod.ROUTE] = (lambda m: lambda params: m.answer(self, params))(mod)
@@ -232,7 +246,13 @@ class Explorer:
             "checkpoints": [
                 {"index": i, "label": c.label, "scheme": getattr(c.config, "scheme", None),
                  "n_layers": getattr(c.config, "n_layers", None), "n_heads": getattr(c.config, "n_heads", None),
-                 "max_len": getattr(c.config, "max_len", None), "causal": getattr(c.config, "causal", True)}
+                 "max_len": getattr(c.config, "max_len", None), "causal": getattr(c.config, "causal", True),
+                 "options": dict(getattr(c.config, "scheme_options", None) or {}),
+                 "shipped": c.shipped, "fitted": c.extra.get("fitted"), "trained_on": c.extra.get("trained_on"),
+                 "steps": c.extra.get("steps"), "seconds": c.extra.get("seconds"), "val_bpb": c.extra.get("val_bpb"),
+                 "recipe": c.extra.get("recipe")}
                 for i, c in enumerate(self.checkpoints)
             ],
+            # views 0 and 5 open on this checkpoint (a shipped trained model), or None: view 0 on initial values
+            "default_model": self.default_model,
         }

@@ -40,7 +40,42 @@ _MAX_BYTES = 16 * 1024 * 1024
 
 @functools.lru_cache(maxsize=1)
 def trained_values() -> dict:
-    """``{"made_by": str, "schemes": {name: entry}}`` from the first file found, or empty schemes."""
+    """``{"made_by": str, "schemes": {name: entry}}``: the position parameters of the shipped trained
+    models (:mod:`relpos.explorer.models`, all fitted), then the *fitted* entries of the first file
+    found (an entry marked ``"fitted": false`` is not shown: only fitted values are taught from).
+    Each entry carries its own ``made_by`` and ``fitted``."""
+    file = _file_values()
+    schemes = {k: {**v, "made_by": v.get("made_by") or file["made_by"]} for k, v in file["schemes"].items()
+               if isinstance(v, dict) and v.get("fitted", True) is not False}
+    schemes.update(_model_values())
+    return {"made_by": file["made_by"], "schemes": schemes, "path": file["path"]}
+
+
+def _model_values() -> dict:
+    """Entries from the shipped trained models: the scheme module of layer 0 (T5 shares one across layers)."""
+    from relpos.explorer import models as models_mod
+
+    out = {}
+    for d in models_mod.shipped_model_dirs():
+        from relpos import checkpoint as ckpt
+
+        model, cfg = ckpt.load(d)
+        enc = model.layer_encoding(0)
+        if enc is None or not any(True for _ in enc.parameters()):
+            continue  # nothing learned in the position scheme (ALiBi, RoPE, NoPE)
+        extra = models_mod.read_extra(d)
+        out[cfg.scheme] = {
+            "n_heads": int(cfg.n_heads), "head_dim": int(cfg.d_model // cfg.n_heads),
+            "options": dict(cfg.scheme_options or {}), "causal": bool(cfg.causal), "fitted": bool(extra.get("fitted")),
+            "made_by": f"{extra.get('recipe', 'relpos.explorer.make_models')}: layer 1 of the shipped model "
+                       f"relpos/explorer/data/models/{d.name}, trained on {extra.get('trained_on', '?')}",
+            "state": {k: v.tolist() for k, v in enc.state_dict().items()},
+        }
+    return out
+
+
+def _file_values() -> dict:
+    """``{"made_by", "schemes", "path"}`` of the first trained-values file found."""
     root = resources.files("relpos")
     for rel in TRAINED_PATHS:
         node = root

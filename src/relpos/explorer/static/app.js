@@ -41,7 +41,7 @@ function applyLang() {
 
 const VIEW_IDS = ['compose', 'offsets', 'bias', 'shift', 'extrap', 'attn'];
 function showView(name, focus) {
-  if (!VIEW_IDS.includes(name)) name = 'offsets';
+  if (!VIEW_IDS.includes(name)) name = 'compose';
   state.view = name;
   document.querySelectorAll('[role=tab]').forEach((b) => {
     const on = b.dataset.view === name;
@@ -95,8 +95,8 @@ async function boot() {
     return;
   }
   applyLang();
-  showView((location.hash || '#offsets').slice(1));
-  window.addEventListener('hashchange', () => showView((location.hash || '#offsets').slice(1)));
+  showView((location.hash || '#compose').slice(1));
+  window.addEventListener('hashchange', () => showView((location.hash || '#compose').slice(1)));
   window.addEventListener('resize', debounce(() => { const v = VIEWS[state.view]; if (v.redraw) v.redraw(); }, 150));
   document.body.dataset.ready = 'true';
 }

@@ -103,6 +103,7 @@ export function Heatmap(host, opts) {
       canvas.dataset.firstTick = String(off);
     }
     if (hm.cursor) outline(ctx, hm.cursor[0], hm.cursor[1]);
+    canvas.dataset.cursor = hm.cursor ? hm.cursor[0] + ',' + hm.cursor[1] : '';
     drawBar(data);
     canvas.setAttribute('aria-label', (data.aria || 'heatmap') + ' ' + t('hm.keys'));
   };

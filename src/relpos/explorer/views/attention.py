@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from relpos.explorer.cache import cached_call
-from relpos.explorer.content import byte_label
+from relpos.explorer.models import token_labels
 from relpos.explorer.errors import ApiError
 from relpos.explorer.params import get_int, get_text, tolist
 
@@ -47,5 +47,7 @@ def answer(ex, params: dict) -> dict:
     m = maps_of(ex, ci, data)[layer]
     return {"checkpoint": ck.label, "scheme": getattr(ck.config, "scheme", None), "n_layers": n_layers,
             "n_heads": int(m.shape[0]), "layer": layer, "bytes": list(data),
-            "tokens": [byte_label(b) for b in data], "causal": bool(getattr(ck.config, "causal", True)),
+            # a character's first byte shows the character (猫, not xE7), its other bytes a dot
+            "tokens": token_labels(data)[0], "byte_part": token_labels(data)[1],
+            "causal": bool(getattr(ck.config, "causal", True)),
             "maps": [tolist(m[h], 5) for h in range(m.shape[0])]}

@@ -62,6 +62,12 @@ def entry_for(params: dict):
     return entries[keys.index(key)]
 
 
+def _used_options(enc) -> dict:
+    from relpos.explorer.views.compose import used_options
+
+    return used_options(enc)
+
+
 def answer(ex, params: dict) -> dict:
     """The score term of one scheme over ``(i, j)``, for one head, with its curve and buckets."""
     entry = entry_for(params)
@@ -89,12 +95,13 @@ def answer(ex, params: dict) -> dict:
         if trained is None:
             raise ApiError(f"no trained values of {entry.key} ship with this build; choose values=initial",
                            field="values", code="unavailable")
-        # the trained scheme's own sizes and options
+        # the trained scheme's own sizes and options, and nothing the page's (locked) controls say
         n_heads, head_dim = int(trained["n_heads"]), int(trained["head_dim"])
-        head = min(head, n_heads - 1)
-        base = dict(opts)
-        base.update(trained.get("options") or {})
-        opts = list(base.items())
+        if head >= n_heads:
+            raise ApiError(f"head must be between 0 and {n_heads - 1} for the trained values (H = {n_heads})",
+                           field="head", code="out_of_range", limit=n_heads - 1, value=head)
+        opts = sorted((trained.get("options") or {}).items())
+        changed = []
     overrides = {}
     for s in entry.scalars:
         v = get_float(params, "set." + s.name, None)
@@ -151,7 +158,8 @@ def answer(ex, params: dict) -> dict:
     out.update(n_heads=n_heads, head=head, head_dim=head_dim, seed=seed, curves=curves,
                options=dict(opts), overrides=overrides, relative=desc["relative"],
                learned_params=desc["params"], paper=desc["paper"], values_from=values,
-               made_by=trained_mod.trained_values()["made_by"] if values == "trained" else None)
+               made_by=(trained.get("made_by") or trained_mod.trained_values()["made_by"]) if values == "trained" else None,
+               fitted=trained.get("fitted") if values == "trained" else None, used_options=_used_options(enc))
     # per-head numbers the page may set are also shown (ALiBi's slopes, KERPLE's r1 and r2)
     scalars = {}
     for s in entry.scalars:

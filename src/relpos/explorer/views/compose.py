@@ -104,9 +104,83 @@ def param_panel(ex, params: dict) -> dict:
     return {"max_len": L, "d_model": C, "k": k, "head_dim": d, "n_heads": H, "buckets": b, "rows": rows}
 
 
+#: Shaw's clip distance k in this view unless set: small enough that the default sentence clips.
+DEFAULT_K = 2
+#: At most this many bytes of text when a trained (byte-level) model composes the logits.
+MAX_MODEL_BYTES = 32
+
+
+def _model_index(ex, params: dict) -> int | None:
+    """The checkpoint the logits come from (``model=<index>``), or None for the seeded initial values
+    (``model=initial``); by default the shipped default model when there is one."""
+    raw = params.get("model")
+    if raw in (None, ""):
+        return ex.default_model
+    if raw == "initial":
+        return None
+    if not ex.checkpoints:
+        raise ApiError("no trained model is loaded; choose model=initial", code="bad_value", field="model")
+    return get_int(params, "model", None, 0, len(ex.checkpoints) - 1)
+
+
+def used_options(enc) -> dict:
+    """The options a built scheme really uses, read from it (T5's buckets and max distance, Shaw's k, ...)."""
+    import inspect
+
+    out = {}
+    for name in inspect.signature(type(enc).__init__).parameters:
+        if name in ("self", "n_heads", "head_dim", "d_model", "max_len", "causal"):
+            continue
+        v = getattr(enc, name, None)
+        if isinstance(v, (bool, int, float, str)) and not isinstance(v, torch.Tensor):
+            out[name] = v
+    return out
+
+
 def answer(ex, params: dict) -> dict:
-    """The composed logits of one head for the tokens of ``text``; see the module docstring."""
-    L = ex.limits
+    """The composed logits of one head for ``text``: of a trained model's layer (``model=<index>``,
+    the default when one ships) or of seeded random content and initial values (``model=initial``)."""
+    ci = _model_index(ex, params)
+    out = _answer_model(ex, params, ci) if ci is not None else _answer_initial(ex, params)
+    out["params"] = param_panel(ex, params)
+    return out
+
+
+def _answer_model(ex, params: dict, ci: int) -> dict:
+    from relpos.explorer.cache import cached_call
+    from relpos.explorer.models import layer_logits, token_labels
+    from relpos.explorer.params import get_text
+
+    ck = ex.checkpoints[ci]
+    cfg = ck.config
+    data = get_text(params, "text", "", ex.limits.max_text_chars).encode("utf-8")
+    if not data:
+        raise ApiError("type some text", code="empty", field="text")
+    cap = min(MAX_MODEL_BYTES, int(getattr(cfg, "max_len", MAX_MODEL_BYTES)))
+    if len(data) > cap:
+        raise ApiError(f"the text is {len(data)} bytes; a trained model composes at most {cap} bytes here",
+                       code="too_large", field="text", limit=cap, unit="bytes", value=len(data))
+    n_layers, n_heads = int(cfg.n_layers), int(cfg.n_heads)
+    layer = get_int(params, "layer", 0, 0, n_layers - 1)
+    head = get_int(params, "head", 0, 0, n_heads - 1)
+    terms = cached_call(ex.attention_cache, ("compose", ci, data, layer), lambda: layer_logits(ck.model, data, layer),
+                        lambda t: 2 * t["content"].numel() * 4 + 2 * t["q"].numel() * 4)
+    enc = terms["enc"]
+    name = getattr(cfg, "scheme", None) or "nope"
+    cls = get_scheme(name)[0] if name in scheme_names() else type(enc)
+    causal = bool(getattr(cfg, "causal", True))
+    labels, part = token_labels(data)
+    opts = used_options(enc) if enc is not None else {}
+    out = _compose(terms["content"][head], terms["logits"][head], enc, cls, name, labels, causal, head, n_heads,
+                   int(terms["q"].shape[-1]), terms["scale"], opts)
+    out.update(layer=layer, n_layers=n_layers, byte_part=part, seed=None, model={
+        "index": ci, "label": ck.label, "scheme": name, "shipped": ck.shipped, "fitted": ck.extra.get("fitted"),
+        "trained_on": ck.extra.get("trained_on"), "n_layers": n_layers, "n_heads": n_heads})
+    out["learned_params"] = enc.num_params() if enc is not None else 0
+    return out
+
+
+def _answer_initial(ex, params: dict) -> dict:
     tokens = tokens_of(ex, params, "text")
     if len(tokens) > MAX_TOKENS:
         raise ApiError(f"the text has {len(tokens)} tokens; the compose view prints every number and takes at most "
@@ -122,7 +196,10 @@ def answer(ex, params: dict) -> dict:
     n = len(tokens)
     # the view's starting values where a scheme's own would hide its term (CoPE's zero table)
     accepted = {o["name"] for o in option_specs(name)}
-    opts = tuple((k, v) for k, v in hints_for(name).defaults if k in accepted)
+    opts = dict((k, v) for k, v in hints_for(name).defaults if k in accepted)
+    if _position_kind(cls) == "table" and "k" in accepted:  # Shaw's clip distance: settable, small by default
+        opts["k"] = get_int(params, "k", DEFAULT_K, 0, 64, cap=True)
+    opts = tuple(sorted(opts.items()))
     ex.encodings.check_cost(name, opts, HEADS, HEAD_DIM, causal, max(n, 64), n, n, fields=["scheme"])
     enc = ex.encodings.get(name, opts, HEADS, HEAD_DIM, causal, seed, max(n, 64))
     q, k = content_qk(tokens, seed, HEADS, HEAD_DIM)  # (1, H, N, D)
@@ -134,19 +211,29 @@ def answer(ex, params: dict) -> dict:
             logits = content.clone()
         else:
             logits = qk_logits(enc, q, k, pos, scale)[0, head]  # (N, N)
+    out = _compose(content, logits, enc, cls, name, tokens, causal, head, HEADS, HEAD_DIM, scale, dict(opts))
+    out.update(seed=seed, model=None, layer=None, n_layers=None)
+    return out
+
+
+def _compose(content, logits, enc, cls, name, tokens, causal, head, n_heads, head_dim, scale, opts) -> dict:
+    """The view's answer from one head's content ``(N, N)`` and logits ``(N, N)`` (unmasked)."""
+    n = len(tokens)
+    pos = torch.arange(n)[None]  # (1, N)
+    with torch.no_grad():
         position = logits - content
         probs = _softmax_rows(logits, causal)
         probs_content = _softmax_rows(content, causal)
         delta = pos[0][None, :] - pos[0][:, None]  # (N, N): d = j - i
+        kind = _position_kind(cls) if enc is not None else "none"
         out = {
-            "scheme": name, "position_kind": _position_kind(cls), "tokens": tokens, "n": n, "causal": causal,
-            "n_heads": HEADS, "head": head, "head_dim": HEAD_DIM, "seed": seed, "scale": sig(scale),
+            "scheme": name, "position_kind": kind, "tokens": tokens, "n": n, "causal": causal,
+            "n_heads": n_heads, "head": head, "head_dim": head_dim, "scale": sig(scale),
             "content": tolist(content), "position": tolist(position), "logits": tolist(logits),
             "probs": tolist(probs), "probs_content": tolist(probs_content), "offsets": delta.tolist(),
-            "steps": [], "rows": None, "k": None, "learned_params": enc.num_params(), "paper": cls.paper,
-            "options": dict(opts),
+            "steps": [], "rows": None, "k": None, "learned_params": enc.num_params() if enc is not None else 0,
+            "paper": cls.paper, "options": opts,
         }
-        kind = out["position_kind"]
         if kind == "table":
             out["k"] = int(enc.k)
             out["steps"] = [{"name": "clip", "matrix": delta.clamp(-enc.k, enc.k).tolist()}]
@@ -154,9 +241,10 @@ def answer(ex, params: dict) -> dict:
         elif kind == "bucketed":
             out["steps"] = [{"name": "bucket", "matrix": enc.buckets(delta).tolist()}]
             out["rows"] = out["steps"][0]["matrix"]
-        if "value" in enc.acts_on:  # Shaw's value side: sum_j p_ij aV[clip(j - i)] is added to the output
-            p = probs.float()[None, None].expand(1, HEADS, n, n)
+        if enc is not None and "value" in enc.acts_on:  # Shaw's value side: sum_j p_ij aV[clip(j - i)]
+            p = probs.float()[None, None].expand(1, n_heads, n, n)
             v = enc.value(p, pos, pos)[0, head]  # (N, D)
             out["value_norms"] = tolist(v.norm(dim=-1))
-    out["params"] = param_panel(ex, params)
+        # the rows whose most likely key moves when the position term is taken away (the lesson of the view)
+        out["argmax_moves"] = [i for i in range(n) if int(probs[i].argmax()) != int(probs_content[i].argmax())]
     return out

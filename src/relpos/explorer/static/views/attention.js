@@ -16,7 +16,7 @@ export function create() {
 
   function init() {
     ckpt.replaceChildren();
-    for (const c of state.info.checkpoints) ckpt.append(el('option', { value: String(c.index) }, c.label));
+    fillCkpts();
     if (!state.info.checkpoints.length) ckpt.append(el('option', { value: '', disabled: true }, '—'));
     ckpt.disabled = !state.info.checkpoints.length;
     ckpt.addEventListener('change', () => { fillLayers(); load(); });
@@ -28,6 +28,21 @@ export function create() {
     $('#v5-form').addEventListener('submit', (ev) => ev.preventDefault());
     fillLayers();
   }
+  function ckptLabel(c) {
+    return c.scheme + ' · ' + t(c.shipped ? 'v0.model.shipped' : 'v0.model.yours', { label: c.label }) +
+      ' · ' + t(c.fitted === true ? 'v0.fitted_yes' : c.fitted === false ? 'v0.fitted_no' : 'v0.fitted_unknown');
+  }
+  function fillCkpts() {
+    const keep = ckpt.value;
+    ckpt.replaceChildren();
+    for (const c of state.info.checkpoints) ckpt.append(el('option', { value: String(c.index) }, ckptLabel(c)));
+    if (keep) ckpt.value = keep;
+  }
+  function info(c) {
+    const fit = t(c.fitted === true ? 'v0.fitted_words_yes' : c.fitted === false ? 'v0.fitted_words_no' : 'v0.fitted_words_unknown');
+    const on = c.trained_on ? t('v0.trained_on', { what: c.trained_on }) : t('v0.trained_on_unknown');
+    $('#v5-ckpt-info').textContent = t('v5.ckpt_info', { scheme: c.scheme, layers: c.n_layers, heads: c.n_heads, max: c.max_len }) + ' ' + on + ' ' + t('v5.fit', { fit });
+  }
   function current() { return state.info.checkpoints[Number(ckpt.value)] || null; }
   function fillLayers() {
     const c = current();
@@ -35,7 +50,7 @@ export function create() {
     if (!c) return;
     for (let l = 0; l < c.n_layers; l++) layer.append(el('option', { value: String(l) }, t('layer_n', { l: l + 1 })));
     for (let h = 0; h < c.n_heads; h++) head.append(el('option', { value: String(h) }, t('v2.head_n', { h: h + 1 })));
-    $('#v5-ckpt-info').textContent = t('v5.ckpt_info', { scheme: c.scheme, layers: c.n_layers, heads: c.n_heads, max: c.max_len });
+    info(c);
   }
   async function load() {
     const c = current();
@@ -62,7 +77,7 @@ export function create() {
   function cell(i, j) {
     if (!data) return;
     const p = data.maps[Number(head.value) || 0][i][j];
-    $('#v5-readout').textContent = t('v5.cell', { i, j, a: data.tokens[i], b: data.tokens[j], p: data.causal && j > i ? '0 (masked)' : fmtNum(p, 4) });
+    $('#v5-readout').textContent = t('v5.cell', { i, j, a: data.tokens[i], b: data.tokens[j], p: data.causal && j > i ? t('v5.masked') : fmtNum(p, 4) });
   }
   function render() {
     if (!data) return;
@@ -100,7 +115,8 @@ export function create() {
       if (c) {
         layer.querySelectorAll('option').forEach((o) => { o.textContent = t('layer_n', { l: Number(o.value) + 1 }); });
         head.querySelectorAll('option').forEach((o) => { o.textContent = t('v2.head_n', { h: Number(o.value) + 1 }); });
-        $('#v5-ckpt-info').textContent = t('v5.ckpt_info', { scheme: c.scheme, layers: c.n_layers, heads: c.n_heads, max: c.max_len });
+        fillCkpts();
+        info(c);
       }
       render();
     },

@@ -117,10 +117,30 @@ export function create() {
       if (d === undefined) return;
       showError('v2', null);
       data = d;
+      lockTrained();
       render();
     } catch (err) { showError('v2', err); }
   }
   const loadSoon = debounce(load, 200);
+  // trained values: the options, H and D the values were trained with are shown and locked (a
+  // table of 32 buckets cannot be read with 16); initial values give the controls back
+  function lockTrained() {
+    const tr = data && data.values_from === 'trained';
+    optList.querySelectorAll('[data-opt]').forEach((inp) => {
+      const v = data && data.used_options ? data.used_options[inp.dataset.opt] : undefined;
+      if (tr && v !== undefined) {
+        if (inp.dataset.type === 'bool') inp.checked = !!v; else inp.value = String(v);
+      } else if (!tr && inp.disabled) {
+        if (inp.dataset.type === 'bool') inp.checked = inp.dataset.default === 'true'; else inp.value = inp.dataset.default;
+      }
+      inp.disabled = tr;
+    });
+    if (tr) {
+      if (heads.value !== String(data.n_heads)) { heads.value = String(data.n_heads); fillHeads(); head.value = String(data.head); }
+      headDim.value = String(data.head_dim);
+    }
+    heads.disabled = tr; headDim.disabled = tr;
+  }
 
   // the readout follows the data: after a new answer it shows the same cell of the new matrix,
   // or nothing when that cell is gone (never a number of the previous scheme)
@@ -269,7 +289,11 @@ export function create() {
       const key = 'v2.values.' + sc.attribute;
       ps.append(el('p', { 'data-scalar': sc.attribute }, has(key) ? t(key, { v }) : t('v2.values.other', { name: sc.attribute, v })));
     }
-    if (data.values_from === 'trained') ps.append(el('p', { class: 'hint', id: 'v2-made-by' }, t('v2.made_by', { how: data.made_by || '' })));
+    if (data.values_from === 'trained') {
+      ps.append(el('p', { class: 'hint', id: 'v2-made-by' }, t('v2.made_by', { how: data.made_by || '' }) + ' ' +
+        t(data.fitted === true ? 'v0.fitted_words_yes' : data.fitted === false ? 'v0.fitted_words_no' : 'v0.fitted_words_unknown') + '.'));
+      ps.append(el('p', { class: 'hint', id: 'v2-locked' }, t('v2.trained_locked')));
+    }
     if (data.learned_params !== undefined) {
       const key = data.learned_params > 0 ? (data.values_from === 'trained' ? 'v2.learned_trained' : 'v2.learned') : 'v2.fixed';
       ps.append(el('p', { class: 'hint', id: 'v2-learned' }, t(key, { seed: data.seed, p: data.learned_params })));

@@ -1,7 +1,7 @@
 /* View 0, compose: content score + position term = logit -> softmax, one head, every number printed.
  * Clicking a cell walks d = j - i -> clip or bucket -> the table row -> the position term -> the logit.
  * create() wires the view to its DOM and returns { show, relabel, redraw }. */
-import { $, el, fmtInt, fmtNum, debounce } from '../dom.js';
+import { $, el, fmtInt, fmtCount, fmtNum, debounce } from '../dom.js';
 import { t, has } from '../i18n.js';
 import { state, SNAP } from '../state.js';
 import { api, latest, showError } from '../api.js';
@@ -15,33 +15,122 @@ export function create() {
   let data = null, loaded = false, sel = null;
   const text = $('#v0-text'), scheme = $('#v0-scheme'), head = $('#v0-head'), on = $('#v0-on');
   const causal = $('#v0-causal'), seed = $('#v0-seed');
+  const model = $('#v0-model'), layer = $('#v0-layer'), kIn = $('#v0-k');
+  // the learner's own choice of "causal"; a scheme or model that forces it does not overwrite it, so
+  // leaving FoX (or xPos, CoPE, a causal model) gives the box back as the learner left it
+  let userCausal = false;
   const maps = {};
   for (const key of ['content', 'position', 'logits', 'probs']) {
-    maps[key] = Heatmap($('#v0-' + key), { maxSize: 300, onCell: (i, j) => { sel = [i, j]; walk(); } });
+    maps[key] = Heatmap($('#v0-' + key), { maxSize: 300, onCell: (i, j) => {
+      sel = [i, j];
+      // a click or the keyboard moved this map's cursor: outline the same cell in all four maps
+      const cur = maps[key].cursor;
+      if (cur && cur[0] === i && cur[1] === j) syncCursor(key);
+      walk();
+    } });
     maps[key].canvas.dataset.key = key;
   }
 
-  function init() {
+  function syncCursor(from) {
+    if (!sel) return;
+    for (const [key, m] of Object.entries(maps)) {
+      if (key === from || !m.data) continue;
+      if (!m.cursor || m.cursor[0] !== sel[0] || m.cursor[1] !== sel[1]) m.setCursor(sel[0], sel[1], true);
+    }
+  }
+  const ckOf = (idx) => state.info.checkpoints.find((c) => String(c.index) === String(idx));
+  function modelLabel(c) {
+    return c.scheme + ' · ' + t(c.shipped ? 'v0.model.shipped' : 'v0.model.yours', { label: c.label }) +
+      ' · ' + t(c.fitted === true ? 'v0.fitted_yes' : c.fitted === false ? 'v0.fitted_no' : 'v0.fitted_unknown');
+  }
+  function fillModels() {
+    const keep = model.value;
+    model.replaceChildren();
+    for (const c of state.info.checkpoints) model.append(el('option', { value: String(c.index) }, modelLabel(c)));
+    model.append(el('option', { value: 'initial' }, t('v0.model.initial')));
+    if (keep) model.value = keep;
+  }
+  function fillSchemes() {
+    const keep = scheme.value;
     scheme.replaceChildren();
     for (const s of state.info.compose_schemes) {
       scheme.append(el('option', { value: s.name }, s.name + ' · ' + t('v0.kind.' + s.position)));
     }
+    if (keep) scheme.value = keep;
+  }
+  function init() {
+    fillSchemes();
+    fillModels();
+    const dm = state.info.default_model;
+    model.value = dm === null || dm === undefined ? 'initial' : String(dm);
     scheme.value = state.info.compose_schemes.find((s) => s.position === 'bucketed') ? state.info.compose_schemes.find((s) => s.position === 'bucketed').name : scheme.options[0].value;
     head.replaceChildren(el('option', { value: '0' }, t('v2.head_n', { h: 1 })), el('option', { value: '1' }, t('v2.head_n', { h: 2 })));
-    [scheme, head, causal].forEach((x) => x.addEventListener('change', load));
+    [scheme, head, layer].forEach((x) => x.addEventListener('change', load));
+    model.addEventListener('change', () => { head.value = '0'; layer.value = '0'; load(); });
+    causal.addEventListener('change', () => { userCausal = causal.checked; load(); });
     on.addEventListener('change', render);
-    [text, seed].forEach((x) => x.addEventListener('input', loadSoon));
+    [text, seed, kIn].forEach((x) => x.addEventListener('input', loadSoon));
     PANEL.forEach((k) => $('#v0-p-' + k).addEventListener('input', loadSoon));
     if (SNAP) { text.readOnly = true; text.title = t('snapshot_readonly'); }
     $('#v0-form').addEventListener('submit', (ev) => ev.preventDefault());
+    controls();
+  }
+  const trained = () => model.value !== 'initial' && model.value !== '';
+  const forced = () => {
+    if (trained()) { const c = ckOf(model.value); return c ? c.causal !== false : true; }
+    return !!(state.info.compose_schemes.find((s) => s.name === scheme.value) || {}).causal_only;
+  };
+  // the controls a choice really uses are live, the others locked (and say why)
+  function controls() {
+    const tr = trained(), c = tr ? ckOf(model.value) : null;
+    scheme.disabled = tr;
+    if (c && c.scheme) scheme.value = c.scheme;
+    $('#v0-seed-wrap').hidden = tr;
+    $('#v0-layer-wrap').hidden = !tr;
+    const kind = (state.info.compose_schemes.find((s) => s.name === scheme.value) || {}).position;
+    $('#v0-k-wrap').hidden = tr || kind !== 'table';
+    causal.disabled = forced();
+    causal.checked = forced() || userCausal;
+    $('label[for=v0-text]').textContent = t(tr ? 'v0.text_bytes' : 'v0.text');
   }
   function params() {
-    const p = { text: text.value, scheme: scheme.value, head: head.value, causal: causal.checked ? 'true' : 'false', seed: seed.value };
+    controls();
+    const p = { text: text.value, head: head.value, causal: causal.checked ? 'true' : 'false' };
+    if (trained()) { p.model = model.value; p.layer = layer.value || '0'; }
+    else {
+      p.model = 'initial'; p.scheme = scheme.value; p.seed = seed.value;
+      if (!$('#v0-k-wrap').hidden) p.k = kIn.value;
+    }
     for (const k of PANEL) {
       const inp = $('#v0-p-' + k);
       if (inp.value !== '' && inp.value !== inp.defaultValue) p['p.' + k] = inp.value;
     }
     return p;
+  }
+  // heads and layers follow the answer (a trained model has its own H and layers)
+  function followModel(d) {
+    const want = d.n_heads;
+    if (head.options.length !== want) {
+      head.replaceChildren();
+      for (let h = 0; h < want; h++) head.append(el('option', { value: String(h) }, t('v2.head_n', { h: h + 1 })));
+    }
+    head.value = String(d.head);
+    if (d.n_layers) {
+      if (layer.options.length !== d.n_layers) {
+        layer.replaceChildren();
+        for (let l = 0; l < d.n_layers; l++) layer.append(el('option', { value: String(l) }, t('v0.layer_n', { l: l + 1, n: d.n_layers })));
+      }
+      layer.value = String(d.layer);
+    }
+    const note = $('#v0-model-note');
+    if (d.model) {
+      const c = ckOf(d.model.index) || {};
+      note.textContent = t('v0.model_note', {
+        scheme: d.model.scheme, fitted: t(d.model.fitted === true ? 'v0.fitted_words_yes' : d.model.fitted === false ? 'v0.fitted_words_no' : 'v0.fitted_words_unknown'),
+        on: c.trained_on ? t('v0.trained_on', { what: c.trained_on }) : t('v0.trained_on_unknown'),
+        opts: Object.entries(d.options || {}).map(([k, v]) => k + ' = ' + v).join(', ') || '—',
+        l: d.layer + 1, nl: d.n_layers, h: d.head + 1, nh: d.n_heads });
+    } else note.textContent = t('v0.initial_note');
   }
   async function load() {
     try {
@@ -49,7 +138,8 @@ export function create() {
       if (d === undefined) return;
       showError('v0', null);
       data = d;
-      causal.checked = d.causal; causal.disabled = !!(state.info.compose_schemes.find((s) => s.name === d.scheme) || {}).causal_only;
+      causal.checked = d.causal;
+      followModel(d);
       render();
     } catch (err) { showError('v0', err); }
   }
@@ -73,6 +163,10 @@ export function create() {
     $('#v0-logits-cap').textContent = usePos() ? t('v0.logits') : t('v0.logits_off');
     $('#v0-probs-cap').textContent = usePos() ? t('v0.probs') : t('v0.probs_off');
     if (!sel || sel[0] >= data.n || sel[1] >= data.n) sel = [Math.min(2, data.n - 1), Math.min(1, data.n - 1)];
+    syncCursor(null);
+    const mv = data.argmax_moves || [];
+    $('#v0-moves').textContent = data.position_kind === 'none' || data.position_kind === 'embedding' ? '' :
+      mv.length ? t('v0.moves', { n: mv.length, of: data.n, rows: mv.slice(0, 8).join(', ') + (mv.length > 8 ? ', …' : '') }) : t('v0.moves_none');
     walk();
     panel();
     const vb = $('#v0-value');
@@ -116,7 +210,9 @@ export function create() {
     const tbl = el('table', { class: 'mini', id: 'v0-row-table' });
     tbl.append(el('caption', {}, t('v0.row_cap', { i, tok: data.tokens[i] })));
     const rows = [['v0.row.j', (j) => String(j)], ['v0.row.tok', (j) => data.tokens[j]],
-      ['v0.row.content', (j) => fmtNum(data.content[i][j], 4)], ['v0.row.position', (j) => fmtNum(data.position[i][j], 4)],
+      ['v0.row.content', (j) => fmtNum(data.content[i][j], 4)],
+      // a masked key has no position term: it never reaches the softmax
+      ['v0.row.position', (j) => (data.causal && j > i ? '' : fmtNum(data.position[i][j], 4))],
       ['v0.row.logit', (j) => (data.causal && j > i ? '−∞' : fmtNum(L[i][j], 4))], ['v0.row.p', (j) => fmtNum(p[i][j], 4)]];
     for (const [key, f] of rows) {
       const tr = el('tr', { 'data-row': key.slice(7) }, el('th', { scope: 'row', text: t(key) }));
@@ -131,12 +227,12 @@ export function create() {
     const box = $('#v0-params');
     box.replaceChildren();
     for (const r of pp.rows) {
-      box.append(el('p', { 'data-role': r.role }, t('v0.panel.' + r.role, Object.assign({ scheme: r.scheme, p: r.params.toLocaleString('en-US') }, r.sizes))));
+      box.append(el('p', { 'data-role': r.role }, t('v0.panel.' + r.role, Object.assign({ scheme: r.scheme, p: fmtCount(r.params) }, r.sizes))));
     }
   }
   return {
     show() { if (!loaded) { loaded = true; init(); load(); } else render(); },
-    relabel() { if (loaded && data) { render(); } },
+    relabel() { if (loaded) { fillSchemes(); fillModels(); controls(); if (data) { followModel(data); render(); } } },
     redraw() { if (loaded && data) render(); }
   };
 }
