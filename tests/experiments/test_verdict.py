@@ -52,7 +52,8 @@ def test_only_fitted_runs_count_and_unfitted_are_never_ranked():
     assert rows["nope"]["acc"]["copy"]["1x"][0] == pytest.approx(0.97)  # the unfitted seed is left out
     ranks = {lab: rk for lab, _, rk in v["ranking"]}
     assert ranks["bad"]["copy"] is None
-    assert v["ranking"][-1][0] == "bad" and v["ranking"][-1][1] == 0.0
+    # never fitted: not ranked anywhere, last, with no MRR (never a score of 0)
+    assert v["ranking"][-1][0] == "bad" and math.isnan(v["ranking"][-1][1])
 
 
 def test_ratios_spreads_ties_and_ranking():
@@ -71,14 +72,59 @@ def test_ratios_spreads_ties_and_ranking():
     assert mrr["good"] == pytest.approx((1 / 2 + 1) / 2)
 
 
-def test_differences_inside_the_spread_are_ties():
+def test_differences_whose_interval_contains_zero_are_ties():
     res = _results()
     for r in res["runs"]:
         if r["label"] == "nope" and r["task"] == "copy":
             r["train"]["fit"]["fitted"] = True
-            r["metrics"][2]["accuracy"] = [0.2, 1.0, 1.4][r["seed"]] if r["seed"] < 2 else 1.2
+            r["metrics"][2]["accuracy"] = [0.2, 1.0, 1.4][r["seed"]]
     ranks = {lab: rk for lab, _, rk in verdict(res)["ranking"]}
-    assert ranks["nope"]["copy"] == ranks["good"]["copy"] == 1  # nope's spread covers the gap
+    assert ranks["nope"]["copy"] == ranks["good"]["copy"] == 1  # the seeds' spread covers the gap
+
+
+def test_a_row_with_one_fitted_seed_is_not_ranked():
+    """Issue 30: a row with one fitted seed entered the ranking with a spread of 0."""
+    res = _results()
+    for r in res["runs"]:
+        if r["label"] == "nope" and r["task"] == "copy":
+            r["train"]["fit"]["fitted"] = r["seed"] == 0
+            r["metrics"][2]["accuracy"] = 1.0  # its one seed would be the best
+    v = verdict(res)
+    ranks = {lab: rk for lab, _, rk in v["ranking"]}
+    assert ranks["nope"]["copy"] is None and ranks["good"]["copy"] == 1
+    assert "not ranked (1/3 fitted)" in verdict_markdown(res)
+
+
+def test_views_get_their_own_table_and_never_enter_the_ranking():
+    res = _results()
+    res["config"]["schemes"] = ["good", "local", "nope", "bad"]
+    for seed in range(3):
+        r = _run("good", "copy", seed, True, {8: 1.0, 12: 1.0, 16: 1.0})
+        r.update(variant="pi", label="good-pi")
+        res["runs"].append(r)
+    v = verdict(res)
+    assert "good-pi" not in {lab for lab, _, _ in v["ranking"]}
+    md = verdict_markdown(res)
+    assert "against plain RoPE" not in md  # no plain rope here: nothing to compare with
+    for r in res["runs"]:
+        if r["scheme"] == "good":
+            r["scheme"] = "rope"
+            r["label"] = r["label"].replace("good", "rope")
+    res["config"]["schemes"] = ["rope", "local", "nope", "bad"]
+    md = verdict_markdown(res)
+    assert "### RoPE scalings and randomized positions against plain RoPE" in md
+    assert next(line for line in md.splitlines() if line.startswith("| rope-pi |"))
+
+
+def test_tries_table_shows_every_try():
+    res = _results()
+    for r in res["runs"]:
+        r["train"]["fit"]["lr_tries"] = [{"lr": 1e-3, "fitted": False, "score": 0.5, "chosen": False},
+                                         {"lr": 3e-3, "fitted": True, "score": 0.97, "chosen": True}]
+    md = verdict_markdown(res)
+    assert "## Learning-rate tries" in md
+    row = next(line for line in md.splitlines() if line.startswith("| good |") and "kept" in line)
+    assert "0/3, 0.50" in row and "3/3, 0.97, kept x3" in row
 
 
 def test_local_window_and_cost():

@@ -75,8 +75,9 @@ def paired_bootstrap(a: Sequence[dict], b: Sequence[dict], stat: Stat | None = N
             per-example values (several names for a score that combines measurements, e.g. the LM ratio of
             two lengths); within a seed ``a`` and ``b`` have the same examples in the same order.
         stat: ``stat(means) -> float``: the score of one seed from the means of its (resampled) per-example
-            arrays (``{name: mean}``); default: the mean of the only array. The score of a scheme is the
-            mean of its seeds' scores.
+            arrays (``{name: mean}``); default: the mean of the only array. It must work elementwise on
+            arrays of means too (a mean, a ratio of means): the resamples are scored at once. The score of
+            a scheme is the mean of its seeds' scores.
         n_boot: resamples.
         confidence: two-sided level.
         seed: bootstrap generator seed (the interval is deterministic).
@@ -109,19 +110,11 @@ def paired_bootstrap(a: Sequence[dict], b: Sequence[dict], stat: Stat | None = N
                 raise ValueError(f"per-example arrays of {k!r} must be 1-D, non-empty and paired, got "
                                  f"{sa[k].shape} and {sb[k].shape}")
 
-    def diff(idx_seeds, idx_ex):
-        da = []
-        for s, ix in zip(idx_seeds, idx_ex):
-            ma = {k: A[s][k][ix[k]].mean() if ix is not None else A[s][k].mean() for k in names}
-            mb = {k: B[s][k][ix[k]].mean() if ix is not None else B[s][k].mean() for k in names}
-            da.append(stat(ma) - stat(mb))
-        return float(np.mean(da))
-
     S = len(A)
-    est = diff(range(S), [None] * S)
+    est = float(np.mean([stat({k: A[s][k].mean() for k in names}) - stat({k: B[s][k].mean() for k in names})
+                         for s in range(S)]))
     rng = np.random.default_rng(seed)
     # vectorised: per resample, per drawn seed, per name, resampled example means for both sides
-    out = np.empty(n_boot)
     seeds = rng.integers(0, S, size=(n_boot, S))
     means_a = {k: np.empty((n_boot, S)) for k in names}
     means_b = {k: np.empty((n_boot, S)) for k in names}
@@ -135,9 +128,10 @@ def paired_bootstrap(a: Sequence[dict], b: Sequence[dict], stat: Stat | None = N
                 ix = rng.integers(0, E, size=(rows.size, E))
                 means_a[k][rows, j] = A[s][k][ix].mean(axis=1)
                 means_b[k][rows, j] = B[s][k][ix].mean(axis=1)
-    for r in range(n_boot):
-        out[r] = np.mean([stat({k: means_a[k][r, j] for k in names}) - stat({k: means_b[k][r, j] for k in names})
-                          for j in range(S)])
+    # ``stat`` is elementwise in its means (a mean, a ratio of means), so it runs on every resample at once
+    out = np.mean([np.asarray(stat({k: means_a[k][:, j] for k in names}), dtype=np.float64)
+                   - np.asarray(stat({k: means_b[k][:, j] for k in names}), dtype=np.float64)
+                   for j in range(S)], axis=0)
     out = out[np.isfinite(out)]
     if not out.size:
         return Interval(est, math.nan, math.nan)

@@ -18,14 +18,13 @@ with YaRN):
   the model never looks far, not because it extrapolates);
 * training cost: milliseconds per step relative to NoPE on the same task.
 
-**Ranking.** Per task, one score: the LM ratio at the longest length (lower is
-better) or the per-token accuracy at 2x L (exact match where a task reports no
-per-token accuracy; exact match past L is 0 for nearly every scheme at the
-presets' scale, while per-token accuracy still tells them apart). A scheme's rank on a task is 1 plus the
-number of schemes that beat it by more than the larger of their two spreads
-(standard deviations over seeds): differences inside the spread are ties. The
-overall ranking is the mean reciprocal rank over tasks (Kazemnejad et al.
-2023); a task on which a scheme has no fitted seed counts 0.
+**Ranking** (protocol 3, :mod:`relpos.experiments.ranking`). Base schemes only (RoPE scalings and
+randomized positions get their own table against plain RoPE). Per task, one score: the LM ratio at the
+longest length (lower is better) or the per-token accuracy at 2x L (exact match where a task reports no
+per-token accuracy). Each scheme is compared with the task's best by a paired bootstrap interval over seeds
+and test examples; a tie when it contains 0. The overall order is the mean reciprocal rank over the tasks
+on which a scheme is ranked (Kazemnejad et al. 2023); a scheme with fewer than two fitted seeds on a task is
+not ranked on it, and its fitted fraction is shown, never counted as a 0.
 """
 
 from __future__ import annotations
@@ -118,41 +117,11 @@ def verdict(results: dict) -> dict:
                         row["tok"].setdefault(t, {})[key] = _ms([metric_at(r, int(n), "token_accuracy") for r in fit])
         row["cost"] = statistics.fmean(costs) if costs else None
         rows[lab] = row
-    ranking = _ranking(rows, tasks)
-    return {"rows": rows, "tasks": tasks, "ranking": ranking, "notes": _notes(rows, tasks)}
+    from relpos.experiments.ranking import ranking as _protocol_ranking
 
-
-def _task_score(row: dict, task: str) -> tuple[float, float, int] | None:
-    """(mean, std, n) of the ranking score (higher is better) or None when nothing fitted."""
-    if task == "lm":
-        if not row["lm"]:
-            return None
-        m, s, n = row["lm"][max(row["lm"])]
-        return (-m, s, n) if n else None
-    tok = row["tok"].get(task, {}).get("2x")
-    if tok and tok[2] and math.isfinite(tok[0]):
-        return tok
-    acc = row["acc"].get(task, {}).get("2x")
-    return acc if acc and acc[2] else None
-
-
-def _ranking(rows: dict, tasks: list[str]) -> list[tuple[str, float, dict]]:
-    ranks: dict[str, dict[str, int | None]] = {lab: {} for lab in rows}
-    for t in tasks:
-        scores = {lab: _task_score(row, t) for lab, row in rows.items()}
-        for lab, sc in scores.items():
-            if sc is None:
-                ranks[lab][t] = None
-                continue
-            better = sum(1 for o, osc in scores.items() if o != lab and osc is not None
-                         and osc[0] - sc[0] > max(sc[1], osc[1], 1e-9))
-            ranks[lab][t] = 1 + better
-    out = []
-    for lab, rk in ranks.items():
-        mrr = statistics.fmean([(1.0 / r if r else 0.0) for r in rk.values()]) if rk else 0.0
-        out.append((lab, mrr, rk))
-    out.sort(key=lambda x: (-x[1], x[0]))
-    return out
+    rk = _protocol_ranking(results)
+    ranking = [(lab, mrr, {t: rk["per_task"][t]["rank"].get(lab) for t in rk["tasks"]}) for lab, mrr, _ in rk["order"]]
+    return {"rows": rows, "tasks": tasks, "ranking": ranking, "notes": _notes(rows, tasks), "protocol_ranking": rk}
 
 
 def _notes(rows: dict, tasks: list[str]) -> list[str]:
@@ -212,8 +181,8 @@ def _paren(cell: str) -> str:
     return cell if cell == "-" else f"({cell})"
 
 
-def _table(results: dict) -> tuple[list[str], list[list[str]]]:
-    v = verdict(results)
+def _table(results: dict, v: dict | None = None) -> tuple[list[str], list[list[str]]]:
+    v = v or verdict(results)
     tasks = v["tasks"]
     header = ["scheme", "fitted"]
     if "lm" in tasks:
@@ -224,7 +193,10 @@ def _table(results: dict) -> tuple[list[str], list[list[str]]]:
     header += ["cost vs NoPE", "MRR"]
     mrr = {lab: m for lab, m, _ in v["ranking"]}
     rows = []
-    for lab, _, _ in v["ranking"]:
+    from relpos.experiments.report import _order
+
+    labels = [lab for lab, _, _ in v["ranking"]] + _order([lab for lab in v["rows"] if lab not in mrr], results)
+    for lab in labels:
         row = v["rows"][lab]
         fitted = ", ".join(f"{t} {a}/{b}" for t, (a, b) in sorted(row["fitted"].items()))
         cells = [lab, fitted]
@@ -238,7 +210,9 @@ def _table(results: dict) -> tuple[list[str], list[list[str]]]:
         for t in algo:
             acc = row["acc"].get(t, {})
             cells += [_f(acc.get("1.5x")), _f(acc.get("2x"))]
-        cells += ["-" if row["cost"] is None else f"{row['cost']:.2f}x", f"{mrr[lab]:.2f}"]
+        m = mrr.get(lab)
+        cells += ["-" if row["cost"] is None else f"{row['cost']:.2f}x",
+                  "-" if m is None or not math.isfinite(m) else f"{m:.2f}"]
         rows.append(cells)
     return header, rows
 
@@ -246,27 +220,46 @@ def _table(results: dict) -> tuple[list[str], list[list[str]]]:
 def verdict_markdown(results: dict) -> str:
     """The verdict section of ``report.md``."""
     v = verdict(results)
-    header, rows = _table(results)
+    header, rows = _table(results, v)
     out = ["## Verdict", ""]
     if is_smoke_test(results):
         out += [f"> {SMOKE_NOTE}", ""]
     out += [f"- {n}" for n in v["notes"]] + [""]
     out += ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
-    out += ["", "Rows are ordered by mean reciprocal rank (MRR) over tasks, from fitted runs only (per task: the "
-            "LM ratio at the longest length, or per-token accuracy at 2L). `±` is the "
-            "standard deviation over fitted seeds; schemes whose scores differ by less than that spread share a "
-            "rank (a tie). LM columns divide bits per byte at 4x and 16x the training length by bits per byte "
+    out += ["", "Base schemes are ordered by mean reciprocal rank (MRR) over the tasks they are ranked on (see "
+            "the ranking below: paired bootstrap intervals, ties when an interval contains 0), from fitted runs "
+            "only; views of RoPE and randomized positions follow, unranked (MRR `-`). `±` is the "
+            "standard deviation over fitted seeds. LM columns divide bits per byte at 4x and 16x the training length by bits per byte "
             "at 1x (1.00 = no degradation); in parentheses: from runs or views that are not fitted (not ranked). "
             "`span` is the effective attention span in bytes at the longest "
             "length (mass beyond it < 1%). Cost is time per training step relative to NoPE on the same task.", ""]
+    from relpos.experiments.ranking import ranking_markdown, tries_markdown
+
+    out += [ranking_markdown(results, v["protocol_ranking"]), _protocol_lines(results), tries_markdown(results)]
     return "\n".join(out)
+
+
+def _protocol_lines(results: dict) -> str:
+    """What protocol 3 fixes, stated in the report: the randomized-position range and the equal grid."""
+    cfg = results.get("config") or {}
+    lines = []
+    if cfg.get("randomized"):
+        f = cfg.get("random_positions_factor", 1)
+        lines.append(f"- Randomized positions (Ruoss et al. 2023): training positions drawn from [0, {f} x the longest "
+                     "evaluated sequence of the task).")
+    grid = (cfg.get("fit") or {}).get("lr_grid") or []
+    own = {t: o["lr_grid"] for t, o in (cfg.get("task_train") or {}).items() if isinstance(o, dict) and o.get("lr_grid")}
+    lines.append("- Learning rates: every scheme of a task trains at every rate of the task's grid ("
+                 + (f"{grid}" if grid else "its one rate") + "".join(f"; {t}: {g}" for t, g in sorted(own.items()))
+                 + ") and keeps the best by validation at L; the fit gate reads the same validation score.")
+    return "\n".join(lines) + "\n"
 
 
 def verdict_text(results: dict) -> str:
     """The verdict for the terminal."""
     v = verdict(results)
-    header, rows = _table(results)
+    header, rows = _table(results, v)
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     lines = []
     if is_smoke_test(results):

@@ -1,0 +1,113 @@
+"""Paired bootstrap intervals, the tie rule, the minimum of fitted seeds, Spearman's rho."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from relpos.experiments.stats import (
+    MIN_SEEDS,
+    paired_bootstrap,
+    per_example_key,
+    rank_against_best,
+    spearman,
+    spearman_interval,
+)
+
+
+def _seeds(values_per_seed):
+    return [{"v": np.asarray(v, dtype=float)} for v in values_per_seed]
+
+
+def test_tie_when_the_interval_contains_zero_on_a_constructed_case():
+    rng = np.random.default_rng(0)
+    base = [rng.random(200) < 0.6 for _ in range(3)]
+    # b flips 2 of 200 examples per seed: a difference far inside the noise of 200 examples -> a tie
+    b = [x.copy() for x in base]
+    for x in b:
+        x[:2] = ~x[:2]
+    iv = paired_bootstrap(_seeds(base), _seeds(b))
+    assert iv.lo <= 0 <= iv.hi and iv.tie
+    # c is right on 40 more examples in every seed -> not a tie, and the sign says better
+    c = [x.copy() for x in base]
+    for x in c:
+        x[np.nonzero(~x)[0][:40]] = True
+    iv = paired_bootstrap(_seeds(c), _seeds(base))
+    assert not iv.tie and iv.lo > 0 and iv.est == pytest.approx(0.2)
+
+
+def test_pairing_over_examples_sees_a_small_consistent_difference():
+    """Every example 0.01 better, on examples whose scores vary widely: paired, the interval excludes 0."""
+    rng = np.random.default_rng(1)
+    b = [rng.random(300) for _ in range(3)]
+    a = [x + 0.01 for x in b]
+    iv = paired_bootstrap(_seeds(a), _seeds(b))
+    assert not iv.tie and iv.lo == pytest.approx(0.01) and iv.hi == pytest.approx(0.01)
+
+
+def test_seed_variation_enters_the_interval():
+    # a beats b by a lot on seed 0 and loses on seed 1: resampling the seeds covers 0
+    a = _seeds([[1.0] * 50, [0.0] * 50])
+    b = _seeds([[0.0] * 50, [0.6] * 50])
+    iv = paired_bootstrap(a, b)
+    assert iv.tie and iv.lo < 0 < iv.hi
+
+
+def test_ratio_statistic_and_errors():
+    a = [{"far": np.full(8, 3.0), "base": np.full(32, 2.0)} for _ in range(2)]
+    b = [{"far": np.full(8, 2.0), "base": np.full(32, 2.0)} for _ in range(2)]
+    iv = paired_bootstrap(a, b, lambda m: m["far"] / m["base"])
+    assert iv.est == pytest.approx(0.5) and not iv.tie
+    with pytest.raises(ValueError, match="same seeds"):
+        paired_bootstrap(a, b[:1])
+    with pytest.raises(ValueError, match="paired"):
+        paired_bootstrap(_seeds([[1.0, 0.0]]), _seeds([[1.0]]))
+
+
+def test_rank_against_best_needs_two_fitted_seeds_and_ranks_ties_first():
+    good = [{"v": np.ones(64), "_seed": s} for s in range(3)]
+    same = [{"v": np.r_[np.ones(63), 0.0], "_seed": s} for s in range(3)]
+    worse = [{"v": np.r_[np.ones(32), np.zeros(32)], "_seed": s} for s in range(3)]
+    lonely = [{"v": np.ones(64), "_seed": 0}]  # one fitted seed: never ranked, however good
+    out = rank_against_best({"good": good, "same": same, "worse": worse, "lonely": lonely})
+    assert out["best"] == "good" and out["excluded"] == ["lonely"] and MIN_SEEDS == 2
+    assert out["rank"] == {"good": 1, "same": 1, "worse": 3}
+    assert out["tie"]["same"] and not out["tie"]["worse"] and out["vs_best"]["worse"].est == pytest.approx(-0.5)
+    low = rank_against_best({"a": good, "b": worse}, higher_is_better=False)
+    assert low["best"] == "b" and low["rank"] == {"a": 2, "b": 1}
+
+
+def test_spearman_and_its_interval():
+    assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+    a = {s: [float(i), float(i) + 0.1] for i, s in enumerate("abcde")}
+    iv = spearman_interval(a, a)
+    assert iv.est == 1.0 and iv.lo == 1.0
+    flipped = {s: [-v for v in vs] for s, vs in a.items()}
+    assert spearman_interval(a, flipped).est == -1.0
+    with pytest.raises(ValueError, match="at least 3"):
+        spearman_interval({"a": [1.0]}, {"a": [1.0]})
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_per_example_scores_travel_from_the_task_to_results_json():
+    from relpos.experiments.job import Job, run_job
+    from relpos.experiments.report import results_dict
+    from tests.experiments.test_fitting import _tiny
+
+    cfg = _tiny("copy", task_train={"copy": {"steps": 2, "batch_size": 4, "warmup": 1}})
+    res = run_job(Job("copy", "alibi", 0).to_dict(), cfg.to_dict())
+    run = res["runs"][0]
+    assert "per_example" not in run["measurements"][0]  # moved out of the measurement rows
+    for n in (1, 2):
+        v = run["per_example"][per_example_key("accuracy", n)]
+        tok = run["per_example"][per_example_key("accuracy", n, field="token")]
+        m = next(m for m in run["measurements"] if m["eval_len"] == n)
+        assert len(v) == len(tok) == m["count"] == 16 and set(v) <= {0, 1}
+        assert np.mean(v) == pytest.approx(m["accuracy"]) and np.mean(tok) == pytest.approx(m["token_accuracy"])
+    assert run["validation"]["kind"] == "val_exact_at_L" and 0 <= run["validation"]["score"] <= 1
+    stored = {"scheme": "alibi", "variant": None, "task": "copy", "seed": 0, "train_len": 1, "job": res["job"],
+              "info": {k: v for k, v in run.items() if k != "measurements"}, "measurements": run["measurements"]}
+    doc = results_dict(cfg.to_dict(), "f", [stored])
+    assert doc["runs"][0]["per_example"] == run["per_example"] and doc["runs"][0]["validation"] == run["validation"]
