@@ -149,3 +149,56 @@ def test_tables_average_the_fitted_seeds_only(tmp_path):
     assert rows["fire"].split()[1:] == ["1/2", "(0.53)", "0.99", "0.80"]  # not 0.52±0.66 and 0.40±0.57
     assert rows["t5"].split()[1:] == ["0/2", "(0.03)", "not", "fitted", "0.03±0.01", "0.00±0.00"]
     assert make_plots(res, tmp_path) == ["accuracy_vs_length.png"]
+
+
+def test_learned_absolute_rows_past_training_are_shown_as_na_never_a_number(tmp_path):
+    """A learned table's rows past the training length were never trained: no number is reported from them.
+    Decided by the scheme's capability (a learned absolute table), so randomized training (every row
+    trained) and relative schemes keep their numbers."""
+    from relpos.experiments.report import UNTRAINED, learned_table, markdown_tables
+
+    runs = [stored_run("learned", None, "lm", 0, {8: 1.0, 16: 5.3}),
+            stored_run("learned", "randomized", "lm", 0, {8: 1.0, 16: 1.1}),
+            stored_run("sinusoidal", None, "lm", 0, {8: 1.0, 16: 2.0}),
+            stored_run("alibi", None, "lm", 0, {8: 1.0, 16: 1.05})]
+    assert learned_table("learned") and not learned_table("sinusoidal") and not learned_table("alibi")
+    res = results_dict({"schemes": ["learned", "sinusoidal", "alibi"], "randomized": ["learned"]}, "fp", runs)
+    lr = next(r for r in res["runs"] if r["label"] == "learned")
+    m16 = next(m for m in lr["metrics"] if m["eval_len"] == 16)
+    assert m16["bpb"] is None and m16["loss"] is None and m16["untrained_rows"]
+    assert next(m for m in lr["metrics"] if m["eval_len"] == 8)["bpb"] == pytest.approx(1.0 / math.log(2))
+    assert all(p["bpb"] is None for p in lr["position_loss"] if p["bucket_end"] > 8)
+    assert all(p["bpb"] is not None for p in lr["position_loss"] if p["bucket_end"] <= 8)
+    assert "5.3" not in json.dumps(lr["metrics"]) and 5.3 / math.log(2) not in [m["bpb"] for m in lr["metrics"]]
+    for r in res["runs"]:
+        if r["label"] != "learned":
+            assert all(m["bpb"] is not None for m in r["metrics"]) and not any("untrained_rows" in m for m in r["metrics"])
+    md = markdown_tables(res, "lm")
+    rows = [line for line in md.splitlines() if line.startswith("| learned |")]
+    assert len(rows) == 3  # window, fixed-target and far-position tables
+    assert all(row.count(UNTRAINED) >= 1 for row in rows) and "7.646" not in "".join(rows)  # 5.3 nats = 7.646 bits
+    assert UNTRAINED not in "".join(line for line in md.splitlines() if line.startswith("| learned+rand |"))
+
+
+def test_far_position_table_and_corpus_identity_in_the_report(tmp_path):
+    from relpos.experiments.report import corpus_lines, far_table
+
+    runs = [stored_run("alibi", None, "lm", 0, {8: 1.0, 16: 1.0})]
+    ident = {"name": "python-stdlib", "python": "3.11.7", "sha256": "ab" * 32, "leak_window": 64, "unit": "bytes",
+             "splits": {"train": {"documents": 600, "bytes": 1000}, "val": {"documents": 30, "bytes": 100,
+                                                                            "leaked_windows": 7, "removed_bytes": 90},
+                        "test": {"documents": 60, "bytes": 200, "leaked_windows": 9, "removed_bytes": 120}}}
+    runs[0]["info"]["corpus"] = ident
+    res = results_dict({"schemes": ["alibi"]}, "fp", runs)
+    assert res["corpus"] == ident and res["runs"][0]["corpus_sha256"] == ident["sha256"]
+    line = corpus_lines(res)[0]
+    assert "abababababababab" in line and "1,000 / 100 / 200 bytes" in line and "3.11.7" in line
+    assert "7 windows, 90 bytes cut" in line and "0 windows leak" in line
+    xs, ratios, far = far_table(res)
+    # position buckets of stored_run: bpb = v/ln2 + a/n; the last quarter is inside the second half bucket
+    assert xs == [8, 16] and far["alibi"][16][0] == pytest.approx(1 / math.log(2) + 0.5)
+    assert ratios["alibi"]["far"][0] == pytest.approx(1.0) and ratios["alibi"]["window"][0] == pytest.approx(1.0)
+    text = text_tables(res)
+    assert "far ratio" in text and "fixed-target ratio" in text
+    write_report(res, tmp_path, [])
+    assert "abababababababab" in (tmp_path / "report.md").read_text()

@@ -51,13 +51,54 @@ def _clean(v):
     return v
 
 
+UNTRAINED = "n/a (untrained rows)"
+
+
+def learned_table(scheme: str) -> bool:
+    """Whether a scheme adds a *learned absolute table* (one trained row per position) -- decided by the
+    capability :func:`relpos.model.position_limit` on a small instance, not by the scheme's name."""
+    if scheme not in _LEARNED:
+        try:
+            from relpos.encodings import make_encoding
+            from relpos.model import position_limit
+
+            _LEARNED[scheme] = position_limit(make_encoding(scheme, n_heads=1, head_dim=8, d_model=8,
+                                                            max_len=8)) is not None
+        except (ImportError, KeyError, TypeError, ValueError):
+            _LEARNED[scheme] = False
+    return _LEARNED[scheme]
+
+
+_LEARNED: dict[str, bool] = {}
+
+
+def untrained_from(run: dict) -> int | None:
+    """First position of ``run`` whose table row was never trained (the training length), or None.
+
+    A learned absolute table is sized for the longest evaluation, but training only reaches rows
+    ``0 .. L-1``; a number read through rows ``>= L`` measures random initialisation, so the report
+    shows it as :data:`UNTRAINED`. Randomized-position training (Ruoss et al.) reaches every row."""
+    if run.get("variant") in ("randomized", "randomized-sampled") or not learned_table(run["scheme"]):
+        return None
+    return int(run["train_len"])
+
+
 def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[dict] | None = None,
                  failures: list[dict] | None = None) -> dict:
-    """The ``results.json`` document from stored runs (see docs/results-format.md)."""
+    """The ``results.json`` document from stored runs (see docs/results-format.md).
+
+    Numbers read through untrained rows of a learned absolute table (:func:`untrained_from`) are left out
+    (``null``) and flagged ``"untrained_rows": true``. ``corpus`` is the identity of the language-modelling
+    text the runs were evaluated on (content hash, sizes per split, leak window and counts)."""
     train_info = {j["job"]: j["info"].get("train", {}) for j in (jobs or [])}
     out_runs = []
+    corpora: list[dict] = []
     for r in runs:
         metrics, pos, fixed, depth = [], [], [], []
+        cut = untrained_from(r) if r["task"] == "lm" else None
+        ident = (r.get("info") or {}).get("corpus")
+        if ident and ident not in corpora:
+            corpora.append(ident)
         for m in r["measurements"]:
             if m["protocol"] == "accuracy" and m.get("bucket_start", -1) >= 0:  # passkey: one row per depth (%)
                 depth.append({"eval_len": m["eval_len"], "depth": m["bucket_start"], "accuracy": _clean(m["accuracy"]),
@@ -74,10 +115,16 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
                 })
             elif m["protocol"] == "position":
                 pos.append({"eval_len": m["eval_len"], "bucket_start": m["bucket_start"],
-                            "bucket_end": m["bucket_end"], "bpb": _clean(m["bpb"])})
+                            "bucket_end": m["bucket_end"], "bpb": _clean(m["bpb"]), "loss": _clean(m["loss"]),
+                            "count": m["count"]})
             elif m["protocol"] == "fixed_target":
                 fixed.append({"context_len": m["eval_len"], "bpb": _clean(m["bpb"]), "loss": _clean(m["loss"]),
                               "count": m["count"]})
+        if cut is not None:  # never a number from rows that training did not reach
+            for rows, end in ((metrics, "eval_len"), (pos, "bucket_end"), (fixed, "context_len")):
+                for row in rows:
+                    if row[end] > cut:
+                        row.update({k: None for k in ("loss", "bpb", "ppl") if k in row}, untrained_rows=True)
         t = dict(train_info.get(r["job"], {}))
         t.pop("model", None)
         if isinstance(t.get("fit"), dict):
@@ -98,10 +145,12 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
             "span": (r.get("info") or {}).get("span"),
             # protocol 3: the view's validation score at L (what the gate reads) and per-example scores
             **{k: (r.get("info") or {})[k] for k in ("validation", "per_example") if (r.get("info") or {}).get(k)},
+            **({"corpus_sha256": ident.get("sha256")} if ident else {}),
         })
     return {
         "version": RESULTS_VERSION,
         "fingerprint": fingerprint,
+        **({"corpus": corpora[0] if len(corpora) == 1 else corpora} if corpora else {}),
         "config": config,
         "runs": out_runs,
         "failures": failures or [],
@@ -195,6 +244,51 @@ def shown_runs(results: dict) -> tuple[dict, set[int]]:
     return {**results, "runs": keep}, ok
 
 
+def _untrained_cells(results: dict, task: str, section: str, x: str) -> set[tuple[str, int]]:
+    """``(label, x)`` whose every row was read through untrained table rows (shown as :data:`UNTRAINED`);
+    for position rows, ``x`` is the window length and any flagged bucket of it counts."""
+    flagged: dict[tuple[str, int], list[bool]] = defaultdict(list)
+    for r in results["runs"]:
+        if r["task"] == task:
+            for m in r.get(section) or []:
+                flagged[(r["label"], m[x])].append(bool(m.get("untrained_rows")))
+    if section == "position_loss":
+        return {k for k, v in flagged.items() if any(v)}
+    return {k for k, v in flagged.items() if v and all(v)}
+
+
+def far_table(results: dict, task: str = "lm"):
+    """Far-position numbers of language-modelling runs, over seeds: ``(lengths, ratios, far)`` with
+    ``far[label][n] = (mean, sd, seeds)`` of the bits per byte on the last quarter of windows of ``n``
+    (:func:`relpos.tasks.lm.far_loss`) and ``ratios[label][k]`` for ``k`` in ``far`` (that quarter at the
+    longest length over the same relative positions at the training length), ``window`` (whole windows)
+    and ``fixed`` (fixed targets, longest context over the training length); None without position rows."""
+    from relpos.tasks.lm import far_loss
+
+    far: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    rat: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    lengths: set[int] = set()
+    for r in results["runs"]:
+        if r["task"] != task or not r.get("position_loss"):
+            continue
+        L = r["train_len"]
+        ns = sorted({m["eval_len"] for m in r["position_loss"]})
+        lengths.update(ns)
+        vals = {n: far_loss(r["position_loss"], n, field="bpb") for n in ns}
+        for n, v in vals.items():
+            far[r["label"]][n].append(v)
+        win = {m["eval_len"]: m.get("bpb") for m in r.get("metrics") or []}
+        fix = {m["context_len"]: m.get("bpb") for m in r.get("fixed_target") or []}
+        top = ns[-1]
+        for k, d, lo in (("far", vals, L), ("window", win, L), ("fixed", fix, L)):
+            a, b = d.get(top), d.get(lo)
+            rat[r["label"]][k].append(a / b if a is not None and b else None)
+    if not lengths:
+        return None
+    return (sorted(lengths), {lab: {k: _stats(v) for k, v in d.items()} for lab, d in rat.items()},
+            {lab: {n: _stats(v) for n, v in sorted(d.items())} for lab, d in far.items()})
+
+
 def _table_rows(results: dict, task: str, view: tuple[dict, set[int]] | None = None):
     """(title, header, rows) tables for a task; each row carries its fit column. ``view``: :func:`shown_runs`
     of ``results`` when the caller has it already (one pass for every task)."""
@@ -210,9 +304,25 @@ def _table_rows(results: dict, task: str, view: tuple[dict, set[int]] | None = N
         ):
             agg = aggregate(shown, task, field, section, xname)
             xs = sorted({x for d in agg.values() for x in d})
-            rows = [[lab, _fit_cell(results, task, lab, ok)] + [_fmt(*agg[lab].get(x, (math.nan, 0, 0)), 3) for x in xs]
+            na = _untrained_cells(shown, task, section, xname)
+            rows = [[lab, _fit_cell(results, task, lab, ok)]
+                    + [UNTRAINED if (lab, x) in na else _fmt(*agg[lab].get(x, (math.nan, 0, 0)), 3) for x in xs]
                     for lab in _order(agg, results)]
             tables.append((title, ["scheme", "fitted"] + [f"{x}{'*' if tl and x > tl else ''}" for x in xs], rows))
+        far = far_table(shown, task)
+        if far:
+            xs, ratios, agg = far
+            na = _untrained_cells(shown, task, "position_loss", "eval_len")
+            rows = [[lab, _fit_cell(results, task, lab, ok)]
+                    + [UNTRAINED if (lab, x) in na else _fmt(*agg[lab].get(x, (math.nan, 0, 0)), 3) for x in xs]
+                    + [UNTRAINED if (lab, xs[-1]) in na and k != "fixed" else
+                       _fmt(*ratios[lab].get(k, (math.nan, 0, 0)), 2) for k in ("far", "window", "fixed")]
+                    for lab in _order(agg, results)]
+            tables.append((f"Language modelling, far positions: bits per byte on the last quarter of each window "
+                           f"(positions 3n/4 to n-1 of a window of n bytes), and the ratios at {xs[-1]} against "
+                           f"{tl} bytes: far positions (the verdict's number), whole windows, fixed targets",
+                           ["scheme", "fitted"] + [f"{x}{'*' if tl and x > tl else ''}" for x in xs]
+                           + ["far ratio", "window ratio", "fixed-target ratio"], rows))
     else:
         redundant = all(m.get("token_accuracy") == m.get("accuracy") for r in results["runs"] if r["task"] == task
                         for m in r["metrics"])  # single-token answers: per-token = exact match
@@ -272,6 +382,30 @@ def _fit_rule(cfg: dict) -> str:
             f"LM runs fitted when the {fit.criterion('lm')}{grid}")
 
 
+def corpus_lines(results: dict) -> list[str]:
+    """Report lines naming the language-modelling text: hash, sizes per split, what leak removal cut."""
+    idents = results.get("corpus")
+    if not idents:
+        return []
+    out = []
+    for ident in idents if isinstance(idents, list) else [idents]:
+        unit = ident.get("unit", "bytes")
+        sp = ident.get("splits") or {}
+        size = lambda s: sp.get(s, {}).get("bytes" if unit == "bytes" else "tokens")  # noqa: E731
+        cut = "; ".join(f"{name}: {sp[s].get('leaked_windows', 0):,} windows, "
+                        f"{sp[s].get('removed_bytes', sp[s].get('removed_tokens', 0)):,} {unit} cut"
+                        for s, name in (("val", "validation"), ("test", "test")) if s in sp)
+        who = ident.get("name", "?") + (f" of Python {ident['python']}" if ident.get("python") else "")
+        out.append(
+            f"- language-modelling text: {who}, content sha256 `{ident.get('sha256', '?')[:16]}`; split by document "
+            f"into train / validation / test of {size('train') or 0:,} / {size('val') or 0:,} / {size('test') or 0:,} "
+            f"{unit} ({' / '.join(str(sp.get(s, {}).get('documents', '?')) for s in ('train', 'val', 'test'))} "
+            f"documents); every span of validation and test text covered by a {ident.get('leak_window')}-{unit[:-1]} "
+            f"window that occurs in training was cut out ({cut}), so 0 windows leak. Early stopping, the fit gate "
+            f"and the learning-rate choice read validation; every number below reads test")
+    return out
+
+
 def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *, command: str = "",
                  wall_seconds: float | None = None) -> Path:
     """``report.md``: configuration, tables, links to the plots, failures."""
@@ -301,6 +435,7 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
         f"- seeds {sorted({r['seed'] for r in runs}) or cfg.get('seeds')}; RoPE scalings evaluated on the trained RoPE model: "
         f"{', '.join(cfg.get('rope_variants') or []) or 'none'}; randomized positions for: "
         f"{', '.join(cfg.get('randomized') or []) or 'none'}",
+        *corpus_lines(results),
         f"- total training time {train_s / 60:.1f} min (summed over runs)"
         + (f"; wall time of the last invocation {wall_seconds / 60:.1f} min" if wall_seconds else ""),
         "",

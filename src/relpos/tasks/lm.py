@@ -71,17 +71,19 @@ def far_loss(rows, eval_len: int, fraction: float = FAR_FRACTION, field: str = "
     """Mean ``field`` over the last ``fraction`` of a window of ``eval_len`` tokens, from position-bucket rows.
 
     ``rows``: dicts (or :class:`Measurement` s) with ``eval_len``, ``bucket_start``,
-    ``bucket_end``, ``field`` and optionally ``count``; buckets starting at or after
-    ``round((1 - fraction) * eval_len)`` count, weighted by their width. None when
-    no such bucket has a value.
+    ``bucket_end`` and ``field``; each bucket counts with the width it shares with
+    positions ``[round((1 - fraction) * eval_len), eval_len)`` (with the default 16
+    buckets, exactly the last 4). None when no such bucket has a value.
     """
     lo = round((1 - fraction) * eval_len)
     num = den = 0.0
     for r in rows:
         g = r.get if isinstance(r, dict) else lambda k, d=None, r=r: getattr(r, k, d)
-        if g("eval_len") != eval_len or g("bucket_start", -1) < lo or g(field) is None:
+        if g("eval_len") != eval_len or g("bucket_start", -1) < 0 or g(field) is None:
             continue
-        w = g("bucket_end") - g("bucket_start")
+        w = g("bucket_end") - max(g("bucket_start"), lo)
+        if w <= 0:
+            continue
         num += w * float(g(field))
         den += w
     return num / den if den else None
