@@ -9,8 +9,8 @@ STAMP  := $(VENV)/.installed
 
 # Create the virtual environment and install relpos with its test extras.
 # torch is pinned to the CPU build that lies on this machine's disk; installing it
-# first means the project's range (torch<=2.14.1) is already satisfied and pip
-# never downloads a CUDA build.
+# first (and naming the pin again on the next call) means pip never downloads
+# another build: the package itself sets only a lower bound on torch.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip

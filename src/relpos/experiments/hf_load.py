@@ -54,7 +54,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def require_hf(*, gguf: bool = False) -> None:
     """Raise a one-line ``ValueError`` naming the ``relpos[hf]`` extra when a needed package is missing."""
     missing = []
-    for mod in ("transformers", "tokenizers") + (("gguf",) if gguf else ()):
+    for mod in ("transformers", "tokenizers") + (("gguf", "accelerate") if gguf else ()):
         try:
             __import__(mod)
         except ImportError:
@@ -229,15 +229,27 @@ def load_hf_causal_lm(src: ModelSource, cfg, *, dtype: str = "float32", attn_imp
     dt = DTYPES.get(dtype)
     if dt is None:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    if not sys.stderr.isatty():  # transformers' own loading bar: only on a terminal
+    quiet = not sys.stderr.isatty()  # transformers' own loading bars: only on a terminal
+    if quiet:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+    gg = None
+    if quiet and src.gguf:  # the GGUF loader's own tqdm bar
+        import functools
+
+        import transformers.modeling_gguf_pytorch_utils as gg
+
+        bar = gg.tqdm
+        gg.tqdm = functools.partial(bar, disable=True)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(src.folder), config=cfg, dtype=dt,
                                                      attn_implementation=attn_implementation, **src.kwargs())
     except (OSError, ValueError, KeyError, RuntimeError, TypeError) as e:
         raise ValueError(f"could not load {str(src.path)!r} as a causal LM: {str(e).splitlines()[0]}") from None
+    finally:
+        if gg is not None:
+            gg.tqdm = bar
     model = model.to(dt)
     for name, p in model.named_parameters():
         if p.is_floating_point() and not bool(torch.isfinite(p).all()):
@@ -293,8 +305,12 @@ def tokenizer_file(path: str | os.PathLike, tokenizer: str | None = None, cache_
         if backend is None:
             raise ValueError(f"the tokenizer of {str(src.path)!r} has no fast (tokenizers) form; give one with "
                              "--tokenizer")
+        # transformers' GPT-2 builder adds <|endoftext|> past the file's vocabulary: keep only the file's ids
+        n = backend.get_vocab_size(with_added_tokens=False)
+        data = json.loads(backend.to_str())
+        data["added_tokens"] = [t for t in data.get("added_tokens", []) if int(t["id"]) < n]
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        backend.save(str(tmp))
+        tmp.write_text(json.dumps(data, ensure_ascii=False))
         os.replace(tmp, out)
     return str(out)

@@ -58,7 +58,9 @@ def corpus_lines(rep: dict) -> list[str]:
     unit = "tokens" if rep.get("tokenizer") else "bytes"
     lines = [f"corpus {rep.get('path')} ({rep.get('kind')}), hash {rep.get('fingerprint')}"
              + (f", tokenizer {rep.get('tokenizer')}" if rep.get("tokenizer") else "")]
-    for name, s in (rep.get("splits") or {}).items():
+    splits = rep.get("splits") or {}
+    for name, s in sorted(splits.items(), key=lambda kv: ("train", "val", "test").index(kv[0])
+                          if kv[0] in ("train", "val", "test") else 3):
         lines.append(f"  {name}: {s.get('docs', 0):,} documents, {s.get('bytes', 0):,} bytes, "
                      f"{s.get('tokens', 0):,} {unit}")
     skipped = {k: v for k, v in (rep.get("skipped") or {}).items() if v}
