@@ -247,9 +247,13 @@ class LanguageModelling(Task):
         win = self._sliding(model, chunks, pad, n, per * n).reshape(-1, n) if sliding else loss  # (W, n)
         per_ex = [round(v, 6) for v in win.mean(1).tolist()]
         out = [Measurement.from_loss("window", n, win.mean().item(), win.numel(), per_example=per_ex)]
+        far = round((1 - FAR_FRACTION) * n)
         for a, b in self.buckets(n, self.position_buckets):
             seg = loss[:, a:b]
-            out.append(Measurement.from_loss("position", n, seg.mean().item(), seg.numel(), bucket_start=a, bucket_end=b))
+            # the far buckets carry each window's mean too (a paired bootstrap of the far-position ratio)
+            pe = [round(v, 6) for v in seg.mean(1).tolist()] if a >= far else None
+            out.append(Measurement.from_loss("position", n, seg.mean().item(), seg.numel(), bucket_start=a,
+                                             bucket_end=b, per_example=pe))
         return out
 
     def _sliding(self, model, chunks: torch.Tensor, pad: int, n: int, span: int) -> torch.Tensor:
