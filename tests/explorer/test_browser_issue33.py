@@ -254,3 +254,49 @@ def test_trained_values_show_and_lock_the_options_they_use(learner, shipped_serv
     page.select_option("#v2-values", "initial")
     page.wait_for_function("() => !document.querySelector('#v2-opt-num_buckets').disabled && "
                            "!document.querySelector('#v2-heads').disabled")
+
+
+# ------------------------------------------------------------------- view 4
+
+
+def _chart_ready(page) -> None:
+    page.wait_for_function("() => document.querySelector('#v4-chart svg') && document.querySelectorAll('#v4-legend li').length > 0")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_extrapolation_units_filters_glossary_and_unfitted_rows(learner, lang):
+    import time
+
+    page, _ = learner(lang=lang)
+    page.route("**/api/results**", lambda r: (time.sleep(0.8), r.continue_()))
+    page.click("#tab-extrap")
+    page.wait_for_selector("#v4-loading:not([hidden])")
+    assert page.text_content("#v4-loading") == ("Loading the curves…" if lang == "en" else "正在载入曲线…")
+    _chart_ready(page)
+    assert page.is_hidden("#v4-loading")
+    words = {"en": ("bytes", "key–value pairs", "not fitted", "documented results"),
+             "zh": ("字节", "键值对", "未拟合", "文档中的结果")}[lang]
+    assert words[0] in page.text_content("#v4-chart svg text.axis")
+    assert words[3] in page.text_content("#v4-cap") and words[3] in page.locator("#v4-source option").first.text_content()
+    # every line its own colour and marker
+    styles = page.evaluate("() => [...document.querySelectorAll('#v4-legend svg')].map(s => s.querySelector('line').getAttribute('stroke') + '|' + s.lastElementChild.outerHTML.split(' ')[0])")
+    assert len(set(styles)) == len(styles) >= 17
+    # the unfitted view is dashed and marked
+    rr = page.locator("#v4-legend button[data-label='rope+rand']")
+    assert words[2] in rr.text_content() and "unfitted" in rr.get_attribute("class")
+    assert rr.locator("line").get_attribute("stroke-dasharray")
+    # glossary of row names
+    page.click("#v4-glossary summary")
+    assert "rope+rand-sampled" in page.text_content("#v4-glossary-list")
+    # filters: RoPE scalings off, then on
+    page.uncheck("#v4-fam-rope-scaling")
+    page.wait_for_function("() => !document.querySelector(\"#v4-legend button[data-label='rope-pi']\")")
+    assert page.locator("#v4-legend button[data-label='alibi']").count() == 1
+    page.check("#v4-fam-rope-scaling")
+    page.wait_for_selector("#v4-legend button[data-label='rope-pi']")
+    # labels sit above the plot, never on the data
+    ys = page.evaluate("() => [...document.querySelectorAll('#v4-chart text.vlabel')].map(t => Number(t.getAttribute('y')))")
+    top = page.evaluate("() => Math.min(...[...document.querySelectorAll('#v4-chart svg line')].map(l => Math.min(Number(l.getAttribute('y1')), Number(l.getAttribute('y2')))))")
+    assert ys and all(y < top for y in ys), (ys, top)
+    page.select_option("#v4-task", "mqar")
+    page.wait_for_function("(w) => document.querySelector('#v4-chart svg text.axis').textContent.includes(w)", arg=words[1])

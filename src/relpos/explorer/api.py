@@ -121,7 +121,9 @@ class Explorer:
             self.results.append((_label(r), load_results(r, max_depth=self.limits.max_json_depth)))
         # documented results that ship with relpos are offered too, labelled as such (view 4 is never empty)
         bundled = bundled_results()
+        self.bundled_index: int | None = None
         if bundled is not None:
+            self.bundled_index = len(self.results)
             self.results.append(bundled)
         self.checkpoints: list[_Checkpoint] = []
         for c in checkpoints:
@@ -242,7 +244,8 @@ class Explorer:
             "shift_defaults": {"absolute": absolute, "relative": relative},
             "compose_schemes": compose.schemes(),
             "limits": dataclasses.asdict(self.limits),
-            "results": [{"index": i, "label": lab} for i, (lab, _) in enumerate(self.results)],
+            "results": [{"index": i, "label": lab, "bundled": i == self.bundled_index,
+                         "preset": (res.get("config") or {}).get("preset")} for i, (lab, res) in enumerate(self.results)],
             "checkpoints": [
                 {"index": i, "label": c.label, "scheme": getattr(c.config, "scheme", None),
                  "n_layers": getattr(c.config, "n_layers", None), "n_heads": getattr(c.config, "n_heads", None),

@@ -250,7 +250,8 @@ def aggregate_results(data: dict, task: str | None, metric: str | None) -> dict:
         label = r.get("label") if isinstance(r.get("label"), str) and r.get("label") else (
             r["scheme"] if not variant else f"{r['scheme']} ({variant})")
         g = groups.setdefault(label, {"values": {}, "train_lens": set(), "seeds": set(), "scheme": r["scheme"],
-                                      "variant": variant})
+                                      "variant": variant, "fitted": []})
+        g["fitted"].append(_row_fitted(r, truns))
         if _is_int(r.get("train_len")):
             g["train_lens"].add(r["train_len"])
         g["seeds"].add(r.get("seed"))
@@ -265,9 +266,65 @@ def aggregate_results(data: dict, task: str | None, metric: str | None) -> dict:
             mean = math.fsum(v / len(vs) for v in vs)  # cannot overflow: |mean| <= max |v|
             pts.append({"eval_len": L, "mean": sig(mean, 6), "min": sig(min(vs), 6), "max": sig(max(vs), 6),
                         "n": len(vs)})
+        known = [f for f in g["fitted"] if f is not None]
         series.append({"label": label, "scheme": g["scheme"], "variant": g["variant"], "points": pts,
-                       "train_lens": sorted(g["train_lens"]), "seeds": len(g["seeds"])})
+                       "train_lens": sorted(g["train_lens"]), "seeds": len(g["seeds"]),
+                       # fitted: every row of the line passed the fit gate; False: some did not; None: not recorded
+                       "fitted": (all(known) if known else None), "fitted_rows": sum(bool(f) for f in known),
+                       "rows": len(g["fitted"]), "family": _family(g["scheme"], g["variant"])})
     series.sort(key=lambda s: s["label"])
     train_lens = sorted({L for s in series for L in s["train_lens"]})
     return {"tasks": tasks, "metrics": have, "task": task, "metric": metric, "series": series,
-            "train_lens": train_lens}
+            "train_lens": train_lens, "unit": length_unit(task, data.get("config") or {})}
+
+
+def length_unit(task: str, config: dict) -> str:
+    """What a task's lengths count: ``bytes`` (byte-level language modelling), ``tokens`` (with a
+    tokenizer), ``pairs`` (key-value pairs: MQAR) or ``symbols`` (the other algorithmic tasks). Asks the task
+    class (``length_unit``) first, then its kind."""
+    try:
+        from relpos.tasks import TASKS
+
+        cls = TASKS.get(task)
+    except (ImportError, AttributeError):
+        cls = None
+    unit = getattr(cls, "length_unit", None)
+    if isinstance(unit, str):
+        return unit
+    if task == "lm" or getattr(cls, "kind", None) == "lm":
+        lm = config.get("lm") if isinstance(config.get("lm"), dict) else {}
+        return "tokens" if lm.get("tokenizer") else "bytes"
+    if task == "mqar":
+        return "pairs"
+    return "symbols"
+
+
+def _row_fitted(run: dict, runs: list) -> bool | None:
+    """The fit gate of one results row (:func:`relpos.experiments.fitting.view_fitted`), None if not recorded."""
+    fit = (run.get("train") or {}).get("fit") if isinstance(run.get("train"), dict) else None
+    if not isinstance(fit, dict) or "fitted" not in fit:
+        return None
+    try:
+        from relpos.experiments.fitting import view_fitted
+
+        return bool(view_fitted(run, runs))
+    except (KeyError, TypeError, ValueError):
+        return bool(fit.get("fitted"))
+
+
+def _family(scheme: str, variant) -> str:
+    """``rope-scaling`` (a context-extension scaling or randomized positions of a rotary model), ``absolute``,
+    ``none`` (no position), ``relative`` or ``mixed`` -- from the scheme's capabilities."""
+    try:
+        from relpos.encodings import get_scheme
+
+        cls, _ = get_scheme(scheme)
+    except (KeyError, ValueError):
+        return "other"
+    if variant:  # a view of a trained model: a scaling of its positions, or randomized positions
+        return "rope-scaling" if "qk" in cls.acts_on else "relative"
+    if not cls.acts_on:
+        return "none"
+    if "embedding" in cls.acts_on and not cls.relative:
+        return "absolute"
+    return "relative" if cls.relative else "mixed"

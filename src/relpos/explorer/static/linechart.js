@@ -25,7 +25,9 @@ export function marker(kind, x, y, colour) {
 export function lineChart(host, cfg) {
   const W = Math.max(280, Math.min(cfg.maxWidth || 520, host.clientWidth || 520));
   const H = cfg.height || 300;
-  const m = { l: 62, r: 14, t: 14, b: 44 };
+  // labels of marks (the training length, the shaded region) sit in a band above the plot, never on data
+  const labelled = !!cfg.shadeLabel || (cfg.vlines || []).some((v) => v.label);
+  const m = { l: 62, r: 14, t: labelled ? 30 : 14, b: 44 };
   const xs = [], ys = [];
   for (const s of cfg.series) {
     s.xs.forEach((x, k) => { if (s.ys[k] !== null) { xs.push(x); ys.push(s.ys[k]); } });
@@ -65,13 +67,13 @@ export function lineChart(host, cfg) {
   if (cfg.shadeFrom !== undefined && cfg.shadeFrom !== null) {
     const x0 = Math.max(m.l, Math.min(W - m.r, X(cfg.shadeFrom)));
     root.append(svg('rect', { x: x0, y: m.t, width: Math.max(0, W - m.r - x0), height: H - m.t - m.b, fill: '#000', 'fill-opacity': 0.06, class: 'beyond' }));
-    if (cfg.shadeLabel) { const tt = svg('text', { x: W - m.r - 4, y: H - m.b - 6, 'text-anchor': 'end', class: 'vlabel' }); tt.textContent = cfg.shadeLabel; root.append(tt); }
+    if (cfg.shadeLabel) { const tt = svg('text', { x: W - m.r - 2, y: m.t - 8, 'text-anchor': 'end', class: 'vlabel beyond-label' }); tt.textContent = cfg.shadeLabel; root.append(tt); }
   }
   // vertical lines
   for (const v of cfg.vlines || []) {
     const x = X(v.x);
     root.append(svg('line', { x1: x, x2: x, y1: m.t, y2: H - m.b, stroke: v.colour || '#333', 'stroke-dasharray': v.dash || '5 4', 'stroke-width': v.width || 1 }));
-    if (v.label) { const tt = svg('text', { x: x + 4, y: m.t + 12, class: 'vlabel' }); tt.textContent = v.label; root.append(tt); }
+    if (v.label) { const tt = svg('text', { x: x, y: m.t - 8, 'text-anchor': cfg.shadeLabel ? 'end' : 'middle', class: 'vlabel' }); tt.textContent = v.label; root.append(tt); }
   }
   // series
   for (const s of cfg.series) {

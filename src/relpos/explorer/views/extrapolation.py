@@ -18,4 +18,6 @@ def answer(ex, params: dict) -> dict:
     label, data = ex.results[src]
     out = aggregate_results(data, params.get("task") or None, params.get("metric") or None)
     out["source"] = label
+    out["bundled"] = src == getattr(ex, "bundled_index", None)
+    out["preset"] = (data.get("config") or {}).get("preset")
     return out
