@@ -300,3 +300,61 @@ def test_extrapolation_units_filters_glossary_and_unfitted_rows(learner, lang):
     assert ys and all(y < top for y in ys), (ys, top)
     page.select_option("#v4-task", "mqar")
     page.wait_for_function("(w) => document.querySelector('#v4-chart svg text.axis').textContent.includes(w)", arg=words[1])
+
+
+# ------------------------------------------------------------------- view 5 and the learner's path
+
+
+def test_attention_view_is_not_empty_on_arrival_and_decodes_chinese(learner, shipped_server):
+    page, _ = learner(hash_="#attn")
+    page.wait_for_selector("#v5-thumbs .thumb")
+    assert page.is_hidden("#v5-error")
+    ck = shipped_server.explorer.checkpoints[int(page.input_value("#v5-ckpt"))]
+    assert ck.shipped and page.locator("#v5-thumbs .thumb").count() == ck.config.n_heads
+    assert "fitted" in page.text_content("#v5-ckpt-info")
+    page.fill("#v5-text", "猫坐在垫子上")
+    page.wait_for_function("() => document.querySelector('#v5-cap').textContent.includes('18')")
+    page.focus("#v5-heatmap canvas.hm-canvas")
+    page.keyboard.press("Home")
+    page.wait_for_function("() => document.querySelector('#v5-readout').textContent.includes('猫')")
+    assert "xE7" not in page.text_content("#v5-readout")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_learners_path(learner, shipped_server, lang):
+    """Open with no arguments -> view 0: a trained model's logits on the default sentence, its position
+    term visibly changing the softmax -> view 5: that model's attention maps with token labels -> view 4:
+    the documented results with units."""
+    page, _ = learner(lang=lang)
+    ex = shipped_server.explorer
+    # view 0
+    page.wait_for_selector("#v0-walk [data-step=logit]")
+    assert page.get_attribute("#tab-compose", "aria-selected") == "true"
+    text = page.input_value("#v0-text")
+    assert text == ("The cat sat on the mat" if lang == "en" else "猫坐在垫子上")
+    model_index = int(page.input_value("#v0-model"))
+    ck = ex.checkpoints[model_index]
+    assert ck.shipped and ck.extra.get("fitted") is True
+    moves = ex.get("compose", {"text": text, "model": str(model_index)})["argmax_moves"]
+    assert moves
+    r = moves[0]
+    select_cell(page, r, 0)
+    on = row_probs(page)
+    page.uncheck("#v0-on")
+    page.wait_for_selector("#v0-walk [data-step=logit_off]")
+    off = row_probs(page)
+    assert max(range(len(on)), key=on.__getitem__) != max(range(len(off)), key=off.__getitem__)
+    page.check("#v0-on")
+    # view 5: the same model's maps, token labels in the readout
+    page.click("#tab-attn")
+    page.wait_for_selector("#v5-thumbs .thumb")
+    assert int(page.input_value("#v5-ckpt")) == model_index
+    assert page.locator("#v5-thumbs .thumb").count() == ck.config.n_heads
+    page.focus("#v5-heatmap canvas.hm-canvas")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => /“.+”.*“.+”/.test(document.querySelector('#v5-readout').textContent)")
+    # view 4: the documented results, with the unit of the task on the axis
+    page.click("#tab-extrap")
+    _chart_ready(page)
+    assert ("bytes" if lang == "en" else "字节") in page.text_content("#v4-chart svg text.axis")
+    assert page.locator("#v4-legend li").count() >= 10
