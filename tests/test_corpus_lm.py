@@ -93,3 +93,39 @@ def test_train_a_relpos_model_on_a_corpus(corpus_file, tmp_path):
     assert res.losses[-1] < res.losses[0]
     ms = t.evaluate(lambda n: res.model.eval())
     assert all(math.isfinite(m.loss) for m in ms)
+
+
+def test_a_results_folder_from_another_corpus_is_refused_in_one_line(tmp_path):
+    """The corpus hash is in the fingerprint; a folder made from other text is refused naming both hashes."""
+    from relpos.experiments.compare import compare
+    from relpos.experiments.presets import preset
+    from relpos.experiments.runner import SerialRunner
+    from relpos.experiments.store import ConfigMismatchError
+    from relpos.tasks.lm import corpus_mismatch
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text(prose(60_000, seed=1))
+    b.write_text(prose(60_000, seed=2))
+
+    def cfg(path):
+        c = preset("ci")
+        c.schemes, c.tasks, c.steps, c.workers = ["alibi"], ["copy"], 2, 1
+        c.d_model, c.n_heads, c.n_layers = 16, 2, 1
+        c.lm = {"train_len": 8, "eval_factors": [1, 2], "eval_tokens": 64,
+                "corpus": {"path": str(path), "glob": None, "text_field": "text", "tokenizer": None}}
+        c.algorithmic = {"train_len": 3, "eval_factors": [1, 2], "n_eval": 4}
+        return c
+
+    ca, cb = cfg(a), cfg(b)
+    ha = ca.protocol()["tasks"]["lm"]["corpus"]["sha256"]
+    hb = cb.protocol()["tasks"]["lm"]["corpus"]["sha256"]
+    assert ha != hb and ca.fingerprint() != cb.fingerprint()
+    why = corpus_mismatch(ca.protocol(), cb.protocol())
+    assert ha[:16] in why and hb[:16] in why and corpus_mismatch(ca.protocol(), ca.protocol()) is None
+    out = tmp_path / "out"
+    compare(ca, out, runner=SerialRunner(), progress=False, log=lambda m: None, plots=False)
+    with pytest.raises(ConfigMismatchError) as e:
+        compare(cb, out, runner=SerialRunner(), progress=False, log=lambda m: None, plots=False)
+    msg = str(e.value)
+    assert msg.startswith(f"output folder {out} holds results made from corpus sha256 {ha[:16]}")
+    assert hb[:16] in msg and "\n" not in msg

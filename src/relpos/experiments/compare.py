@@ -155,6 +155,11 @@ def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = 
     old, old_proto = _folder_meta(out) if out.exists() else (None, None)
     if old is not None and old != fp:
         if not force:
+            from relpos.tasks.lm import corpus_mismatch
+
+            if (why := corpus_mismatch(old_proto, cfg.protocol())) is not None:  # one line naming both hashes
+                raise ConfigMismatchError(f"output folder {out} holds results {why}; nothing was changed: use another "
+                                          f"--out folder, or pass --force to move the old results aside")
             diff = config_diff(old_proto, cfg.protocol()) if isinstance(old_proto, dict) else []
             detail = ("; it differs in " + ", ".join(diff[:8]) + (" ..." if len(diff) > 8 else "")) if diff else ""
             raise ConfigMismatchError(

@@ -45,7 +45,7 @@ import torch
 
 from relpos.tasks.base import IGNORE, Measurement, ModelFor, Task, token_losses
 
-__all__ = ["LanguageModelling", "corpus", "far_loss", "FAR_FRACTION"]
+__all__ = ["LanguageModelling", "corpus", "corpus_mismatch", "far_loss", "FAR_FRACTION"]
 
 #: the far positions of a window: its last quarter (the far-position ratio, :func:`far_loss`)
 FAR_FRACTION = 0.25
@@ -87,6 +87,26 @@ def far_loss(rows, eval_len: int, fraction: float = FAR_FRACTION, field: str = "
         num += w * float(g(field))
         den += w
     return num / den if den else None
+
+
+def corpus_mismatch(old_protocol: dict | None, new_protocol: dict | None) -> str | None:
+    """``"made from corpus <sha> (...); this configuration reads corpus <sha> (...)"`` when two fingerprinted
+    protocols (``ExperimentConfig.protocol()``) record language-modelling corpora with different content
+    hashes; None otherwise (same corpus, or a protocol without a corpus hash)."""
+
+    def ident(p):
+        c = (((p or {}).get("tasks") or {}).get("lm") or {}).get("corpus") if isinstance(p, dict) else None
+        return c if isinstance(c, dict) and c.get("sha256") else None
+
+    a, b = ident(old_protocol), ident(new_protocol)
+    if a is None or b is None or a["sha256"] == b["sha256"]:
+        return None
+
+    def name(c):
+        return c.get("name") or c.get("kind") or "a corpus"
+
+    return (f"made from corpus sha256 {a['sha256'][:16]} ({name(a)}); this configuration reads corpus sha256 "
+            f"{b['sha256'][:16]} ({name(b)})")
 
 
 class LanguageModelling(Task):
