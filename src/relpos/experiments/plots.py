@@ -130,25 +130,39 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
             save(fig, name)
 
         lm_plot(aggregate(results, "lm", "bpb"), "lm_loss_vs_length.png",
-                "evaluation length (bytes; dashed line: training length)", "bits per byte (validation)",
+                "evaluation length (bytes; dashed line: training length)", "bits per byte (test split)",
                 "Language modelling (stdlib bytes): bits per byte against evaluation length")
 
-        longest = max((m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r["position_loss"]),
-                      default=None)
-        if longest is not None:
-            acc: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-            for r in results["runs"]:
-                if r["task"] != "lm":
-                    continue
-                for m in r["position_loss"]:
-                    if m["eval_len"] == longest and m["bpb"] is not None:
-                        acc[r["label"]][(m["bucket_start"] + m["bucket_end"]) / 2].append(m["bpb"])
-            pagg = {lab: _smooth({x: _stats(v) for x, v in sorted(d.items())}) for lab, d in acc.items()}
-            lm_plot(pagg, "lm_loss_by_position.png",
-                    f"position inside a {longest}-byte window (dashed line: training length)",
-                    "bits per byte (moving mean of 3 buckets)",
-                    "Language modelling: bits per byte by position (the text itself makes the bumps; "
-                    "compare the curves, not their shape)", logx=False)
+        lens = sorted({m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r["position_loss"]})
+        if lens:  # one panel per evaluation length: where in the window each scheme's loss goes
+            fig, axes = plt.subplots(1, len(lens), figsize=(3.2 * len(lens) + 2.5, 4.2), sharey=True, squeeze=False)
+            for ax, n in zip(axes[0], lens):
+                acc: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+                for r in results["runs"]:
+                    if r["task"] != "lm":
+                        continue
+                    for m in r["position_loss"]:
+                        if m["eval_len"] == n and m["bpb"] is not None:  # untrained table rows: no point
+                            acc[r["label"]][(m["bucket_start"] + m["bucket_end"]) / 2].append(m["bpb"])
+                pagg = {lab: _smooth({x: _stats(v) for x, v in sorted(d.items())}) for lab, d in acc.items()}
+                _plot_capped(ax, pagg, results, styles, logx=False)
+                if n > tl:
+                    ax.axvline(tl, color="grey", lw=0.8, ls="--")
+                ax.axvspan(0.75 * n, n, color="grey", alpha=0.08, lw=0)  # the far quarter
+                ax.set_title(f"windows of {n} bytes", fontsize=9)
+                ax.set_xlabel("position in the window")
+                ax.grid(alpha=0.3)
+            axes[0][0].set_ylabel("bits per byte (test; moving mean of 3 buckets)")
+            seen: dict[str, object] = {}
+            for ax in axes[0]:  # every label once, even one with points in some panels only
+                for h, lab in zip(*ax.get_legend_handles_labels()):
+                    seen.setdefault(lab, h)
+            order = _order(list(seen), results)
+            axes[0][-1].legend([seen[k] for k in order], order, fontsize=7, ncol=1, loc="upper left",
+                               bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+            fig.suptitle("Language modelling: bits per byte by position at every evaluation length (dashed: training "
+                         "length; shaded: the far quarter the verdict reads; the text makes the bumps)", fontsize=9)
+            save(fig, "lm_loss_by_position.png")
 
         fagg = aggregate(results, "lm", "bpb", "fixed_target", "context_len")
         if fagg:
