@@ -262,3 +262,18 @@ def test_cuda_without_a_device_is_a_clear_error(tiny, corpus, tmp_path, capsys):
 def test_hf_only_flags_need_hf_model(capsys, tmp_path):
     rc, err = _run(["compare", "--preset", "ci", "--scalings", "yarn", "--out", str(tmp_path / "o")], capsys)
     assert rc == 2 and "--scalings needs --hf-model" in err
+
+
+# ------------------------------------------------------------------ issue 31: passkey beyond the training length
+
+
+def test_trained_compare_warns_when_every_passkey_length_exceeds_the_training_length(capsys, tmp_path):
+    rc, out = main(["compare", "--preset", "ci", "--passkey", "2", "--dry-run", "--out", str(tmp_path / "o")]), \
+        capsys.readouterr().out
+    assert rc == 0 and "passkey's prompt needs" in out and "--train-len" in out
+    import re
+
+    need = int(re.search(r"needs (\d+) bytes", out).group(1))
+    rc = main(["compare", "--preset", "ci", "--passkey", "2", "--train-len", str(need), "--dry-run",
+               "--out", str(tmp_path / "o")])
+    assert rc == 0 and "passkey's prompt needs" not in capsys.readouterr().out

@@ -197,6 +197,29 @@ def build_config(args: argparse.Namespace):
     return cfg.validate()
 
 
+def passkey_warning(cfg) -> str | None:
+    """A warning when every passkey length lies beyond the LM training length (the prompt does not fit in it)."""
+    if not cfg.passkey:
+        return None
+    from relpos.tasks.passkey import Passkey
+
+    L = int(cfg.lm["train_len"])
+    tokenizer = (cfg.lm.get("corpus") or {}).get("tokenizer")
+    encode = None
+    if tokenizer:
+        from relpos.corpus import load_tokenizer
+
+        tok = load_tokenizer(tokenizer)
+        encode = lambda t: tok.encode(t, add_special_tokens=False).ids  # noqa: E731
+    need = Passkey([1 << 20], encode=encode, **cfg.passkey).min_length()
+    if need <= L:
+        return None
+    unit = "tokens" if tokenizer else "bytes"
+    return (f"warning: passkey's prompt needs {need} {unit}, more than --train-len {L}: every passkey length lies "
+            f"beyond the training length, so retrieval is tested only out of distribution (expect 0); "
+            f"--train-len {need} or more would test it within the training length")
+
+
 def main(args: argparse.Namespace) -> int:
     from relpos.experiments.compare import compare, plan, rebuild_report, summary_text
     from relpos.experiments.runner import make_runner
@@ -224,6 +247,9 @@ def main(args: argparse.Namespace) -> int:
 
         jobs = plan(cfg)
         lines = [f"preset {cfg.preset}, fingerprint {cfg.fingerprint()}, {len(jobs)} training runs -> {out}"]
+        note = passkey_warning(cfg)
+        if note:
+            lines.append(note)
         status = folder_status(cfg, out, [j.key for j in jobs])
         lines += status_lines(status)
         if args.reuse:  # after the summary line, before the per-run lines
@@ -240,6 +266,9 @@ def main(args: argparse.Namespace) -> int:
         except BrokenPipeError:  # e.g. piped into `head`
             sys.stderr.close()
         return 0
+    note = passkey_warning(cfg)
+    if note:
+        print(note, file=sys.stderr)
     runner = make_runner(args.runner, workers=cfg.workers, threads=cfg.threads, ray_address=args.ray_address,
                          nproc=args.nproc)
     command = "relpos compare " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else ""
