@@ -358,3 +358,43 @@ def test_learners_path(learner, shipped_server, lang):
     _chart_ready(page)
     assert ("bytes" if lang == "en" else "字节") in page.text_content("#v4-chart svg text.axis")
     assert page.locator("#v4-legend li").count() >= 10
+
+
+# ------------------------------------------------------------------- RoPE's geometry (view 2)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_rope_geometry_pairs_rotate_norm_kept_dot_depends_on_d_and_scalings_side_by_side(view, server, lang):
+    import math
+
+    page, _ = view("bias")
+    if lang == "zh":
+        page.click(".lang button[data-lang=zh]")
+    page.wait_for_selector("#rope-circles .rope-pair")
+    assert page.locator("#rope-circles .rope-pair").count() == 8
+    d = server.explorer.get("rope", {"i": "2", "j": "7"})
+    # the frequencies are RoPE's own: base^(-2k/D)
+    assert d["frequencies"][0]["theta"] == pytest.approx([10000 ** (-2 * k / 16) for k in range(8)], rel=1e-5)
+    assert d["frequencies"][1]["theta"] == pytest.approx([v / 4 for v in d["frequencies"][0]["theta"]], rel=1e-5)
+    norms = page.text_content("#rope-norms")
+    assert norms.count(f"{d['norm_q']:.6g}") == 2 and norms.count(f"{d['norm_k']:.6g}") == 2
+    assert page.text_content("#rope-dot").count(f"{d['dot']:.6g}".replace("-", "\u2212")) == 2
+    caps = page.locator("#rope-circles figcaption").all_text_contents()
+    # moving i and j together: every pair's angle between q and k stays
+    page.fill("#rope-i", "12")
+    page.fill("#rope-j", "17")
+    page.wait_for_function("() => document.querySelector('#rope-dot').textContent.includes('12')")
+    assert page.locator("#rope-circles figcaption").all_text_contents() == caps
+    page.fill("#rope-j", "20")
+    page.wait_for_function("(c) => document.querySelector('#rope-circles figcaption').textContent !== c", arg=caps[0])
+    # the curve from the start and the shifted curve coincide
+    e = server.explorer.get("rope", {})
+    assert max(abs(a - b) for a, b in zip(e["curve"], e["curve_shifted"])) < 1e-4
+    assert page.locator("#rope-curve svg g.series").count() == 2
+    # scalings side by side: four lines and a table of four columns
+    assert page.locator("#rope-freqs svg g.series").count() == 4
+    assert page.locator("#rope-freq-table tr").first.locator("th").count() == 5
+    page.select_option("#rope-scaling", "linear")
+    want = f"{d['frequencies'][1]['theta'][0]:.3g}"
+    page.wait_for_function("(w) => document.querySelector('#rope-circles figcaption').textContent.includes(w)", arg=want)
+    assert math.isclose(float(want), 0.25)

@@ -7,9 +7,9 @@ To add a view: write ``views/<name>.py`` with ``ROUTE`` (the API route) and
 
 from __future__ import annotations
 
-from relpos.explorer.views import attention, bias, compose, extrapolation, offsets, shift
+from relpos.explorer.views import attention, bias, compose, extrapolation, offsets, rope, shift
 
 #: The view modules, in the order of the page's tabs.
-VIEW_MODULES = (compose, offsets, bias, shift, extrapolation, attention)
+VIEW_MODULES = (compose, offsets, bias, shift, extrapolation, attention, rope)  # rope: a section of view 2
 
 __all__ = ["VIEW_MODULES"]

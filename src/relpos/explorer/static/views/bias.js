@@ -1,5 +1,6 @@
 /* View 2: bias matrices, curves against d = j - i, buckets; content-dependent terms on a typed text.
  * create() wires the view to its DOM and returns { show, relabel, redraw }. */
+import { create as ropeSection } from './rope.js';
 import { $, el, svg, fmtInt, fmtNum, debounce, clampInt, MINUS } from '../dom.js';
 import { t, has } from '../i18n.js';
 import { state, SNAP } from '../state.js';
@@ -354,9 +355,10 @@ export function create() {
     if (SNAP) { textIn.readOnly = true; textIn.title = t('snapshot_readonly'); }
     $('#v2-form').addEventListener('submit', (ev) => ev.preventDefault());
   }
+  const geometry = ropeSection();  // RoPE's geometry, a section of this view
   return {
-    show() { if (!loaded) { loaded = true; init(); load(); } else if (data) render(); },
-    relabel() { if (loaded) render(); },
-    redraw() { if (loaded && data) render(); }
+    show() { if (!loaded) { loaded = true; init(); load(); } else if (data) render(); geometry.show(); },
+    relabel() { if (loaded) render(); geometry.relabel(); },
+    redraw() { if (loaded && data) render(); geometry.redraw(); }
   };
 }
