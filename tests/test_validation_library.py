@@ -34,6 +34,10 @@ def test_nan_in_q_passes_through_cope_like_every_scheme(impl):
     enc = build("cope", n_heads=2, causal=True)
     q, k, v = _qkv(Nq=6, Nk=6)
     q[0, 1, 3, 2] = float("nan")
+    if impl != "flex":  # reference, dense, chunked (and auto, which picks them on CPU) refuse it (issue 29 item 15)
+        with pytest.raises(ValueError, match="q holds NaN or inf"):
+            relpos.attention(q, k, v, enc, causal=True, impl=impl)
+        return
     out = relpos.attention(q, k, v, enc, causal=True, impl=impl)
     assert torch.isnan(out[0, 1, 3]).all()  # the row with the NaN query
     assert torch.isfinite(out[0, 0]).all() and torch.isfinite(out[0, 1, :3]).all()

@@ -156,3 +156,52 @@ def test_nope_and_none_are_still_served():
     q, k, v = qkv()
     a = relpos.attention(q, k, v, relpos.make_encoding("nope", n_heads=2, head_dim=8), causal=True)
     torch.testing.assert_close(a, relpos.attention(q, k, v, None, causal=True))
+
+
+# ------------------------------------------------------------------ issue 29, item 15
+
+
+def test_positions_are_bounded_like_q_offset():
+    """RoPE at positions near 2**62 was silently wrong."""
+    q, k, v = qkv()
+    big = torch.tensor([0, 1, 2, 2**62])
+    with pytest.raises(ValueError, match=r"positions must be in \[0, 16777216\]"):
+        relpos.attention(q, k, v, relpos.make_encoding("rope", n_heads=2, head_dim=8), causal=True, positions=big)
+    with pytest.raises(ValueError, match=r"positions must be in \[0, 16777216\]"):
+        relpos.attention(q, k, v, causal=True, positions=torch.tensor([-1, 0, 1, 2]))
+    relpos.attention(q, k, v, causal=True, positions=torch.tensor([0, 1, 2, 2**24]))  # the bound itself is fine
+
+
+def test_device_mismatch_is_a_value_error():
+    q, k, v = qkv()
+    meta = torch.device("meta")
+    with pytest.raises(ValueError, match="q, k and v must be on one device"):
+        relpos.attention(q, k.to(meta), v, causal=True)
+    with pytest.raises(ValueError, match="q, k and v must be on one device"):
+        relpos.attention(q, k, v.to(meta), causal=True)
+    with pytest.raises(ValueError, match="positions must be on q's device"):
+        relpos.attention(q, k, v, causal=True, positions=torch.arange(4, device=meta))
+    with pytest.raises(ValueError, match="key_padding_mask must be on q's device"):
+        relpos.attention(q, k, v, causal=True, key_padding_mask=torch.ones(1, 4, dtype=torch.bool, device=meta))
+
+
+@pytest.mark.parametrize("impl", ["reference", "dense", "chunked", "auto"])
+@pytest.mark.parametrize("name", ["nope", "rope", "alibi", "shaw-kv", "fox"])
+@pytest.mark.parametrize("which, value", [("q", float("nan")), ("k", float("inf")), ("q", float("-inf"))])
+def test_non_finite_q_or_k_is_refused(impl, name, which, value):
+    """The fused SDPA path returned zeros for a query row holding inf: a silent wrong answer."""
+    enc = relpos.make_encoding(name, n_heads=2, head_dim=8)
+    g = torch.Generator().manual_seed(0)
+    t = {n: torch.randn(1, 2, 6, 8, generator=g) for n in "qkv"}
+    t[which][0, 1, 4, 2] = value
+    with pytest.raises(ValueError, match=f"{which} holds NaN or inf"):
+        relpos.attention(t["q"], t["k"], t["v"], enc, causal=True, impl=impl)
+
+
+@pytest.mark.parametrize("impl", ["reference", "dense", "chunked"])
+def test_nan_in_v_propagates_to_the_rows_that_see_it(impl):
+    """v is not checked (documented): NaN reaches every row that sees it (others may be NaN too)."""
+    q, k, v = (torch.randn(1, 2, 6, 8, generator=torch.Generator().manual_seed(1)) for _ in range(3))
+    v[0, :, 3, 0] = float("nan")
+    out = relpos.attention(q, k, v, relpos.make_encoding("alibi", n_heads=2, head_dim=8), causal=True, impl=impl)
+    assert torch.isnan(out[:, :, 3:, 0]).all()

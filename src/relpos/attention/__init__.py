@@ -132,6 +132,21 @@ class Request:
         return m
 
 
+def check_finite(req: "Request") -> None:
+    """Raise ``ValueError`` if ``q`` or ``k`` holds NaN or inf (``reference``, ``dense`` and ``chunked`` call it).
+
+    Without it a NaN query row came back as zeros from the fused SDPA kernel: a
+    silent wrong answer. One min/max pass over q and k (cost measured in
+    ``docs/use.md``); ``flex`` does not check (a data-dependent branch would break
+    its compiled graph).
+    """
+    for name, t in (("q", req.q), ("k", req.k)):
+        lo, hi = torch.aminmax(t.detach())
+        if not bool(torch.isfinite(lo) & torch.isfinite(hi)):
+            raise ValueError(f"{name} holds NaN or inf; relpos.attention refuses non-finite queries and keys "
+                             f"(a NaN row would otherwise come back as zeros or NaN depending on the implementation)")
+
+
 def _make_positions(positions, B: int, Nq: int, Nk: int, q_offset: int, device) -> tuple[Tensor, Tensor, bool]:
     if positions is None:
         kpos = torch.arange(Nk, device=device)[None]
@@ -150,7 +165,12 @@ def _make_positions(positions, B: int, Nq: int, Nk: int, q_offset: int, device) 
             f"with explicit positions, q_offset + Nq must be <= Nk (queries are the last keys); "
             f"got q_offset={q_offset}, Nq={Nq}, Nk={Nk}"
         )
-    kpos = positions.long().to(device)
+    if positions.device != device:
+        raise ValueError(f"positions must be on q's device ({device}), got {positions.device}")
+    if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) > MAX_POSITIONS):
+        raise ValueError(f"positions must be in [0, {MAX_POSITIONS}] (as q_offset), got "
+                         f"[{int(positions.min())}, {int(positions.max())}]")
+    kpos = positions.long()
     qpos = kpos[:, q_offset : q_offset + Nq]
     return qpos, kpos, False
 
@@ -206,6 +226,8 @@ def request(
         raise ValueError(f"v must have shape (B, H, Nk, Dv) = {tuple(k.shape[:3])} + (Dv,), got {tuple(v.shape)}")
     if v.shape[3] < 1:
         raise ValueError(f"v must have a value dimension Dv >= 1, got shape {tuple(v.shape)}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if Nq < 1 or k.shape[2] < 1:
@@ -231,6 +253,8 @@ def request(
             raise TypeError("key_padding_mask must be a bool tensor (True = real key)")
         if tuple(key_padding_mask.shape) != (B, Nk):
             raise ValueError(f"key_padding_mask must have shape (B, Nk) = ({B}, {Nk}), got {tuple(key_padding_mask.shape)}")
+        if key_padding_mask.device != q.device:
+            raise ValueError(f"key_padding_mask must be on q's device ({q.device}), got {key_padding_mask.device}")
     scale = encoding.attention_scale(D) if scale is None else check_float("scale", scale)
     qpos, kpos, contiguous = _make_positions(positions, B, Nq, Nk, q_offset, q.device)
     return Request(q, k, v, encoding, causal, key_padding_mask, q_offset, qpos, kpos, contiguous, float(scale))
@@ -318,14 +342,22 @@ def attention(
         key_padding_mask: ``(B, Nk)`` bool, **True marks a real key** (as in
             ``scaled_dot_product_attention``'s boolean mask), False a padding key.
         q_offset: position of the first query (>= 0).
-        positions: optional ``(Nk,)`` or ``(B, Nk)`` integer key positions (e.g.
-            randomized positions); queries use ``positions[..., q_offset:q_offset+Nq]``.
+        positions: optional ``(Nk,)`` or ``(B, Nk)`` integer key positions in
+            ``[0, 2**24]`` (e.g. randomized positions), on q's device; queries use
+            ``positions[..., q_offset:q_offset+Nq]``.
         impl: implementation name, see :data:`IMPLS`.
         scale: multiplier of ``q.k``; default ``encoding.attention_scale(D)``.
 
     Returns:
         ``(B, H, Nq, Dv)`` in ``q``'s dtype. A query row with no allowed key
         returns zeros (never NaN).
+
+    Non-finite inputs: ``reference``, ``dense`` and ``chunked`` raise ``ValueError``
+    if ``q`` or ``k`` holds NaN or inf (one min/max pass over them; the fused SDPA
+    kernel would otherwise return zeros for a NaN row). ``flex`` does not check (a
+    data-dependent branch would break its compiled graph): there NaN propagates to
+    the rows that see it. ``v`` is not checked: NaN in ``v`` reaches every row that
+    sees it (and, in the fused kernel, possibly others).
 
     Raises:
         TypeError / ValueError: bad shapes, dtypes or ranges (the message names

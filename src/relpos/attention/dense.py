@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from relpos.attention import Request
+from relpos.attention import Request, check_finite
 from relpos.distance import offsets_range, toeplitz
 
 __all__ = ["supports", "run", "position_bias", "rotated_qk", "additive_terms", "row_has_key", "group_rows",
@@ -161,6 +161,7 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: floa
 
 
 def run(req: Request) -> Tensor:
+    check_finite(req)
     enc = req.encoding
     q, k = rotated_qk(req)  # (B, H, Nq, D), (B, Hkv, Nk, D)
     B, H, Nq, Nk, _ = req.shape
@@ -177,6 +178,10 @@ def run(req: Request) -> Tensor:
             return _sdpa(q, k, req.v, None, req.scale, G)
         if plain_causal and G == 1:
             return F.scaled_dot_product_attention(q, k, req.v, is_causal=True, scale=req.scale)
+        if plain_causal:  # grouped: query heads g, g + G, ... against the shared k, v (no copy, fused causal)
+            outs = [F.scaled_dot_product_attention(q[:, g::G], k, req.v, is_causal=True, scale=req.scale)
+                    for g in range(G)]  # (B, Hkv, Nq, Dv) each
+            return torch.stack(outs, 2).reshape(B, H, Nq, -1)
 
     # the boolean mask still to apply (causality is already in `add` when toeplitz_causal)
     mask = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from relpos.attention import Request
+from relpos.attention import Request, check_finite
 
 
 def supports(req: Request) -> str | None:
@@ -27,6 +27,7 @@ def masked_softmax(logits: Tensor, mask: Tensor | None) -> Tensor:
 
 
 def run(req: Request) -> Tensor:
+    check_finite(req)
     enc = req.encoding
     seq_len = int(req.kpos.max()) + 1
     q = enc.reference_rotate(req.q, req.qpos, is_query=True, seq_len=seq_len).double()  # (B, H, Nq, D)

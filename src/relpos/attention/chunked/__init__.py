@@ -105,6 +105,13 @@ def engine_for(req: Request) -> str:
 
 
 def run(req: Request) -> Tensor:
+    from relpos.attention import check_finite
+
+    check_finite(req)  # NaN/inf in q or k -> ValueError (issue 29 item 15; added by "use")
+    return _run(req)
+
+
+def _run(req: Request) -> Tensor:
     global last_engine
     from relpos.attention.dense import rotated_qk
 
@@ -113,7 +120,7 @@ def run(req: Request) -> Tensor:
         B, H, Nq, _ = req.q.shape
         if not (req.encoding.acts_on - {"embedding", "qk"}):
             # no per-head term: each set of query heads g, g + G, ... runs against the shared k, v (no copy)
-            outs = [run(dataclasses.replace(req, q=req.q[:, g::G])) for g in range(G)]  # (B, Hkv, Nq, Dv) each
+            outs = [_run(dataclasses.replace(req, q=req.q[:, g::G])) for g in range(G)]  # (B, Hkv, Nq, Dv) each
             return torch.stack(outs, 2).reshape(B, H, Nq, -1)
         # per-head position terms: the engines index the heads of q and k together, so k and v are
         # expanded (a copy, O(B H Nk D)); see the module docstring
