@@ -141,3 +141,30 @@ def test_t5_table_is_shared_and_saved():
     encs = [layer.self_attn.relpos_encoding for layer in model.model.layers]
     assert encs[0] is encs[1]
     assert any("relpos_encoding" in k for k in model.state_dict())
+
+
+@pytest.mark.parametrize("family", ["qwen2", "mistral"])
+def test_other_llama_family_models(family):
+    """Qwen2 and Mistral (without a sliding window) through the bridge: generate == full forward."""
+    small = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0, eos_token_id=2)
+    torch.manual_seed(0)
+    if family == "qwen2":
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        base = Qwen2ForCausalLM(Qwen2Config(**small)).eval()
+    else:
+        from transformers import MistralConfig, MistralForCausalLM
+
+        base = MistralForCausalLM(MistralConfig(sliding_window=None, **small)).eval()
+    ids, mask = _ids_and_mask()
+    with torch.no_grad():
+        want = base(ids, attention_mask=mask).logits
+        rope = relpos.hf.use_scheme(copy.deepcopy(base), "rope")
+        torch.testing.assert_close(rope(ids, attention_mask=mask).logits[mask.bool()], want[mask.bool()],
+                                   atol=1e-5, rtol=1e-5)
+        model = relpos.hf.use_scheme(base, "kerple-log")
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=0)
+        full = model(out.sequences, attention_mask=torch.cat([mask, torch.ones(2, 4, dtype=torch.long)], 1)).logits
+    torch.testing.assert_close(torch.stack(out.logits, 1), full[:, ids.shape[1] - 1:-1], atol=1e-4, rtol=1e-4)
