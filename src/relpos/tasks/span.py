@@ -24,13 +24,13 @@ def _mass_by_distance(p: Tensor) -> Tensor:
     """Attention mass at each distance ``d = i - j``, summed over batch and queries: ``(H, N)`` float64,
     from causal maps ``(B, H, N, N)`` with the sink column left out."""
     B, H, N, _ = p.shape
-    p = p.double().clone()
-    p[..., 0] = 0.0  # the sink column
+    q = p.sum(0, dtype=torch.float64)  # (H, N, N): summed over the batch first
+    q[..., 0] = 0.0  # the sink column
     i = torch.arange(N)[:, None]
     j = torch.arange(N)[None, :]
     dist = (i - j).clamp_min(0)  # (N, N)
     per_d = torch.zeros(H, N, dtype=torch.float64)
-    per_d.index_add_(1, dist.reshape(-1), p.sum(0).reshape(H, N * N))
+    per_d.index_add_(1, dist.reshape(-1), q.reshape(H, N * N))
     return per_d
 
 
