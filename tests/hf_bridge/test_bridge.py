@@ -168,3 +168,11 @@ def test_other_llama_family_models(family):
                              return_dict_in_generate=True, pad_token_id=0)
         full = model(out.sequences, attention_mask=torch.cat([mask, torch.ones(2, 4, dtype=torch.long)], 1)).logits
     torch.testing.assert_close(torch.stack(out.logits, 1), full[:, ids.shape[1] - 1:-1], atol=1e-4, rtol=1e-4)
+
+
+def test_static_cache_is_refused():
+    """A static cache pre-allocates keys: attending to its empty slots would be a silent wrong answer."""
+    model = relpos.hf.use_scheme(tiny_llama(), "alibi")
+    ids = torch.randint(3, V, (1, 5))
+    with pytest.raises(ValueError, match="dynamic cache"), torch.no_grad():
+        model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0, cache_implementation="static")

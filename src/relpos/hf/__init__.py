@@ -25,7 +25,7 @@ see the same offsets between real tokens whatever the padding.
 
 Refused by name: schemes that act only on the token embeddings (``sinusoidal``,
 ``learned``), DeBERTa with ``share_att_key=True`` (it needs the layer's content
-projections bound), models with sliding-window attention, models without a
+projections bound), models with sliding-window attention, static (pre-allocated) caches, models without a
 ``rotary_emb`` to turn off, attention dropout in training, and RoPE types relpos
 does not implement. transformers (>= 4.56) is imported lazily, on the first
 :func:`use_scheme`. Guide: ``docs/use.md``.

@@ -118,6 +118,17 @@ def relpos_attention_forward(module: nn.Module, query: Tensor, key: Tensor, valu
     return out.transpose(1, 2).contiguous(), None
 
 
+def _check_cache(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    """Forward pre-hook of a bridged attention layer: refuse caches that pre-allocate keys."""
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    if cache is not None and getattr(cache, "is_compileable", False):
+        raise ValueError(
+            f"the relpos bridge needs the model's dynamic cache (generate's default); {type(cache).__name__} "
+            f"pre-allocates keys, whose empty slots would be attended as tokens (do not pass "
+            f"cache_implementation='static')"
+        )
+
+
 def _register() -> None:
     tf = _transformers()
     from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
@@ -187,6 +198,9 @@ def use_scheme(model, scheme: str, *, impl: str = "auto", share: bool | None = N
             del m.relpos_encoding
         m.relpos_encoding = shared if share else build()
         m.relpos_impl = impl
+        if not getattr(m, "_relpos_hooked", False):
+            m.register_forward_pre_hook(_check_cache, with_kwargs=True)
+            m._relpos_hooked = True
     base.rotary_emb = _NoRotary(D)
     _register()
     if hasattr(model, "set_attn_implementation"):
