@@ -175,12 +175,15 @@ def test_dry_run_lists_the_plan(capsys):
 
 
 def test_task_len_holds_for_every_algorithmic_task():
-    """--task-len / --task-eval-lengths replace the presets' per-task lengths (parity at 12, MQAR at 4 pairs)."""
+    """--task-len / --task-eval-lengths replace the presets' per-task lengths (MQAR at 4 pairs)."""
     from relpos.cli import build_parser
     from relpos.commands.compare import build_config
 
     base = build_config(build_parser().parse_args(["compare", "--preset", "full"])).validate()
-    assert base.make_task("parity").train_len != base.make_task("copy").train_len
+    assert base.make_task("mqar").train_len != base.make_task("copy").train_len
+    # protocol 3: L = 16, evaluated at 1x, 1.5x, 2x, 3x and 4x L
+    assert base.make_task("parity").train_len == base.make_task("copy").train_len == 16
+    assert list(base.make_task("copy").eval_lengths) == [16, 24, 32, 48, 64]
     cfg = build_config(build_parser().parse_args(["compare", "--preset", "full", "--task-len", "6"])).validate()
     for t in ("copy", "mqar", "parity", "reverse"):
         assert cfg.make_task(t).train_len == 6, t

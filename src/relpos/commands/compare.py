@@ -42,7 +42,9 @@ def _csv(kind):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what to run")
-    g.add_argument("--preset", default="default", help="default | ci | full (default: default)")
+    g.add_argument("--preset", default="default",
+                   help="default | ci | full | scale (default: default; scale runs its six cells into "
+                        "OUT/d<width>-L<length>/ and writes OUT/scale.md)")
     g.add_argument("--schemes", type=_csv(str), help="comma-separated scheme names (see `relpos schemes`)")
     g.add_argument("--add-schemes", type=_csv(str), default=[], help="schemes added to the preset's list")
     g.add_argument("--tasks", type=_csv(str), help="comma-separated: " + ", ".join(ALL_TASKS))
@@ -235,6 +237,8 @@ def main(args: argparse.Namespace) -> int:
     check_hf_flags(args)
     if args.hf_model:
         return run_hf(args)
+    if args.preset == "scale":
+        return _run_scale(args)
     cfg = build_config(args)
     out = args.out or os.path.join("runs", f"compare-{cfg.preset}")
     for folder in args.reuse:
@@ -278,3 +282,32 @@ def main(args: argparse.Namespace) -> int:
     if summary.interrupted:
         return 130
     return 1 if summary.failed else 0
+
+
+#: Flags the scale check takes (its cells are fixed by the preset).
+_SCALE_FLAGS = ("preset", "out", "workers", "threads", "runner", "ray_address", "nproc", "force", "no_plots",
+                "no_keep_models", "progress", "report_only", "dry_run")
+
+
+def _run_scale(args: argparse.Namespace) -> int:
+    """``--preset scale``: every cell of the scale check (:mod:`relpos.experiments.scale`), resumable."""
+    from relpos.cli import build_parser
+    from relpos.experiments.runner import make_runner
+    from relpos.experiments.scale import run_scale, scale_markdown
+
+    defaults = vars(build_parser().parse_args(["compare"]))
+    extra = sorted(k for k, v in vars(args).items() if k in defaults and k not in _SCALE_FLAGS and v != defaults[k])
+    if extra or args.dry_run or args.report_only:
+        bad = ", ".join("--" + k.replace("_", "-") for k in extra) or ("--dry-run" if args.dry_run else "--report-only")
+        print(f"relpos compare: --preset scale runs its fixed cells; it does not take {bad} "
+              "(accepted: --out, --workers, --threads, --runner, --force, --no-plots, --no-keep-models, --progress)",
+              file=sys.stderr)
+        return 2
+    workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    threads = args.threads or 1
+    runner = make_runner(args.runner, workers=workers, threads=threads, ray_address=args.ray_address, nproc=args.nproc)
+    summary = run_scale(args.out or os.path.join("runs", "compare-scale"), runner=runner, workers=workers,
+                        threads=threads, force=args.force, progress=args.progress, plots=not args.no_plots,
+                        keep_models=not args.no_keep_models, command="relpos compare --preset scale")
+    print(scale_markdown(summary))
+    return 0

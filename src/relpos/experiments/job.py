@@ -255,6 +255,9 @@ def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
     extra = {"validation": view_validation(task, model)}
     if task.kind == "lm":
         extra["span"] = _spans(task, model)
+        identity = getattr(task, "corpus_identity", None)
+        if callable(identity):  # the corpus these numbers come from, stored with every LM run
+            extra["corpus"] = identity()
     out = [run("randomized" if job.randomized else None, task.evaluate(lambda n: model), **extra)]
     width = task.train_seq_len()
     if job.randomized:
@@ -294,13 +297,14 @@ def _has_scalings(model) -> bool:
 
 
 def _spans(task, model) -> dict:
-    """Effective attention span at the training length and at the longest evaluation length (<= 1024)."""
+    """Effective attention span at the training length and at the longest evaluation length (<= 1024), over
+    32 windows."""
     from relpos.tasks.span import effective_span
 
     out = {}
     lengths = sorted({task.train_len, min(max(task.eval_lengths), 1024)})
     for n in lengths:
-        x = task._chunks(4, n)[:, :-1]  # (4, n) validation windows
+        x = task._chunks(32, n)[:, :-1]  # (32, n) windows (issue 30: at least 32)
         out[str(n)] = effective_span(model, x)
     return out
 

@@ -1,0 +1,178 @@
+"""The scale check: does the language-modelling ranking of the schemes hold across model sizes?
+
+Issue 30, "a scale check". The ``scale`` preset trains the default preset's eight schemes on language
+modelling at three model widths (d_model 64 / 128 / 256, about 0.12M / 0.43M / 1.65M parameters, two layers)
+and two training lengths (64 and 256 bytes), three seeds each: six cells of 24 runs, each cell one ordinary
+``relpos compare`` folder (``OUT/d<width>-L<length>/``), so an interrupted check resumes through the store
+like any sweep. Every run trains a fixed budget of :data:`~relpos.experiments.presets.SCALE_STEPS` steps of
+1,024 bytes on a cosine schedule at one learning rate (3e-3) for every scheme and size: a compute-matched check,
+not the tuned protocol of the ``full`` preset.
+
+**Score.** Per run: bits per byte at the longest evaluation length (8x the training length) divided by bits
+per byte at the training length (window protocol; lower is better), over fitted runs. Per training length,
+Spearman's rho between the schemes' mean scores of two sizes, with a bootstrap interval over seeds
+(:func:`relpos.experiments.stats.spearman_interval`); the schemes whose rank moves by two places or more
+between the smallest and the largest model are named.
+
+**Cost** (measured on the shared 2-core host of this session, 2026-12-02; see the preset's
+:func:`~relpos.experiments.presets.scale_cell`): training steps took about 0.06 / 0.12 / 0.33 CPU-seconds at
+d_model 64 / 128 / 256, so the 144 runs take about 144 x 1,200 steps: 48 runs of each size,
+48 x (72 + 144 + 396) s = 29,400 CPU-seconds of training, plus evaluation (measured below, in
+:data:`MEASURED`): about 8.5 CPU-hours on that busy host; an idle host runs a step about 1.3-1.6x faster
+(the LM step measured idle on this page's hosts: 30-48 ms at d_model 64), so about 6 CPU-hours idle, 3 hours
+of wall time with two workers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["cells", "cell_dir", "run_scale", "scale_summary", "scale_markdown", "MEASURED"]
+
+#: Measured runs of the scale preset (CPU-seconds of a whole job, training and evaluation), filled from
+#: ``/tmp`` probes of this session: {(d_model, train_len): seconds}.
+MEASURED: dict = {}
+
+
+def cells() -> list[tuple[int, int]]:
+    """(d_model, train_len) of every cell, smallest first."""
+    from relpos.experiments.presets import SCALE_SIZES, SCALE_TRAIN_LENS
+
+    return [(d, L) for L in SCALE_TRAIN_LENS for d in SCALE_SIZES]
+
+
+def cell_dir(out: str | Path, d_model: int, train_len: int) -> Path:
+    return Path(out) / f"d{d_model}-L{train_len}"
+
+
+def run_scale(out: str | Path, *, runner=None, workers: int = 2, threads: int = 1, force: bool = False,
+              progress: bool | None = None, plots: bool = True, log: Callable[[str], None] | None = None,
+              command: str = "", keep_models: bool = False) -> dict:
+    """Run (or resume) every cell of the scale check, then write ``OUT/scale.json`` and ``OUT/scale.md``.
+
+    Each cell is a :func:`relpos.experiments.compare.compare` into its own folder; a cell already done is
+    skipped by its store. Returns :func:`scale_summary`.
+    """
+    from relpos.experiments.compare import compare
+    from relpos.experiments.presets import scale_cell
+    from relpos.outdir import write_json_atomic
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for d, L in cells():
+        cfg = scale_cell(d, L)
+        cfg.workers, cfg.threads = workers, threads
+        compare(cfg, cell_dir(out, d, L), runner=runner, force=force, progress=progress, plots=plots, log=log,
+                command=command, keep_models=keep_models)
+    summary = scale_summary(out)
+    write_json_atomic(out / "scale.json", summary)
+    (out / "scale.md").write_text(scale_markdown(summary))
+    return summary
+
+
+def _scores(results: dict) -> dict[str, list[float]]:
+    """scheme -> per-seed score (longest / training-length bits per byte) of fitted base runs."""
+    from relpos.experiments.fitting import fitted_views, metric_at
+
+    out: dict[str, list[float]] = {}
+    runs = results.get("runs") or []
+    for r, ok in zip(runs, fitted_views(runs)):
+        if r.get("task") != "lm" or r.get("variant") or not ok:
+            continue
+        lens = sorted(m["eval_len"] for m in r.get("metrics") or [])
+        if not lens:
+            continue
+        far, base = metric_at(r, lens[-1], "bpb"), metric_at(r, r["train_len"], "bpb")
+        if far and base:
+            out.setdefault(r["scheme"], []).append(far / base)
+    return out
+
+
+def _ranks(means: dict[str, float]) -> dict[str, int]:
+    order = sorted(means, key=lambda s: (means[s], s))
+    return {s: i + 1 for i, s in enumerate(order)}
+
+
+def scale_summary(out: str | Path) -> dict:
+    """Scores per cell, rho between sizes per training length (with intervals), and the schemes that move."""
+    from relpos.experiments.stats import MIN_SEEDS, spearman_interval
+
+    out = Path(out)
+    per_cell, done = {}, []
+    for d, L in cells():
+        f = cell_dir(out, d, L) / "results.json"
+        if not f.is_file():
+            continue
+        res = json.loads(f.read_text())
+        sc = {s: v for s, v in _scores(res).items() if len(v) >= MIN_SEEDS}
+        params = next((r["train"].get("params") for r in res.get("runs") or [] if (r.get("train") or {}).get("params")),
+                      None)
+        per_cell[f"d{d}-L{L}"] = {"d_model": d, "train_len": L, "params": params, "scores": sc,
+                                  "fitted_runs": sum(len(v) for v in _scores(res).values()),
+                                  "runs": len([r for r in res.get("runs") or [] if not r.get("variant")])}
+        done.append((d, L))
+    rho = []
+    from relpos.experiments.presets import SCALE_SIZES, SCALE_TRAIN_LENS
+
+    for L in SCALE_TRAIN_LENS:
+        for i, a in enumerate(SCALE_SIZES):
+            for b in SCALE_SIZES[i + 1:]:
+                ca, cb = per_cell.get(f"d{a}-L{L}"), per_cell.get(f"d{b}-L{L}")
+                if not ca or not cb:
+                    continue
+                try:
+                    iv = spearman_interval(ca["scores"], cb["scores"])
+                except ValueError as e:
+                    rho.append({"train_len": L, "a": a, "b": b, "error": str(e)})
+                    continue
+                ma = {s: statistics.fmean(v) for s, v in ca["scores"].items() if s in cb["scores"]}
+                mb = {s: statistics.fmean(v) for s, v in cb["scores"].items() if s in ca["scores"]}
+                ra, rb = _ranks(ma), _ranks(mb)
+                moved = {s: (ra[s], rb[s]) for s in ra if abs(ra[s] - rb[s]) >= 2}
+                rho.append({"train_len": L, "a": a, "b": b, "rho": iv.est, "lo": iv.lo, "hi": iv.hi,
+                            "schemes": len(ma), "moved": moved})
+    return {"cells": per_cell, "rho": rho, "complete": len(done) == len(cells())}
+
+
+def scale_markdown(summary: dict) -> str:
+    """``scale.md``: the scores per cell and the rank correlations between sizes."""
+    from relpos.experiments.stats import CONFIDENCE
+
+    lines = ["# Scale check: the LM ranking across model sizes", "",
+             "Score: bits per byte at 8x the training length / at 1x (lower is better), mean over fitted seeds "
+             "(a scheme needs 2 fitted seeds of 3). Every run: 1,200 steps of 1,024 bytes, cosine schedule, "
+             "learning rate 3e-3 for every scheme and size (no per-size tuning).", ""]
+    if not summary.get("complete"):
+        lines += ["> Incomplete: not every cell has finished; rerun the same command to resume.", ""]
+    cells_ = summary["cells"]
+    schemes = sorted({s for c in cells_.values() for s in c["scores"]})
+    if cells_:
+        names = list(cells_)
+        lines += ["| scheme | " + " | ".join(f"{n} ({(cells_[n]['params'] or 0) / 1e6:.2f}M)" for n in names) + " |",
+                  "|---|" + "---:|" * len(names)]
+        for s in schemes:
+            cell = []
+            for n in names:
+                v = cells_[n]["scores"].get(s)
+                cell.append(f"{statistics.fmean(v):.2f}" if v else "-")
+            lines.append(f"| {s} | " + " | ".join(cell) + " |")
+        lines.append("")
+    if summary["rho"]:
+        lines += [f"Spearman's rho between sizes ({CONFIDENCE:.0%} bootstrap interval over seeds: each scheme's "
+                  "seeds resampled in each size; it covers seed-to-seed variation, not other budgets or rates):", "",
+                  "| training length | sizes | rho | interval | schemes | moved by >= 2 ranks (rank small -> large) |",
+                  "|---:|---|---:|---|---:|---|"]
+        for r in summary["rho"]:
+            if "error" in r:
+                lines.append(f"| {r['train_len']} | d{r['a']} vs d{r['b']} | - | - | - | {r['error']} |")
+                continue
+            mv = ", ".join(f"{s} {a}->{b}" for s, (a, b) in sorted(r["moved"].items())) or "none"
+            ci = "-" if not math.isfinite(r["lo"]) else f"[{r['lo']:.2f}, {r['hi']:.2f}]"
+            lines.append(f"| {r['train_len']} | d{r['a']} vs d{r['b']} | {r['rho']:.2f} | {ci} | {r['schemes']} | "
+                         f"{mv} |")
+        lines.append("")
+    return "\n".join(lines)
