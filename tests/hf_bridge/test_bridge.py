@@ -176,3 +176,20 @@ def test_static_cache_is_refused():
     ids = torch.randint(3, V, (1, 5))
     with pytest.raises(ValueError, match="dynamic cache"), torch.no_grad():
         model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0, cache_implementation="static")
+
+
+def test_missing_transformers_names_the_extra(monkeypatch):
+    import builtins
+
+    from relpos.hf import bridge
+
+    real = builtins.__import__
+
+    def fake(name, *a, **kw):
+        if name == "transformers" or name.startswith("transformers."):
+            raise ImportError(name)
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(ImportError, match=r"relpos\[hf\].*transformers>=4.56"):
+        bridge._transformers()

@@ -11,7 +11,8 @@ from relpos.validation import check_bool, check_choice
 
 __all__ = ["use_scheme", "rope_options", "bridge_schemes", "ATTN_NAME", "refusal"]
 
-#: The oldest transformers with both registries the bridge uses (AttentionInterface, AttentionMaskInterface).
+#: The oldest transformers with both registries the bridge uses (AttentionInterface, AttentionMaskInterface);
+#: tested with 5.24.
 MIN_TRANSFORMERS = "4.56"
 #: The name under which the attention and mask functions are registered in transformers.
 ATTN_NAME = "relpos"
@@ -22,8 +23,8 @@ def _transformers():
         import transformers
         from transformers.masking_utils import AttentionMaskInterface  # noqa: F401
     except ImportError:  # pragma: no cover - installed with the test extra
-        raise ImportError(f"relpos.hf needs transformers >= {MIN_TRANSFORMERS} (its attention and mask registries): "
-                          f"pip install 'transformers>={MIN_TRANSFORMERS}'") from None
+        raise ImportError(f"relpos.hf needs the hf extra with transformers >= {MIN_TRANSFORMERS} (its attention and "
+                          f"mask registries): pip install 'relpos[hf]' 'transformers>={MIN_TRANSFORMERS}'") from None
     return transformers
 
 
