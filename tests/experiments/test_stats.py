@@ -111,3 +111,25 @@ def test_per_example_scores_travel_from_the_task_to_results_json():
               "info": {k: v for k, v in run.items() if k != "measurements"}, "measurements": run["measurements"]}
     doc = results_dict(cfg.to_dict(), "f", [stored])
     assert doc["runs"][0]["per_example"] == run["per_example"] and doc["runs"][0]["validation"] == run["validation"]
+
+
+def test_lm_ranking_reads_the_far_position_ratio_per_window():
+    """The LM score is the far-quarter loss at the longest length over the far quarter at L, per test window."""
+    from relpos.experiments.ranking import seed_inputs
+
+    def run(far_loss_long):
+        pos, per = [], {}
+        for n, far in ((64, 2.0), (256, far_loss_long)):
+            for a in range(0, n, n // 4):
+                pos.append({"eval_len": n, "bucket_start": a, "bucket_end": a + n // 4, "bpb": 1.0})
+            per[per_example_key("position", n, 3 * n // 4)] = [far, far + 0.2]  # two windows
+        return {"train_len": 64, "metrics": [{"eval_len": 64, "bpb": 1.0}, {"eval_len": 256, "bpb": 1.0}],
+                "position_loss": pos, "per_example": per}
+
+    inp, real = seed_inputs(run(3.0), "lm")
+    assert real and list(inp["far"]) == [3.0, 3.2] and list(inp["base"]) == [2.0, 2.2]
+    # whole windows say 1.0 for both; the far quarter tells them apart, paired per window
+    a = [{"far": seed_inputs(run(3.0), "lm")[0]["far"], "base": seed_inputs(run(3.0), "lm")[0]["base"]}] * 2
+    b = [{"far": seed_inputs(run(2.0), "lm")[0]["far"], "base": seed_inputs(run(2.0), "lm")[0]["base"]}] * 2
+    iv = paired_bootstrap(a, b, lambda m: m["far"] / m["base"])
+    assert iv.est > 0.4 and not iv.tie

@@ -3,8 +3,9 @@
 Issue 30. Per task, each base scheme (a scheme as trained: no RoPE scaling, no randomized positions) gets one
 score per fitted seed:
 
-* language modelling: bits per byte at the longest evaluation length divided by bits per byte at the
-  training length (window protocol; lower is better), from the per-window losses of the test split;
+* language modelling: the far-position ratio (lower is better): the loss on the last quarter of each test
+  window at the longest evaluation length over the loss on the last quarter of windows of the training
+  length (:func:`relpos.tasks.lm.far_loss`), from the per-window losses of those quarters;
 * an algorithmic task: per-token accuracy at 2L on the test examples (higher is better; exact match where a
   task records no per-token accuracy).
 
@@ -67,10 +68,15 @@ def seed_inputs(run: dict, task: str) -> tuple[dict | None, bool]:
         if not lens or lens[-1] == L:
             return None, False
         far, base = lens[-1], L
-        kf, kb = per_example_key("window", far), per_example_key("window", base)
-        if kf in per and kb in per:
-            return {"far": per[kf], "base": per[kb], "_far": far}, True
-        f, b = metric_at(run, far, "bpb"), metric_at(run, base, "bpb")
+        fw, bw = _far_windows(run, far), _far_windows(run, base)
+        if fw is not None and bw is not None:
+            return {"far": fw, "base": bw, "_far": far}, True
+        from relpos.tasks.lm import far_loss
+
+        rows = run.get("position_loss") or []
+        f, b = far_loss(rows, far, field="bpb"), far_loss(rows, base, field="bpb")
+        if f is None or b is None:  # no position buckets: whole windows
+            f, b = metric_at(run, far, "bpb"), metric_at(run, base, "bpb")
         if f is None or b is None:
             return None, False
         return {"far": [f], "base": [b], "_far": far}, False
@@ -81,6 +87,28 @@ def seed_inputs(run: dict, task: str) -> tuple[dict | None, bool]:
         return {"v": per[k]}, True
     v = metric_at(run, n, field)
     return ({"v": [v]}, False) if v is not None else (None, False)
+
+
+def _far_windows(run: dict, n: int):
+    """Each test window's mean loss over its last quarter at length ``n`` (the far-position buckets' per-window
+    losses, weighted by the width each shares with the quarter), or None without them."""
+    import numpy as np
+
+    from relpos.tasks.lm import FAR_FRACTION
+
+    lo = round((1 - FAR_FRACTION) * n)
+    per = run.get("per_example") or {}
+    num, den = None, 0
+    for p in run.get("position_loss") or []:
+        if p["eval_len"] != n or p["bucket_end"] <= lo:
+            continue
+        v = per.get(per_example_key("position", n, p["bucket_start"]))
+        if v is None:
+            return None
+        w = p["bucket_end"] - max(p["bucket_start"], lo)
+        num = w * np.asarray(v, dtype=float) + (0 if num is None else num)
+        den += w
+    return None if num is None else num / den
 
 
 def _ratio(m):
@@ -169,7 +197,8 @@ def _iv(iv: Interval | None, digits: int = 2) -> str:
 
 
 def _score_name(task: str) -> str:
-    return "LM bpb at the longest length / at L (lower is better)" if task == "lm" else \
+    return "LM far-position ratio: loss on the last quarter of windows at the longest length / at L (lower is " \
+        "better)" if task == "lm" else \
         f"{task}: per-token accuracy at 2L (higher is better)"
 
 
