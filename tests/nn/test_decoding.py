@@ -135,3 +135,19 @@ def test_stack_shares_t5_and_not_alibi():
     shared = RelativeSelfAttention.stack(2, 32, 4, "fire", causal=True, share=True)
     assert shared[0].encoding is shared[1].encoding
     assert isinstance(relpos.nn.KVCache(), KVCache)
+
+
+@pytest.mark.parametrize("impl", ["dense", "chunked"])
+@pytest.mark.parametrize("name", SCHEMES)
+def test_cached_decoding_per_implementation(name, impl):
+    """The same equality through each fast implementation (GQA, left and right padding)."""
+    layer = _layer(name, impl=impl)
+    x, pad = _inputs()
+    with torch.no_grad():
+        full, _ = layer(x, padding_mask=pad)
+        cache, outs, t = KVCache(), [], 0
+        for n in [3, 1, 4, 1]:
+            y, cache = layer(x[:, t:t + n], cache=cache, padding_mask=pad[:, t:t + n])
+            outs.append(y)
+            t += n
+    torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-6, rtol=1e-5)
