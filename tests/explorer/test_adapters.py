@@ -125,7 +125,8 @@ def test_bundled_results_are_offered_after_the_users_own(monkeypatch, tmp_path):
     data = make_results()
     monkeypatch.setattr(api_mod, "bundled_results", lambda: ("documented (bundled)", data))
     ex = Explorer()
-    assert ex.get("info", {})["results"] == [{"index": 0, "label": "documented (bundled)"}]
+    assert ex.get("info", {})["results"] == [{"index": 0, "label": "documented (bundled)", "bundled": True,
+                                              "preset": None}]
     assert ex.get("results", {})["series"]
     (tmp_path / "results.json").write_text(_json.dumps(data))
     mine = Explorer(results=[tmp_path])

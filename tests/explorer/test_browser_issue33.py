@@ -398,3 +398,49 @@ def test_rope_geometry_pairs_rotate_norm_kept_dot_depends_on_d_and_scalings_side
     want = f"{d['frequencies'][1]['theta'][0]:.3g}"
     page.wait_for_function("(w) => document.querySelector('#rope-circles figcaption').textContent.includes(w)", arg=want)
     assert math.isclose(float(want), 0.25)
+
+
+# ------------------------------------------------------------------- the exported file
+
+
+def test_export_has_alibi_h8_computes_view1_offline_and_marks_read_only_fields(browser, server, tmp_path):
+    from relpos import distance
+    from relpos.explorer import export_html
+    from relpos.explorer.content import tokenize
+
+    path = export_html(server.explorer, tmp_path / "explorer.html")
+    ctx, page, watch = _open_context(browser)
+    try:
+        page.goto(path.as_uri() + "#offsets")
+        page.wait_for_selector("body[data-ready=true]")
+        page.wait_for_selector("#v1-tokens .tok")
+        # view 1: any sentence, offline, tokenized as relpos tokenizes it
+        typed = "Teachers' notes: don’t panic, 猫追老鼠 — x2 = 3!"
+        page.fill("#v1-text", typed)
+        want = tokenize(typed)
+        page.wait_for_function("(n) => document.querySelectorAll('#v1-tokens .tok').length === n", arg=len(want))
+        shown = page.locator("#v1-tokens .tok .tok-text").all_text_contents()
+        assert shown == want
+        assert page.is_hidden("#v1-error")
+        # ALiBi with H = 8: the slopes 1/2 ... 1/256
+        page.click("#tab-bias")
+        page.wait_for_function("() => document.querySelector('#v2-hm-cap').textContent.length > 0")
+        page.select_option("#v2-scheme", "alibi")
+        page.fill("#v2-heads", "8")
+        page.wait_for_function("() => document.querySelectorAll('#v2-head option').length === 8")
+        page.wait_for_function("() => document.querySelector('[data-scalar=slopes]') && "
+                               "document.querySelector('[data-scalar=slopes]').textContent.includes('0.003906')")
+        assert page.is_hidden("#v2-error")
+        assert [round(1 / s) for s in distance.alibi_slopes(8).tolist()] == [2, 4, 8, 16, 32, 64, 128, 256]
+        # a field the snapshot cannot recompute looks read-only
+        page.click("#tab-attn")
+        page.wait_for_selector("#v5-thumbs .thumb")
+        assert page.is_editable("#v5-text") is False
+        bg = page.evaluate("() => getComputedStyle(document.querySelector('#v5-text')).backgroundColor")
+        edit = page.evaluate("() => getComputedStyle(document.querySelector('#v4-file') || document.body).backgroundColor")
+        assert bg == "rgb(236, 236, 236)" and bg != edit
+        assert page.evaluate("() => getComputedStyle(document.querySelector('#v5-text')).cursor") == "not-allowed"
+        assert all(u.startswith("file:") or u.startswith("data:") for u in watch.requests), watch.requests
+    finally:
+        ctx.close()
+    watch.check()

@@ -22,6 +22,7 @@ from pathlib import Path
 from relpos.explorer.api import ApiError, Explorer
 from relpos.explorer.bundle import bundle
 from relpos.explorer.server import static_text
+from relpos.explorer.views.compose import DEFAULT_K
 
 __all__ = ["export_html", "snapshot", "snapshot_key", "print_progress", "DEFAULT_SENTENCE", "DEFAULT_SENTENCE_ZH",
            "DEFAULT_CODE", "DEFAULT_COMPOSE"]
@@ -40,6 +41,10 @@ BIAS_N = 32
 BIAS_NS = (16, 32, 64)
 BIAS_HEADS = 4
 SHIFT_N = 12
+#: View 2 at H = 8 for these schemes (the teaching articles' ALiBi example: slopes 1/2 ... 1/256).
+ALIBI_H8 = ("alibi",)
+#: (i, j) of the RoPE section in the snapshot: the start, and the same pair moved together and apart.
+ROPE_POSITIONS = ((2, 7), (12, 17), (2, 12))
 SHIFT_CS = list(range(0, 25)) + [32, 48, 64]
 
 EXPORT_CSP = (
@@ -57,13 +62,27 @@ def snapshot_key(route: str, params: dict[str, str]) -> str:
 def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
     """Every request the page makes for its default settings (mirrors app.js)."""
     reqs: list[tuple[str, dict[str, str]]] = [("info", {})]
-    # view 0: every scheme, both heads, the directions the page can ask for
+    # view 0: the default trained model on both example sentences, every layer and head; every other
+    # model's first layer and head; every scheme at its initial values, both heads, both directions
+    texts = (DEFAULT_COMPOSE, DEFAULT_COMPOSE_ZH)
+    for ck in info["checkpoints"]:
+        default = ck["index"] == info.get("default_model")
+        layers = range(int(ck["n_layers"] or 0)) if default else range(1)
+        heads = range(int(ck["n_heads"] or 0)) if default else range(1)
+        for text in texts if default else texts[:1]:
+            for layer in layers:
+                for head in heads:
+                    reqs.append(("compose", {"text": text, "model": str(ck["index"]), "layer": str(layer),
+                                             "head": str(head), "causal": "true" if ck.get("causal", True) else "false"}))
     for sc in info["compose_schemes"]:
         for head in ("0", "1"):
             for causal in ("true",) if sc["causal_only"] else ("false", "true"):
-                for text in (DEFAULT_COMPOSE, DEFAULT_COMPOSE_ZH):
-                    reqs.append(("compose", {"text": text, "scheme": sc["name"], "head": head,
-                                             "causal": causal, "seed": "0"}))
+                for text in texts:
+                    p = {"text": text, "model": "initial", "scheme": sc["name"], "head": head, "causal": causal,
+                         "seed": "0"}
+                    if sc["position"] == "table":
+                        p["k"] = str(DEFAULT_K)
+                    reqs.append(("compose", p))
     # view 1
     for sentence in (DEFAULT_SENTENCE, DEFAULT_SENTENCE_ZH):
         n_tokens = len(ex.offsets({"text": sentence})["tokens"])
@@ -86,17 +105,29 @@ def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
                     continue
                 for h in range(BIAS_HEADS):
                     p = dict(base, n_heads=str(BIAS_HEADS), head=str(h), seed="0")
-                    if e["head_dim"]:
-                        p["head_dim"] = "64"
                     shows = ("bias", "bucket") if e["kind"] == "bucketed" else (None,)
                     for show in shows:
                         for values in ("trained", "initial") if e.get("trained") else (None,):
                             q = dict(p)
+                            if e["head_dim"] and values != "trained":  # trained values bring their own D
+                                q["head_dim"] = "64"
                             if show:
                                 q["show"] = show
                             if values:
                                 q["values"] = values
                             reqs.append(("bias", q))
+    # ALiBi with H = 8: the articles' slopes 1/2 ... 1/256
+    for e in info["bias_schemes"]:
+        if e["available"] and e["key"] in ALIBI_H8:
+            for causal in ("false", "true"):
+                for h in range(8):
+                    reqs.append(("bias", {"scheme": e["key"], "n": str(BIAS_N), "causal": causal, "n_heads": "8",
+                                          "head": str(h), "seed": "0"}))
+    # view 2's RoPE section: every scaling and head width at the starting positions and two shifts of them
+    for scaling in ("none", "linear", "ntk", "yarn"):
+        for d in ("8", "16", "32"):
+            for i, j in ROPE_POSITIONS:
+                reqs.append(("rope", {"i": str(i), "j": str(j), "scaling": scaling, "head_dim": d}))
     # view 3 (the page's default pair)
     a, r = info["shift_defaults"]["absolute"], info["shift_defaults"]["relative"]
     # every other scheme against the default partner, at the page's starting shift

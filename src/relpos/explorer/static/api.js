@@ -3,6 +3,7 @@
 import { $, fmtNum } from './dom.js';
 import { t, hasIn } from './i18n.js';
 import { SNAP, state } from './state.js';
+import { offsets as localOffsets } from './local.js';
 
 export function snapKey(route, params) {
   const entries = Object.keys(params).sort().map((k) => [k, String(params[k])]);
@@ -16,6 +17,9 @@ export async function api(route, params, body) {
   if (SNAP) {
     if (body) throw new ApiFailure({ error: t('snapshot_readonly'), code: 'snapshot_miss' });
     const hit = SNAP.responses[snapKey(route, params)];
+    if (!hit && route === 'offsets') {  // view 1 needs no server: the page computes any sentence itself
+      try { return localOffsets(params); } catch (e) { throw new ApiFailure(e.info || { error: String(e) }); }
+    }
     if (!hit) throw new ApiFailure({ error: t('snapshot_miss'), code: 'snapshot_miss' });
     if (hit.error) throw new ApiFailure(hit.error);
     return hit.data;

@@ -204,7 +204,7 @@ export default {
   'v4.loading': 'Loading the curves…', 'v4.glossary': 'What the names mean',
   'v4.bundled': 'relpos compare --preset {preset}: the documented results (docs/results.md), shipped with relpos',
   'v4.x_unit': 'evaluation length ({unit}, log scale)',
-  'unit.bytes': 'bytes', 'unit.tokens': 'tokens', 'unit.pairs': 'key–value pairs', 'unit.symbols': 'symbols',
+  'lenunit.bytes': 'bytes', 'lenunit.tokens': 'tokens', 'lenunit.pairs': 'key–value pairs', 'lenunit.symbols': 'symbols',
   'v4.family.relative': 'relative', 'v4.family.mixed': 'not purely relative (FIRE)', 'v4.family.absolute': 'absolute',
   'v4.family.none': 'no position (NoPE)', 'v4.family.rope-scaling': 'RoPE scalings and randomized positions', 'v4.family.other': 'other',
   'v4.unfitted': 'not fitted: {k} of {n} seeds passed the fit gate (dashed)',

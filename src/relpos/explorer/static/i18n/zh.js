@@ -213,7 +213,7 @@ export default {
   'v4.loading': '正在载入曲线…', 'v4.glossary': '名称的含义',
   'v4.bundled': 'relpos compare --preset {preset}：文档中的结果（docs/results.md），随 relpos 提供',
   'v4.x_unit': '评估长度（{unit}，对数刻度）',
-  'unit.bytes': '字节', 'unit.tokens': '词元', 'unit.pairs': '键值对', 'unit.symbols': '符号',
+  'lenunit.bytes': '字节', 'lenunit.tokens': '词元', 'lenunit.pairs': '键值对', 'lenunit.symbols': '符号',
   'v4.family.relative': '相对', 'v4.family.mixed': '并非纯相对（FIRE）', 'v4.family.absolute': '绝对',
   'v4.family.none': '无位置编码（NoPE）', 'v4.family.rope-scaling': 'RoPE 缩放与随机位置', 'v4.family.other': '其他',
   'v4.unfitted': '未拟合：{n} 个种子中只有 {k} 个通过拟合门槛（虚线）',

@@ -97,13 +97,15 @@ export function create() {
     const p = { scheme: scheme.value, causal: causal.checked ? 'true' : 'false' };
     if (isContent()) p.text = textIn.value; else p.n = nIn.value;
     if (!entry) return p;
+    // trained values bring their own options, H and D: the (locked) controls are not sent
+    const trainedVals = entry.trained && $('#v2-values').value === 'trained';
     if (entry.per_head) {
       p.n_heads = heads.value; p.head = head.value; p.seed = seed.value;
-      if (entry.head_dim) p.head_dim = headDim.value;
+      if (entry.head_dim && !trainedVals) p.head_dim = headDim.value;
     }
     if (entry.kind === 'bucketed') p.show = show.value;
     if (entry.trained) p.values = $('#v2-values').value;
-    optList.querySelectorAll('[data-opt]').forEach((inp) => {
+    if (!trainedVals) optList.querySelectorAll('[data-opt]').forEach((inp) => {
       const typ = inp.dataset.type;
       if (typ === 'bool') { if (String(inp.checked) !== inp.dataset.default) p['opt.' + inp.dataset.opt] = String(inp.checked); }
       else if (inp.value !== '' && Number(inp.value) !== Number(inp.dataset.default)) p['opt.' + inp.dataset.opt] = inp.value;

@@ -91,7 +91,7 @@ export function create() {
     const shownSeries = series.filter((s) => !hidden.has(s.label) && !offFamilies.has(s.family));
     const lens = Array.from(new Set([].concat(...data.series.map((s) => s.points.map((p) => p.eval_len))))).sort((a, b) => a - b);
     const vlines = data.train_lens.map((n) => ({ x: n, label: t('v4.train', { n }), dash: '6 4', colour: '#333', width: 1.5 }));
-    const unit = has('unit.' + data.unit) ? t('unit.' + data.unit) : (data.unit || t('unit.tokens'));
+    const unit = has('lenunit.' + data.unit) ? t('lenunit.' + data.unit) : (data.unit || t('lenunit.tokens'));
     lineChart($('#v4-chart'), {
       series: shownSeries, vlines, xLog: true,
       shadeFrom: data.train_lens.length ? Math.max(...data.train_lens) : null, shadeLabel: t('v4.beyond'), xTicks: lens.length <= 12 ? lens : null,

@@ -122,7 +122,7 @@ export function create() {
   flip.addEventListener('change', load);
   clip.addEventListener('input', () => { clipOut.value = clip.value; loadSoon(); });
   $('#v1-form').addEventListener('submit', (ev) => ev.preventDefault());
-  if (SNAP) { text.readOnly = true; text.title = t('snapshot_readonly'); }
+  // an exported page computes view 1 itself (static/local.js): the sentence stays editable offline
   return {
     show() { if (!loaded) { loaded = true; load(); } },
     relabel() { render(); },
