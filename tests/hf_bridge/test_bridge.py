@@ -43,7 +43,12 @@ def _ids_and_mask(B=2, N=12, seed=0):
 
 
 @pytest.mark.parametrize("rope_parameters", [None, {"rope_type": "default", "rope_theta": 500.0},
-                                             {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}])
+                                             {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+                                             {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                              "original_max_position_embeddings": 32},
+                                             {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                              "original_max_position_embeddings": 32}])
 def test_rope_through_the_bridge_reproduces_the_model(rope_parameters):
     """The conformance test: the model's own RoPE, through relpos, gives its logits (float32, 1e-5)."""
     model = tiny_llama(**({} if rope_parameters is None else {"rope_parameters": rope_parameters}))
