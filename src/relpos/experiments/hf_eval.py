@@ -34,12 +34,10 @@ skipping jobs already stored there (resumable; a new scaling adds only its job).
 from __future__ import annotations
 
 import copy
-import datetime as _dt
 import hashlib
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -50,6 +48,7 @@ from torch import nn
 
 from relpos.experiments.hf_load import (DTYPES, load_config, load_hf_causal_lm, model_fingerprint, model_source,
                                         require_hf, tokenizer_file)
+from relpos.experiments.hf_out import HF_MARK, _archive, _stored_fingerprint, check_hf_output_dir
 from relpos.experiments.hf_rope import (APPLIED_SCALINGS, HF_SCALINGS, NATIVE_ONLY, hf_rope_parameters,
                                         native_rope_type, original_context, relpos_rope_options)
 from relpos.tasks.base import IGNORE
@@ -58,8 +57,6 @@ __all__ = ["HF_SCALINGS", "HFCausalLM", "load_hf_model", "original_context", "hf
            "relpos_rope_options", "hf_model_for", "HFEvalSpec", "run_hf_job", "run_hf_sweep", "hf_fingerprint",
            "model_fingerprint", "plan", "check_hf_output_dir", "HF_MARK"]
 
-#: first line of every hf_report.md relpos writes (a file without it is never overwritten)
-HF_MARK = "<!-- written by relpos compare --hf-model; safe to delete -->"
 #: logits held at once by the chunked loss: about 64 MiB of float64
 _CHUNK_BYTES = 64 << 20
 
@@ -409,45 +406,6 @@ def run_hf_job(spec: dict, scaling: str, *, model: HFCausalLM | None = None, pro
             "eval_seconds": secs, "runs": [run("lm", lm_meas)] + ([run("passkey", pk_meas)] if pk else [])}
 
 
-# ------------------------------------------------------------------ output folder
-
-
-def _owns(folder: Path) -> bool:
-    """A folder holds relpos's HF output: its results database (and nothing foreign beside it is touched)."""
-    from relpos.experiments.store import is_results_store
-
-    return is_results_store(folder / "results.sqlite")
-
-
-def check_hf_output_dir(out: str | os.PathLike) -> Path:
-    """The output-folder rule of :mod:`relpos.outdir`, and an ``hf_report.md`` relpos did not write is refused."""
-    from relpos.outdir import OutputDirError, check_output_dir
-
-    real = check_output_dir(out, owns=_owns, what="compare results")
-    rep = real / "hf_report.md"
-    if rep.exists() or rep.is_symlink():
-        try:
-            ok = rep.is_file() and not rep.is_symlink() and rep.read_text(errors="replace").startswith(HF_MARK)
-        except OSError:
-            ok = False
-        if not ok:
-            raise OutputDirError(f"--out {out}: its hf_report.md was not written by relpos; nothing was changed; "
-                                 "move it or choose another --out")
-    return real
-
-
-def _archive(out: Path, old_fp: str) -> Path:
-    """Move relpos's own HF output of another configuration into ``previous-<fp>-<time>/``."""
-    dest = out / f"previous-{old_fp}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    dest.mkdir(parents=True)
-    for name in ("results.sqlite", "results.sqlite-wal", "results.sqlite-shm", "hf_report.md"):
-        if (out / name).exists():
-            shutil.move(str(out / name), str(dest / name))
-    for p in out.glob("passkey_*.png"):
-        shutil.move(str(p), str(dest / p.name))
-    return dest
-
-
 def run_hf_sweep(out: str | os.PathLike, spec: dict, *, progress: bool | None = False, force: bool = False,
                  log=print) -> list[dict]:
     """Every scaling of ``spec`` into ``<out>/results.sqlite``; scalings already stored are skipped.
@@ -493,15 +451,6 @@ def run_hf_sweep(out: str | os.PathLike, spec: dict, *, progress: bool | None = 
             store.write_job(fp, res)
             log(f"{key}: {res['eval_seconds']:.1f}s")
         return store.runs(fp)
-
-
-def _stored_fingerprint(out: Path) -> str | None:
-    if not (out / "results.sqlite").is_file():
-        return None
-    from relpos.experiments.store import Store
-
-    with Store(out / "results.sqlite") as st:
-        return st.get_meta("fingerprint")
 
 
 def log_corpus(corpus, log) -> None:
