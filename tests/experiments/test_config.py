@@ -37,10 +37,14 @@ def test_default_is_a_quick_look_and_full_keeps_the_strict_lm_rule():
     # the default's language models: a higher rate and a looser plateau rule (about half the steps)
     assert d.fit.lm_patience < full.fit.lm_patience and d.train_settings("lm")["lr"] > full.train_settings("lm")["lr"]
     assert full.fit.lm_patience == 5 and full.train_settings("lm")["lr"] == 3e-3
-    # every algorithmic recipe is the same in both, so their runs measure the same thing
+    # protocol 3: the full preset trains the algorithmic tasks at L = 16 with the equal 3-rate grid and pays for it
+    # with shorter reverse and MQAR budgets; the default keeps its quick look (L = 8, each task's one rate)
     for t in full.tasks:
-        if t != "lm":
+        if t not in ("lm", "reverse", "mqar"):
             assert d.train_settings(t) == full.train_settings(t), t
+    assert full.make_task("copy").train_len == 16 and d.make_task("copy").train_len == 8
+    assert all(len(full.lr_tries(t)) == (2 if t == "mqar" else 3) for t in full.tasks)
+    assert all(len(d.lr_tries(t)) == (2 if t == "mqar" else 1) for t in full.tasks)
     assert d.fingerprint() != full.fingerprint()
     # the schemes left out of the quick look can be added to a default folder: they measure the same thing
     more = preset("default", schemes=d.schemes + ["shaw", "learned", "sandwich"]).validate()

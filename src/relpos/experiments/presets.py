@@ -3,16 +3,33 @@
 * ``default`` -- what ``relpos compare`` runs with no arguments: eight schemes,
   one of each family (:data:`QUICK_SCHEMES`), on language modelling and string
   copying, one seed, a tiny model trained until it fits (early stopping on
-  held-out data; language models until their loss flattens, then a cooldown); a
+  validation data; language models until their loss flattens, then a cooldown); a
   quick look: its language models train at a higher rate to a looser plateau
   rule than the full preset's (about half the steps, a loss about 0.1 nats
-  higher); about ten to twelve minutes on a 2-core CPU. ``--add-schemes shaw,learned,sandwich``
-  adds the rest of the benchmark's schemes (about 3.5 minutes more).
+  higher), and copy keeps L = 8 (see :data:`_ALGO_QUICK`). Its learning-rate grid is equal
+  for every scheme and small: each task's one rate (6e-3 for language modelling, 2e-3 for copy).
+  **Estimated 11-13 minutes on 2 idle cores** (protocol 3, not measured end to end): its 16 runs took
+  1,110-1,398 CPU-seconds under protocol 2 (9.9-12.1 min measured end to end); protocol 3 trains them the same
+  way and adds evaluation only (the attention span over 32 windows instead of 4, far-position buckets,
+  per-example scores, each view's validation score, the corpus identity): about 100-200 CPU-seconds more.
+  ``--add-schemes shaw,learned,sandwich`` adds the rest of the benchmark's schemes (about 3.5 minutes more).
 * ``ci`` -- a **smoke test**: the benchmark's eleven schemes, few steps, short lengths; under
   two minutes. Its numbers come from models that have not fitted and carry no
   conclusion.
-* ``full`` -- the eleven schemes on every task, three seeds, a learning rate chosen per scheme from a
-  small grid, randomized positions; the numbers in ``docs/results.md``.
+* ``full`` -- the eleven schemes on every task, three seeds, randomized RoPE, algorithmic tasks at L = 16 (MQAR:
+  4 pairs), and the **equal grid**: every scheme trains at all three rates (2e-3, 1e-3, 3e-3; MQAR its two,
+  1e-3 and 3e-3) on every task, language modelling included, and keeps the best by validation.
+  **Estimated 25-40 CPU-hours** (not measured end to end; from per-step costs measured on this shared host:
+  an algorithmic step at L = 16 took 72 ms of CPU under load, about 45 ms idle; a try that fits stops early,
+  one that does not runs its whole budget): per job at most copy / copy-distinct 3 x 4,000 steps, copy-hints
+  (twice the tokens) 3 x 4,000, reverse 3 x 8,000 (was 16,000 with one try), parity 3 x 1,000, MQAR 2 x 5,000
+  steps of 150 ms (was 8,000: MQAR was 62 % of the protocol-2 cost), language modelling 3 x about 100 s; 36
+  jobs per task. The upper bound, every try running its whole budget at the loaded speed, is about 64 CPU-hours.
+  The numbers in ``docs/results.md``.
+* ``scale`` -- the scale check (:mod:`relpos.experiments.scale`): the eight default schemes on language
+  modelling at d_model 64 / 128 / 256 (about 0.12M / 0.43M / 1.65M parameters) and training lengths 64 and 256,
+  three seeds, 1,200 fixed steps of 1,024 bytes, one rate for all. **Estimated 6-8.5 CPU-hours** (see
+  :func:`scale_cell`).
 
 Each factory returns a fresh :class:`~relpos.experiments.config.ExperimentConfig`;
 :func:`preset` replaces some of its fields.
@@ -35,9 +52,14 @@ __all__ = ["PRESETS", "QUICK_SCHEMES", "preset", "scale_cell", "SCALE_SIZES", "S
 QUICK_SCHEMES: tuple[str, ...] = ("nope", "sinusoidal", "t5", "alibi", "rope", "transformer-xl", "kerple-log", "fire")
 
 
-#: Algorithmic problem lengths: L = 16 and 1x, 1.5x, 2x, 3x, 4x L (protocol 3; L = 8 before, so "2L" was 16
-#: symbols, where Kazemnejad et al. train at 20 and test to 40). 256 test and 256 validation examples per length.
+#: The full preset's algorithmic problem lengths: L = 16 and 1x, 1.5x, 2x, 3x, 4x L (protocol 3; L = 8 before, so
+#: "2L" was 16 symbols, where Kazemnejad et al. train at 20 and test to 40). 256 test and 256 validation examples
+#: per length.
 _ALGO = {"train_len": 16, "eval_lengths": [16, 24, 32, 48, 64], "n_eval": 256, "n_val": 256}
+#: The default preset's quick look keeps L = 8 (1x, 1.5x, 2x, 3x, 4x L): at L = 16 NoPE did not fit copy within the
+#: 4,000-step budget (validation exact match at L 0.20 after 4,000 steps, 288 CPU-seconds, seed 0, measured
+#: 2026-12-02), and a budget that lets it fit does not fit the default's 15 minutes. Quote the full preset.
+_ALGO_QUICK = {"train_len": 8, "eval_lengths": [8, 12, 16, 24, 32], "n_eval": 256, "n_val": 256}
 #: The algorithmic recipe: batch 64, peak lr 2e-3, at most 4000 steps (early stopping ends most runs sooner).
 _ALGO_TRAIN = {"steps": 4000, "batch_size": 64, "lr": 2e-3, "warmup": 100}
 #: Reverse gets a longer budget (ALiBi, NoPE, Sandwich still rose at 4,000 steps); early stopping ends most sooner.
@@ -82,6 +104,8 @@ def _algo_train(tasks) -> dict:
 _TASK_OPTIONS = {"copy": {"alphabet": 8}, "reverse": {"alphabet": 8}, "copy-hints": {"alphabet": 8},
                  "mqar": {"n_keys": 64, "n_values": 16, "train_len": 4, "min_len": 4, "eval_lengths": [4, 6, 8, 12, 16],
                           "order": "value-key", "queries": "random"}}
+#: At the default's L = 8 parity has 256 strings, too few for disjoint validation and test splits: it trains at 12.
+_TASK_OPTIONS_QUICK = {**_TASK_OPTIONS, "parity": {"train_len": 12, "eval_lengths": [12, 18, 24, 36, 48]}}
 
 #: Per-task model overrides (the same for every scheme): MQAR's model has 3 layers (with MLPs) and PyTorch's
 #: fan-in initialisation. A recall answer chains a positional step (write each key's neighbour into it) and a
@@ -126,13 +150,21 @@ def _default() -> ExperimentConfig:
         # be added to a default folder: the fingerprint covers them already
         task_train=_algo_train(ALGORITHMIC),
         lm={"train_len": 64, "eval_factors": [1, 2, 4, 8, 16], "eval_tokens": 32768, "blocks": 64},
-        algorithmic=copy.deepcopy(_ALGO),
-        task_options=copy.deepcopy(_TASK_OPTIONS),
+        algorithmic=copy.deepcopy(_ALGO_QUICK),
+        task_options=copy.deepcopy(_TASK_OPTIONS_QUICK),
         task_model=copy.deepcopy(_TASK_MODEL),
         fit=FitConfig(**_LM_FIT_QUICK),
         # randomized positions (--randomized; the full preset's RoPE) from [0, 4 x the longest evaluated sequence)
         random_positions_factor=4,
     )
+
+
+#: The full preset's reverse budget (16,000 before protocol 3: one try; now three tries per job).
+_FULL_REVERSE_STEPS = 8000
+#: The full preset's MQAR budget (8,000 before: MQAR was 62 % of the full preset's CPU time, mostly tries that
+#: never left the plateau running to the end). NoPE formed the lookup by step 2,000 at 3e-3; at 1e-3 by 7,700,
+#: so with both rates always tried it keeps its 3e-3 try.
+_FULL_MQAR_STEPS = 5000
 
 
 def _full() -> ExperimentConfig:
@@ -142,7 +174,12 @@ def _full() -> ExperimentConfig:
     cfg.preset, cfg.tasks, cfg.seeds, cfg.randomized = "full", ["lm", *ALGORITHMIC], [0, 1, 2], ["rope"]
     cfg.schemes = list(DEFAULT_SCHEMES)
     cfg.lr = _LM_LR
+    cfg.algorithmic, cfg.task_options = copy.deepcopy(_ALGO), copy.deepcopy(_TASK_OPTIONS)
+    # the equal grid: every scheme trains at all three rates on every task, language modelling included
+    # (MQAR: its own two); the budgets that pay for it (see the module docstring's estimate)
     cfg.fit = FitConfig(**_LM_FIT, lr_grid=[2e-3, 1e-3, 3e-3])
+    cfg.task_train["reverse"]["steps"] = _FULL_REVERSE_STEPS
+    cfg.task_train["mqar"]["steps"] = _FULL_MQAR_STEPS
     return cfg
 
 
