@@ -20,7 +20,7 @@ an old checkpoint removes exactly the files its manifest lists, then the empty
 folder -- never a whole tree.
 
 Loading checks, in this order and before any model is built: the format tag and
-version; the SHA-256 of ``config.json``'s own content (``config_sha256``, so a
+version (version 1, which had no config hash, is refused); the SHA-256 of ``config.json``'s own content (``config_sha256``, so a
 hand-edited config -- say a scheme changed from alibi to rope -- is refused); for
 every listed file, that it is a regular file of exactly the recorded size (every
 read is bounded by that size) with the recorded SHA-256; then every tensor's
@@ -55,8 +55,10 @@ __all__ = ["CheckpointError", "save", "load", "read", "load_state_dict_into", "c
            "check_checkpoint_target", "FORMAT", "VERSION"]
 
 FORMAT = "relpos-checkpoint"
-VERSION = 2  # 2: config.json carries config_sha256; version 1 (without it) is still read
-READABLE_VERSIONS = (1, 2)
+VERSION = 2  # 2: config.json carries config_sha256
+#: Version 1 (no config_sha256) is refused: without the hash an edited config (say alibi -> rope) cannot be
+#: told from the one relpos wrote, so loading it would trust the file blindly.
+READABLE_VERSIONS = (2,)
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.safetensors"
 MODEL_CLASSES = {"TransformerLM": TransformerLM, "TransformerEncoder": TransformerEncoder}
@@ -356,14 +358,17 @@ def _read_meta(path: Path) -> tuple[Path, dict]:
         )
     version = meta.get("version")
     if isinstance(version, bool) or version not in READABLE_VERSIONS:
-        raise CheckpointError(f"{cfg_path} has checkpoint version {version!r}; this relpos reads {READABLE_VERSIONS}")
-    if version >= 2:
-        got = meta.get("config_sha256")
-        if not isinstance(got, str) or got != _config_hash(meta):
-            raise CheckpointError(
-                f"{cfg_path} was edited or is damaged: its content does not match its config_sha256 "
-                f"(a checkpoint's config must stay as relpos wrote it; save the model again instead)"
-            )
+        why = (" (version 1 carries no config_sha256, so an edited config cannot be detected; retrain, or "
+               "load the weights yourself if you trust this file)" if version == 1 and not isinstance(version, bool)
+               else "")
+        raise CheckpointError(f"{cfg_path} has checkpoint version {version!r}; this relpos reads version "
+                              f"{', '.join(map(str, READABLE_VERSIONS))}{why}")
+    got = meta.get("config_sha256")
+    if not isinstance(got, str) or got != _config_hash(meta):
+        raise CheckpointError(
+            f"{cfg_path} was edited or is damaged: its content does not match its config_sha256 "
+            f"(a checkpoint's config must stay as relpos wrote it; save the model again instead)"
+        )
     return cfg_path, meta
 
 

@@ -33,11 +33,25 @@ def optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, Tensor], di
 
 
 def restore_optimizer(opt: torch.optim.Optimizer, tensors: dict[str, Tensor], meta: dict) -> None:
-    """Inverse of :func:`optimizer_tensors`."""
+    """Inverse of :func:`optimizer_tensors`.
+
+    Raises:
+        ValueError: a state tensor names no parameter, has another shape than its
+            parameter (AdamW's moments) or holds NaN/inf -- found here, not as a
+            shape error at the first step or as a "diverged" loss later.
+    """
+    params = [p for g in opt.param_groups for p in g["params"]]
     state: dict[int, dict[str, Any]] = {}
     for name, v in tensors.items():
         _, pid, k = name.split(".", 2)
-        state.setdefault(int(pid), {})[k] = v
+        i = int(pid)
+        if not 0 <= i < len(params):
+            raise ValueError(f"tensor {name!r} names parameter {i}; the model has {len(params)}")
+        if v.dim() and tuple(v.shape) != tuple(params[i].shape):
+            raise ValueError(f"tensor {name!r} has shape {tuple(v.shape)}, its parameter {tuple(params[i].shape)}")
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise ValueError(f"tensor {name!r} holds NaN or inf values")
+        state.setdefault(i, {})[k] = v
     for name, v in meta.get("scalars", {}).items():
         _, pid, k = name.split(".", 2)
         state.setdefault(int(pid), {})[k] = v

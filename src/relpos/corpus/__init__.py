@@ -333,6 +333,10 @@ def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, nee
             s.f.close()
     total = sum(s.tokens for s in sinks.values())
     unit = "tokens" if tok is not None else "bytes"
+    if tok is not None and total:
+        from relpos.corpus.unknown import check_unknown_fraction
+
+        check_unknown_fraction(tok, [out / f"{s}.bin" for s in _SPLITS], dtype, what=str(spec.tokenizer))
     if total == 0:
         extra = ""
         if kind == "folder":

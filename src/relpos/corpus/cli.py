@@ -42,4 +42,13 @@ def corpus_spec_from_args(args: argparse.Namespace) -> dict | None:
         if getattr(args, "tokenizer", None) is not None and getattr(args, "hf_model", None) is None:
             raise ValueError("--tokenizer needs --corpus PATH")
         return None
+    import os
+
+    from relpos.corpus.readers import check_glob, check_regular_file
+
+    if args.corpus_glob is not None:
+        check_glob(args.corpus_glob)
+    for flag, path in (("--corpus", args.corpus), ("--tokenizer", getattr(args, "tokenizer", None))):
+        if path is not None and os.path.exists(path) and not (flag == "--corpus" and os.path.isdir(path)):
+            check_regular_file(path, flag)  # a named pipe would block the read (before anything is created)
     return CorpusSpec(str(args.corpus), args.corpus_glob, args.text_field, args.tokenizer).to_dict()

@@ -27,11 +27,13 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-__all__ = ["Doc", "Skipped", "detect_kind", "read_docs", "chunk_size", "file_signature", "KINDS"]
+__all__ = ["Doc", "Skipped", "detect_kind", "read_docs", "chunk_size", "file_signature", "KINDS", "check_glob",
+           "check_regular_file"]
 
 KINDS = ("text", "folder", "jsonl", "hf")
 _PIECE = 1 << 20  # bytes read per piece
@@ -80,9 +82,38 @@ def detect_kind(path: str | os.PathLike) -> str:
         raise FileNotFoundError(f"corpus {str(p)!r} does not exist")
     if p.is_dir():
         return "hf" if _is_hf_folder(p) else "folder"
+    check_regular_file(p, "--corpus")
     if p.suffix.lower() in (".jsonl", ".ndjson"):
         return "jsonl"
     return "text"
+
+
+def check_regular_file(path: str | os.PathLike, flag: str) -> None:
+    """Raise ValueError unless ``path`` is a regular file (a named pipe or device would block a read).
+
+    Only ``stat``-ed, never opened.
+    """
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a folder" if stat.S_ISDIR(mode) else "a device")
+        raise ValueError(f"{flag} {str(path)!r} is {kind}; relpos reads only regular files and folders")
+
+
+def check_glob(glob: str, flag: str = "--corpus-glob") -> str:
+    """Return ``glob`` if it names files inside the corpus folder: relative, without ``..``.
+
+    Raises:
+        ValueError: an empty, absolute or ``~`` pattern, or one with a ``..`` part (it would read
+            files outside the corpus folder).
+    """
+    if not isinstance(glob, str) or not glob.strip():
+        raise ValueError(f"{flag} must be a non-empty pattern relative to the corpus folder, e.g. '**/*.txt'")
+    parts = glob.replace("\\", "/").split("/")
+    if glob.startswith(("/", "~")) or os.path.isabs(glob) or ".." in parts:
+        raise ValueError(f"{flag} {glob!r} reaches outside the corpus folder; give a pattern relative to it "
+                         f"without '..' (e.g. '**/*.txt')")
+    return glob
 
 
 def chunk_size(nbytes: int) -> int:
@@ -91,7 +122,8 @@ def chunk_size(nbytes: int) -> int:
 
 
 def _folder_files(root: Path, glob: str) -> list[Path]:
-    files = [p for p in root.glob(glob) if p.is_file()]
+    check_glob(glob)
+    files = [p for p in root.glob(glob) if p.is_file()]  # is_file: regular files only, never a pipe or device
     return sorted(files, key=lambda q: q.relative_to(root).as_posix())
 
 
@@ -194,6 +226,9 @@ def _jsonl_docs(path: Path, text_field: str) -> Iterator[Doc]:
                 rec = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise ValueError(f"{path}:{i}: not a JSON line ({e})") from None
+            except RecursionError:
+                raise ValueError(f"{path}:{i}: the JSON record is nested too deeply for Python's parser; "
+                                 "give flat records with a string text field") from None
             t = _text_of(rec, text_field, f"{path}:{i}")
             if t:
                 yield Doc(t.encode("utf-8", "surrogatepass"), lambda t=t: iter([t]), name=f"line {i}")

@@ -55,9 +55,14 @@ __all__ = ["AlgorithmicTask", "Copy", "CopyDistinct", "CopyHints", "Reverse", "P
            "chance_accuracy"]
 
 
-def _check_int(name: str, v, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+#: Longest training problem length: the training width is a maximum over every length up to it.
+MAX_TRAIN_LEN = 1 << 16
+
+
+def _check_int(name: str, v, lo: int, hi: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo or (hi is not None and v > hi):
+        accepted = f"an int >= {lo}" if hi is None else f"an int in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {accepted}, got {v!r}")
     return int(v)
 
 
@@ -97,7 +102,7 @@ class AlgorithmicTask(Task):
         holdout: float = 0.1,
         n_val: int = 256,
     ) -> None:
-        self.train_len = _check_int("train_len", train_len, 1)
+        self.train_len = _check_int("train_len", train_len, 1, MAX_TRAIN_LEN)  # bounded before any loop over it
         self.min_len = _check_int("min_len", min_len, 1)
         if self.min_len > self.train_len:
             raise ValueError(f"min_len ({min_len}) must be <= train_len ({train_len})")
