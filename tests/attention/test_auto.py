@@ -1,11 +1,13 @@
-"""impl="auto": its picks per device/shape/mode, that it says what it picked, and
-that explicit implementations never fall back.
+"""impl="auto": its CPU picks follow the measured table (src/relpos/data/auto_table.json), its
+CUDA picks, that it says what it picked, that it is exact whichever it picks, and that explicit
+implementations never fall back.
 
 (test_against_reference.py checks auto's outputs and gradients for every scheme.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 
@@ -17,6 +19,7 @@ from relpos.attention import Request, UnsupportedError, request
 from tests.helpers import attention_schemes, build
 
 auto = importlib.import_module("relpos.attention.auto")
+chunked = importlib.import_module("relpos.attention.chunked")
 
 
 def _req(enc, N=128, *, Nq=None, grad=False, causal=True) -> Request:
@@ -28,20 +31,109 @@ def _req(enc, N=128, *, Nq=None, grad=False, causal=True) -> Request:
     return request(q, k, v, enc, causal=causal, q_offset=N - Nq)
 
 
+TABLE = auto.table()
+
+
+def test_the_table_ships_and_says_how_it_was_made():
+    assert TABLE is not None, "src/relpos/data/auto_table.json is missing or unreadable"
+    assert TABLE["command"].startswith("python benchmarks/auto_table.py")
+    assert TABLE["cells"] and TABLE["records"]
+
+
+def _req_at(enc, N, *, causal, grad, B=1) -> Request:
+    q, k, v = (torch.zeros(B, 8, N, 8, requires_grad=grad) for _ in range(3))
+    return request(q, k, v, enc, causal=causal)
+
+
 @pytest.mark.parametrize("name", attention_schemes())
-def test_cpu_picks(name):
-    enc = build(name, n_heads=2, causal=True)
+@pytest.mark.parametrize("causal", [True, False])
+def test_cpu_picks_follow_the_table(name, causal):
+    enc = build(name, n_heads=8, causal=causal, max_len=8192)
+    if enc.causal_only and not causal:
+        pytest.skip("causal-only scheme")
     inside = enc.acts_on - {"embedding", "qk"}
     for grad in (False, True):
-        pick = auto.choose(_req(enc, 1024, grad=grad))
-        assert pick == ("chunked" if inside else "dense"), (name, grad)
-        mid = auto.choose(_req(enc, 512, grad=grad))
-        # chunked engines measured faster than dense from N = 256 on: clipped tables, per-key bias
-        early = name in ("shaw", "shaw-kv", "fox")
-        assert mid == ("chunked" if inside and early else "dense"), (name, grad)
-        assert pick != "flex"  # not fused on CPU, and no CPU backward
-    assert auto.choose(_req(enc, 128)) == "dense"  # small problems: lowest overhead
-    assert auto.choose(_req(enc, 1024, Nq=1)) == "dense"  # one decoding step
+        for N in TABLE["lengths"]:
+            req = _req_at(enc, N, causal=causal, grad=grad)
+            with contextlib.nullcontext() if grad else torch.no_grad():  # no autograd: a forward-only call
+                pick = auto.choose(req)
+                assert pick in ("dense", "chunked"), (name, N, grad)  # never flex on CPU
+                if not inside:
+                    assert pick == "dense"  # the fused SDPA call either way
+                    continue
+                impl, cell = auto.table_pick(req)
+            mask = "causal" if causal else "bidirectional"
+            key = f"{enc.name}/{chunked.engine_for(req)}/{mask}/{'fwd+bwd' if grad else 'fwd'}"
+            assert cell == f"{key}@{N}", cell
+            assert pick == impl == TABLE["cells"][key][str(N)]
+
+
+def test_deberta_bidirectional_training_picks_what_measured_fastest():
+    # issue 34: auto chose chunked (6.02x) where dense was 3.29x at N = 2048, bidirectional, fwd+bwd
+    enc = build("deberta", n_heads=8, causal=False, max_len=2048)
+    req = _req_at(enc, 2048, causal=False, grad=True)
+    recs = [r for r in TABLE["records"] if r["key"].startswith("deberta/") and "/bidirectional/fwd+bwd" in r["key"]
+            and r["N"] == 2048]
+    assert len(recs) == 1 and recs[0]["dense_ms"] is not None
+    faster = "dense" if recs[0]["dense_ms"] <= recs[0]["chunked_ms"] else "chunked"
+    assert auto.choose(req) == faster
+
+
+def test_lookup_buckets_modes_and_fallbacks():
+    doc = {"shape": {"batch": 1, "heads": 8}, "cells": {
+        "alibi/regions/causal/fwd": {"256": "dense", "2048": "chunked"},
+        "alibi/regions/causal/fwd+bwd": {"256": "chunked", "2048": "dense"},
+        "*/blocks/causal/fwd": {"256": "chunked", "2048": "dense"},
+    }}
+    enc = build("alibi", n_heads=8, causal=True, max_len=4096)
+    assert auto.table_pick(_req_at(enc, 300, causal=True, grad=False), doc) == ("dense", "alibi/regions/causal/fwd@256")
+    assert auto.table_pick(_req_at(enc, 1024, causal=True, grad=False), doc)[0] == "chunked"  # nearer 2048 in log
+    assert auto.table_pick(_req_at(enc, 4096, causal=True, grad=False), doc)[0] == "chunked"  # past the last bucket
+    assert auto.table_pick(_req_at(enc, 300, causal=True, grad=True), doc)[0] == "chunked"  # fwd+bwd row
+    with torch.no_grad():
+        assert auto.table_pick(_req_at(enc, 300, causal=True, grad=True), doc)[0] == "dense"  # no autograd: fwd
+    # the same work in a batched call reads the same cell: B * H * N^2 = 8 * 2048^2
+    with torch.no_grad():
+        assert auto.table_pick(_req_at(enc, 1024, causal=True, grad=False, B=4), doc)[1].endswith("@2048")
+    # padding moves alibi to the 'blocks' engine: its engine-level row answers
+    q = torch.zeros(1, 8, 2048, 8)
+    pad = torch.ones(1, 2048, dtype=torch.bool)
+    assert auto.table_pick(request(q, q, q, enc, causal=True, key_padding_mask=pad), doc) == (
+        "dense", "*/blocks/causal/fwd@2048")
+    # no row at all (bidirectional here): the pair-count fallback
+    assert auto.table_pick(_req_at(enc, 300, causal=False, grad=False), doc) is None
+
+
+def test_without_a_table_auto_falls_back_by_size(monkeypatch, tmp_path):
+    monkeypatch.setattr(auto, "TABLE_PATH", tmp_path / "missing.json")
+    auto.table.cache_clear()
+    try:
+        enc = build("t5", n_heads=2, causal=True)
+        assert auto.choose(_req(enc, 128)) == "dense"
+        assert auto.choose(_req(enc, 1024)) == "chunked"
+    finally:
+        auto.table.cache_clear()
+
+
+@pytest.mark.parametrize("forced", ["dense", "chunked"])
+@pytest.mark.parametrize("name", ["deberta", "t5", "fire"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_auto_is_exact_whichever_the_table_picks(monkeypatch, forced, name, causal):
+    enc = build(name, n_heads=3, causal=causal)
+    monkeypatch.setattr(auto, "table_pick", lambda req, doc=None: (forced, "test"))
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 40, 8, generator=g, requires_grad=True) for _ in range(3))
+    params = [p for p in enc.parameters() if p.requires_grad]
+    outs = []
+    for impl in ("auto", "reference"):
+        out = relpos.attention(q, k, v, enc, causal=causal, impl=impl)
+        outs.append((out, torch.autograd.grad((out * out.detach().sin()).sum(), [q, k, v, *params])))
+        if impl == "auto":
+            assert auto.last_choice == forced
+    (o, gs), (ro, rgs) = outs
+    torch.testing.assert_close(o, ro, atol=2e-4, rtol=1e-3)
+    for a, b in zip(gs, rgs):
+        torch.testing.assert_close(a, b, atol=2e-4, rtol=1e-3)
 
 
 @pytest.mark.parametrize("name", attention_schemes())
@@ -63,8 +155,9 @@ def test_says_what_it_picked(caplog):
     q = k = v = torch.randn(1, 2, 800, 8)
     with caplog.at_level(logging.DEBUG, logger="relpos.attention"):
         relpos.attention(q, k, v, enc, causal=True, impl="auto")
-    assert auto.last_choice == "chunked"
-    assert any("auto:" in r.message and "-> chunked" in r.message for r in caplog.records)
+    expected = auto.choose(request(q, k, v, enc, causal=True))
+    assert auto.last_choice == expected
+    assert any("auto:" in r.message and f"-> {expected}" in r.message for r in caplog.records)
     relpos.attention(q[:, :, :4], k[:, :, :4], v[:, :, :4], enc, causal=True, impl="auto")
     assert auto.last_choice == "dense"
 
@@ -79,3 +172,11 @@ def test_auto_trains_where_explicit_flex_refuses():
     assert q.grad is not None and torch.isfinite(q.grad).all()
     ref = relpos.attention(q, k, v, enc, causal=True, impl="reference")
     torch.testing.assert_close(out, ref, atol=2e-4, rtol=1e-3)
+
+
+def test_never_dense_past_the_memory_cap(monkeypatch):
+    enc = build("deberta", n_heads=8, causal=False, max_len=64)
+    monkeypatch.setattr(auto, "table_pick", lambda req, doc=None: ("dense", "test"))
+    monkeypatch.setattr(auto, "DENSE_MAX_BYTES", 8 * 64 * 64 * 4 - 1)
+    assert auto.choose(_req_at(enc, 63, causal=False, grad=True)) == "dense"
+    assert auto.choose(_req_at(enc, 64, causal=False, grad=True)) == "chunked"

@@ -1,18 +1,34 @@
 """``impl="auto"``: the fastest correct implementation for the device, shape and mode.
 
-The rules (from ``relpos bench`` measurements, see ``benchmarks/README.md``):
+CPU: decided from measurements of this library, the table
+``relpos/data/auto_table.json``, written by ``python benchmarks/auto_table.py`` (its command,
+machine and load are recorded in the file; the measurement is
+:mod:`relpos.bench.calibrate`). Each cell says which of ``"dense"`` and
+``"chunked"`` was faster for one scheme (registry name) and chunked engine (the
+capability class the request falls in), causal or bidirectional, forward or
+forward+backward, at each measured length. A request is looked up by
 
-* CUDA: ``"flex"`` (a compiled, fused kernel) for every scheme it can express,
-  except schemes with no term inside attention, which go to ``"dense"`` (plain
-  fused SDPA); ``"chunked"`` for value-side terms (Shaw's value table) on long
-  sequences, ``"dense"`` on short ones.
-* CPU: FlexAttention is not fused there (and has no backward), so ``"flex"`` is
-  never picked. Schemes with no term inside attention (NoPE, RoPE, xPos, absolute
-  embeddings) use ``"dense"`` (the fused SDPA kernel; ``"chunked"`` would make
-  the same call). Everything else uses ``"chunked"``, which measured faster
-  than ``"dense"`` from ``N = 256`` up, in training and inference, and keeps
-  memory ``O(N)``; problems under :data:`SMALL_PAIRS` query-key pairs per head
-  (e.g. ``N < 256``) use ``"dense"``, where its lower per-call overhead wins.
+* its scheme and engine (``"deberta/blocks/bidirectional/fwd+bwd"``), else the
+  engine's majority row (``"*/blocks/..."``: a scheme or request -- padding,
+  explicit positions -- with no row of its own);
+* its mode: ``fwd+bwd`` when autograd is on and q, k, v or a scheme parameter
+  requires a gradient, else ``fwd``;
+* its length bucket: the measured ``N`` nearest (in log scale) to the equivalent
+  length ``sqrt(B * H * Nq * Nk / (B0 * H0))`` at the table's batch ``B0`` and
+  heads ``H0`` (so a batched model call of the same work reads the same cell;
+  one decoding step is a tiny problem). Beyond the longest measured ``N`` the
+  longest bucket applies.
+
+Schemes with no term inside attention (NoPE, RoPE, xPos) use ``"dense"``: it is the
+fused SDPA call that ``"chunked"`` would also make. With no table (or no row):
+``"dense"`` below :data:`MID_PAIRS` pairs per head, ``"chunked"`` from it. Whatever
+the table says, ``"dense"`` is never picked where one ``(B, H, Nq, Nk)`` float32
+tensor would pass :data:`DENSE_MAX_BYTES` (the table's benchmark never times it
+there). FlexAttention is never picked on CPU (not fused there, no backward).
+
+CUDA (no table measured on a GPU yet): ``"flex"`` for every scheme it can express,
+``"dense"`` for schemes with no term inside attention, ``"dense"``/``"chunked"``
+for value-side terms below/above :data:`CUDA_DENSE_VALUE_PAIRS`.
 
 The pick is logged at DEBUG level (logger ``relpos.attention``), returned by
 :func:`choose` and kept in :data:`last_choice` (read by ``relpos bench``).
@@ -20,27 +36,30 @@ The pick is logged at DEBUG level (logger ``relpos.attention``), returned by
 
 from __future__ import annotations
 
+import functools
 import importlib
+import json
 import logging
+import math
+import pathlib
 
+import torch
 from torch import Tensor
 
 from relpos.attention import Request, UnsupportedError
 
-__all__ = ["supports", "run", "choose", "last_choice", "SMALL_PAIRS", "MID_PAIRS", "CUDA_DENSE_VALUE_PAIRS"]
+__all__ = ["supports", "run", "choose", "last_choice", "table", "table_pick", "mode_of", "TABLE_PATH",
+           "MID_PAIRS", "DENSE_MAX_BYTES", "CUDA_DENSE_VALUE_PAIRS"]
 
 log = logging.getLogger("relpos.attention")
 
-#: Below this many (query, key) pairs per head, CPU requests use ``"dense"`` (measured
-#: crossover: at N = 128 with a batch of 16, dense is up to 1.5x faster; at N = 256 they
-#: are even, and from N = 512 up chunked wins in time and memory).
-SMALL_PAIRS = 256 * 256
-#: Below their ``DENSE_BELOW_PAIRS`` pairs, CPU requests also use ``"dense"``: each
-#: chunked engine states its own crossover. With a model-sized batch (B=4, H=4, D=32,
-#: training) the "regions", "relkey" and "blocks" engines measured 1.2-3x slower than
-#: dense at N = 256 and 512 for KERPLE, Transformer-XL and FIRE, and 1.6-3x faster from
-#: N = 1024 (their crossover is this value); the clipped-table engine wins from N = 256.
+#: The measured table (see the module docstring).
+TABLE_PATH = pathlib.Path(__file__).resolve().parent.parent / "data" / "auto_table.json"
+#: Without a table row: dense below this many (query, key) pairs per head, chunked from it.
 MID_PAIRS = 768 * 768
+#: Never ``"dense"`` on CPU where one ``(B, H, Nq, Nk)`` float32 tensor would pass this many bytes
+#: (dense forms several; the table's benchmark does not time dense there either).
+DENSE_MAX_BYTES = 2**30
 #: On CUDA, value-side schemes use ``"dense"`` up to this many pairs, else ``"chunked"``.
 CUDA_DENSE_VALUE_PAIRS = 2048 * 2048
 
@@ -56,6 +75,47 @@ def _module(name: str):
     from relpos.attention import IMPLS
 
     return importlib.import_module(IMPLS[name])
+
+
+@functools.lru_cache(maxsize=4)
+def table(path: str | None = None) -> dict | None:
+    """The measured table (``relpos/data/auto_table.json``), or None if it is missing or unreadable."""
+    p = pathlib.Path(path) if path else TABLE_PATH
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError):
+        log.warning("auto: no readable measurement table at %s; using the pair-count fallback", p)
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("cells"), dict) else None
+
+
+def mode_of(req: Request) -> str:
+    """``"fwd+bwd"`` when this call will be differentiated, else ``"fwd"``."""
+    if not torch.is_grad_enabled():
+        return "fwd"
+    if req.q.requires_grad or req.k.requires_grad or req.v.requires_grad:
+        return "fwd+bwd"
+    return "fwd+bwd" if any(p.requires_grad for p in req.encoding.parameters()) else "fwd"
+
+
+def table_pick(req: Request, doc: dict | None = None) -> tuple[str, str] | None:
+    """``(impl, cell)`` from the table for a CPU request with a term inside attention, or None (no row)."""
+    doc = table() if doc is None else doc
+    if doc is None:
+        return None
+    B, H, Nq, Nk, _ = req.shape
+    shape = doc.get("shape", {})
+    n_eq = math.sqrt(B * H * Nq * Nk / (shape.get("batch", 1) * shape.get("heads", 8)))
+    engine = _module("chunked").engine_for(req)
+    mask = "causal" if req.causal else "bidirectional"
+    mode = mode_of(req)
+    for scheme in (req.encoding.name, "*"):
+        key = f"{scheme}/{engine}/{mask}/{mode}"
+        row = doc["cells"].get(key)
+        if row:
+            n = min(row, key=lambda s: abs(math.log(max(n_eq, 1.0)) - math.log(int(s))))
+            return row[n], f"{key}@{n}"
+    return None
 
 
 def choose(req: Request, *, device_type: str | None = None) -> str:
@@ -78,11 +138,14 @@ def choose(req: Request, *, device_type: str | None = None) -> str:
         if _module("flex").expressible(req) is None:
             return "flex"
         return "chunked"
-    if not inside or pairs < SMALL_PAIRS:
+    if not inside:
         return "dense"
-    if pairs < _module("chunked").engine(req).DENSE_BELOW_PAIRS:
-        return "dense"
-    return "chunked"
+    if B * H * pairs * 4 > DENSE_MAX_BYTES:
+        return "chunked"
+    hit = table_pick(req)
+    if hit is not None:
+        return hit[0]
+    return "dense" if pairs < MID_PAIRS else "chunked"
 
 
 def run(req: Request) -> Tensor:
