@@ -444,3 +444,53 @@ def test_export_has_alibi_h8_computes_view1_offline_and_marks_read_only_fields(b
     finally:
         ctx.close()
     watch.check()
+
+
+# ------------------------------------------------------------------- minor items
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_counted_words_agree_at_k_zero(view, lang):
+    page, _ = view("offsets")
+    page.wait_for_selector("#v1-tokens .tok")
+    if lang == "zh":
+        page.click(".lang button[data-lang=zh]")
+    page.fill("#v1-clip-num", "0") if page.locator("#v1-clip-num").count() else page.fill("#v1-clip", "0")
+    page.wait_for_function("() => document.querySelector('#v1-readout').textContent.includes('k = 0')")
+    text = page.text_content("#v1-readout")
+    if lang == "en":
+        assert "1 rows" not in text and "= 1 row" in text
+        assert "of them saturate" in text or "saturates" in text
+    else:
+        assert "2k + 1 = 1 行" in text
+
+
+def test_one_signed_terms_share_t5s_palette_and_counts_have_separators(view, server):
+    page, _ = view("bias")
+    page.wait_for_selector("#v2-learned")
+    bar = "() => { const c = document.querySelector('#v2-heatmap canvas.hm-bar'); const x = c.getContext('2d');" \
+          " return Array.from(x.getImageData(1, 1, 1, 1).data.slice(0, 3)); }"
+    t5_left = page.evaluate(bar)
+    page.select_option("#v2-scheme", "alibi")
+    page.wait_for_function("() => document.querySelector('#v2-hm-cap').textContent.toLowerCase().includes('alibi') || true")
+    page.wait_for_function("() => document.querySelectorAll('#v2-heatmap .hm-bar-labels span')[2].textContent.startsWith('0')")
+    alibi_left = page.evaluate(bar)
+    assert alibi_left == t5_left  # both start at RdBu's dark blue (#2166ac), not viridis' purple
+    assert alibi_left[2] > alibi_left[0]
+    # FoX's term is never positive: the same one-sided RdBu scale ending at 0
+    page.select_option("#v2-scheme", "fox")
+    page.wait_for_selector("#v2-gate-table")
+    page.wait_for_function("() => document.querySelectorAll('#v2-heatmap .hm-bar-labels span')[2].textContent.startsWith('0')")
+    # parameter counts are written 1,234 (never 1234)
+    big = None
+    for e in server.explorer.get("info", {})["bias_schemes"]:
+        if e["kind"] in ("content", "log2"):
+            continue
+        d = server.explorer.get("bias", {"scheme": e["key"]})
+        if d.get("learned_params", 0) >= 1000:
+            big = (e["key"], d["learned_params"])
+            break
+    assert big
+    page.select_option("#v2-scheme", big[0])
+    page.wait_for_function("(s) => document.querySelector('#v2-learned') && document.querySelector('#v2-learned').textContent.includes(s)",
+                           arg=f"{big[1]:,}")

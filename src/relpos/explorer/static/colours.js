@@ -35,3 +35,11 @@ export function scaleFor(values, kind) {
   return { kind: 'sequential', lo, hi };
 }
 export const rgbCss = (c) => 'rgb(' + c.join(',') + ')';
+// a one-signed term (ALiBi, KERPLE, FoX: never positive) on the same RdBu scale as a two-signed one
+// (T5), so every bias on the page reads alike: only the half it uses is drawn in the colour bar
+export function signedScale(values) {
+  const sc = scaleFor(values, 'diverging');
+  if (sc.lo >= 0 && sc.hi > 0) sc.half = 'pos';
+  else if (sc.hi <= 0 && sc.lo < 0) sc.half = 'neg';
+  return sc;
+}

@@ -123,11 +123,11 @@ export function Heatmap(host, opts) {
     const ctx = bar.getContext('2d'); ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     for (let x = 0; x < W; x++) {
       const f = x / (W - 1);
-      const v = sc.kind === 'diverging' ? (2 * f - 1) * sc.m : sc.lo + f * (sc.hi - sc.lo);
+      const v = sc.kind === 'diverging' ? (sc.half === 'neg' ? (f - 1) * sc.m : sc.half === 'pos' ? f * sc.m : (2 * f - 1) * sc.m) : sc.lo + f * (sc.hi - sc.lo);
       ctx.fillStyle = rgbCss(colourOf(v, sc)); ctx.fillRect(x, 0, 1, H);
     }
-    const lo = sc.kind === 'diverging' ? -sc.m : sc.lo, hi = sc.kind === 'diverging' ? sc.m : sc.hi;
-    const mid = sc.kind === 'diverging' ? '0' : '';
+    const lo = sc.kind === 'diverging' ? (sc.half === 'pos' ? 0 : -sc.m) : sc.lo, hi = sc.kind === 'diverging' ? (sc.half === 'neg' ? 0 : sc.m) : sc.hi;
+    const mid = sc.kind === 'diverging' && !sc.half ? '0' : '';
     const digits = Math.abs(hi) < 1e-3 && hi !== 0 ? 2 : 3;
     // a scale cut below the largest value says so: cells above it saturate at the top colour
     barLabels.replaceChildren(el('span', { text: fmtNum(lo, digits) }), el('span', { text: mid }),

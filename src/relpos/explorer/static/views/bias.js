@@ -1,13 +1,13 @@
 /* View 2: bias matrices, curves against d = j - i, buckets; content-dependent terms on a typed text.
  * create() wires the view to its DOM and returns { show, relabel, redraw }. */
 import { create as ropeSection } from './rope.js';
-import { $, el, svg, fmtInt, fmtNum, debounce, clampInt, MINUS } from '../dom.js';
+import { $, el, svg, fmtInt, fmtCount, fmtNum, debounce, clampInt, MINUS } from '../dom.js';
 import { t, has } from '../i18n.js';
 import { state, SNAP } from '../state.js';
 import { api, ApiFailure, latest, showError } from '../api.js';
 import { Heatmap } from '../heatmap.js';
 import { lineChart, marker } from '../linechart.js';
-import { OKABE, DASHES, MARKERS, scaleFor, colourOf, rgbCss } from '../colours.js';
+import { OKABE, DASHES, MARKERS, scaleFor, colourOf, rgbCss, signedScale } from '../colours.js';
 
 // the display name of a bias-view entry: the translated name, else the registry name
 function schemeLabel(e) {
@@ -185,7 +185,7 @@ export function create() {
     const masked = data.causal ? (i, j) => j > i : null;
     const flat = [];
     data.matrix.forEach((r, i) => r.forEach((v, j) => { if (!(data.causal && j > i)) flat.push(v); }));
-    hm.draw({ matrix: data.matrix, labels: data.tokens, scale: scaleFor(flat, 'diverging'), masked, unit: 'logit', aria: $('#v2-hm-cap').textContent });
+    hm.draw({ matrix: data.matrix, labels: data.tokens, scale: signedScale(flat), masked, unit: 'logit', aria: $('#v2-hm-cap').textContent });
     refreshReadout();
     const curve = $('#v2-curve'), auxWrap = $('#v2-aux-wrap'), gates = $('#v2-gates');
     $('#v2-buckets').replaceChildren();
@@ -222,7 +222,7 @@ export function create() {
     }
     const ps = $('#v2-params');
     ps.replaceChildren(el('p', { class: 'hint' }, t('v2.scale', { s: fmtNum(data.scale, 5), c: data.content_dim })));
-    ps.append(el('p', { class: 'hint' }, data.learned_params > 0 ? t('v2.learned', { seed: data.seed, p: data.learned_params }) : t('v2.fixed')));
+    ps.append(el('p', { class: 'hint' }, data.learned_params > 0 ? t('v2.learned', { seed: data.seed, p: fmtCount(data.learned_params) }) : t('v2.fixed')));
     if (data.paper) ps.append(el('p', { class: 'hint' }, t('v2.paper') + ': ', el('a', { href: data.paper, rel: 'noopener noreferrer', target: '_blank' }, data.paper)));
   }
   function render() {
@@ -235,9 +235,8 @@ export function create() {
     const signs = new Set(flat.filter((v) => v !== null && v !== 0).map((v) => Math.sign(v)));
     let scale;
     if (data.values === 'bias' && signs.size > 1) scale = scaleFor(flat, 'diverging');
-    else if (data.values === 'bias') {  // one-signed (ALiBi, KERPLE: all <= 0): a one-sided scale that ends at 0
-      const sc = scaleFor(flat, 'sequential');
-      scale = signs.has(1) ? { kind: 'sequential', lo: 0, hi: sc.hi } : { kind: 'sequential', lo: sc.lo, hi: 0 };
+    else if (data.values === 'bias') {  // one-signed (ALiBi, KERPLE: all <= 0): half of T5's RdBu, ending at 0
+      scale = signedScale(flat);
     } else scale = scaleFor(flat, data.values === 'bucket' && signs.has(-1) ? 'diverging' : 'sequential');
     hm.draw({
       matrix: data.matrix, scale,
@@ -299,7 +298,7 @@ export function create() {
     }
     if (data.learned_params !== undefined) {
       const key = data.learned_params > 0 ? (data.values_from === 'trained' ? 'v2.learned_trained' : 'v2.learned') : 'v2.fixed';
-      ps.append(el('p', { class: 'hint', id: 'v2-learned' }, t(key, { seed: data.seed, p: data.learned_params })));
+      ps.append(el('p', { class: 'hint', id: 'v2-learned' }, t(key, { seed: data.seed, p: fmtCount(data.learned_params) })));
     }
     if (data.paper) ps.append(el('p', { class: 'hint' }, t('v2.paper') + ': ', el('a', { href: data.paper, rel: 'noopener noreferrer', target: '_blank' }, data.paper)));
     // bucket table

@@ -6,7 +6,7 @@ import { t, has } from '../i18n.js';
 import { state, SNAP } from '../state.js';
 import { api, latest, showError } from '../api.js';
 import { Heatmap } from '../heatmap.js';
-import { scaleFor } from '../colours.js';
+import { scaleFor, signedScale } from '../colours.js';
 
 const PANEL = ['max_len', 'd_model', 'k', 'head_dim', 'n_heads', 'buckets'];
 
@@ -156,7 +156,7 @@ export function create() {
     const zero = data.position.every((r) => r.every((v) => v === 0));
     const common = { labels: data.tokens, masked, showValues: true };
     maps.content.draw(Object.assign({ matrix: data.content, scale: scaleFor(flat(data.content), 'diverging'), unit: 'logit', aria: t('v0.content') }, common));
-    maps.position.draw(Object.assign({ matrix: data.position, scale: scaleFor(flat(data.position), 'diverging'), unit: 'logit', aria: t('v0.position') }, common));
+    maps.position.draw(Object.assign({ matrix: data.position, scale: signedScale(flat(data.position)), unit: 'logit', aria: t('v0.position') }, common));
     maps.logits.draw(Object.assign({ matrix: logitsOf(), scale: scaleFor(flat(logitsOf()), 'diverging'), unit: 'logit', aria: t('v0.logits') }, common));
     maps.probs.draw(Object.assign({ matrix: probsOf(), scale: { kind: 'sequential', lo: 0, hi: 1 }, aria: t('v0.probs') }, common));
     $('#v0-position-cap').textContent = t('v0.position') + (zero ? ' — ' + t('v0.zero') : '');

@@ -65,9 +65,12 @@ export function create() {
       box.append(b);
     }
     if (focusIdx !== null) { const f = box.querySelector(`[data-j="${focusIdx}"]`); if (f) f.focus(); }
+    // counted words agree with their numbers ("1 row", "one of them saturates")
+    const nrows = k === null ? null : 2 * k + 1;
     $('#v1-readout').textContent = t('v1.readout', {
       i: i, tok: data.tokens[i], lo: fmtInt(lo), hi: fmtInt(hi), k: k === null ? '∞' : k, nsat: nsat,
-      rows: k === null ? '—' : 2 * k + 1
+      sat: t(nsat === 0 ? 'v1.sat_0' : nsat === 1 ? 'v1.sat_1' : 'v1.sat_n', { n: nsat }),
+      rows: nrows === null ? '—' : t(nrows === 1 ? 'v1.rows_1' : 'v1.rows_n', { r: nrows })
     });
     // a compact table: j, d, clipped, table row -- cut into blocks of columns that fit the width
     const rows = [['v1.row_j', (j) => String(j)], ['v1.row_d', (j) => fmtInt(data.offsets[i][j])]];
