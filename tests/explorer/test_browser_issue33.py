@@ -494,3 +494,27 @@ def test_one_signed_terms_share_t5s_palette_and_counts_have_separators(view, ser
     page.select_option("#v2-scheme", big[0])
     page.wait_for_function("(s) => document.querySelector('#v2-learned') && document.querySelector('#v2-learned').textContent.includes(s)",
                            arg=f"{big[1]:,}")
+
+
+def test_chinese_errors_name_fields_by_label_and_follow_a_language_switch(view, tmp_path):
+    page, watch = view("extrap")
+    watch.allowed_errors.append("status of 400")
+    page.wait_for_selector("#v4-legend li")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"version": 1, "runs": [{"seed": [1]}]}')
+    page.set_input_files("#v4-file", str(bad))
+    page.wait_for_selector("#v4-error:not([hidden])")
+    english = page.text_content("#v4-error")
+    page.click(".lang button[data-lang=zh]")
+    page.wait_for_function("(e) => document.querySelector('#v4-error').textContent !== e", arg=english)
+    zh = page.text_content("#v4-error")
+    assert any("\u4e00" <= ch <= "\u9fff" for ch in zh) and "must be" not in zh
+    # a costly DPB names its options in Chinese, not as opt.hidden / opt.depth
+    page.click("#tab-bias")
+    page.select_option("#v2-scheme", "dpb")
+    page.wait_for_selector("#v2-opt-hidden")
+    page.fill("#v2-opt-hidden", "4096")
+    page.fill("#v2-opt-depth", "16")
+    page.wait_for_selector("#v2-error:not([hidden])")
+    text = page.text_content("#v2-error")
+    assert "opt.hidden" not in text and "opt.depth" not in text and "隐藏层" in text

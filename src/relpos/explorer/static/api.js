@@ -52,8 +52,14 @@ export function errorText(err) {
   const msg = info.error || String(err);
   if (!info.code || info.code === 'snapshot_miss') return msg;  // made by the page: already translated
   const num = (v) => (typeof v === 'number' ? fmtNum(v, 4) : v);
+  // a field is named by its label in the page's language (opt.hidden -> "MLP 隐藏层宽度"), never raw
+  const label = (f) => {
+    if (!f || state.lang === 'en') return f || '';
+    for (const key of [f, 'opt.' + f.replace(/^opt\./, ''), 'field.' + f]) if (hasIn(state.lang, key)) return '“' + t(key) + '”';
+    return f;
+  };
   const vars = {
-    msg, field: info.field || '', fields: (info.fields || []).join(', '), limit: num(info.limit),
+    msg, field: label(info.field), fields: (info.fields || []).map(label).join(', '), limit: num(info.limit),
     unit: info.unit ? t('unit.' + info.unit) : '', value: num(info.value)
   };
   const withValue = info.value !== null && info.value !== undefined;
@@ -69,7 +75,13 @@ export function showError(view, err) {
   // while a view shows an error its plots are from an earlier answer: fade them so none is read as current
   const vis = box.closest('.visual');
   if (vis) vis.classList.toggle('stale', !!err);
+  box._err = err || null;  // kept, so a language switch rewrites the message (relabelErrors)
   if (!err) { box.hidden = true; box.textContent = ''; return; }
   box.textContent = errorText(err);
   box.hidden = false;
+}
+
+// after a language switch: every error on the page is rewritten in the new language
+export function relabelErrors() {
+  document.querySelectorAll('.error').forEach((box) => { if (box._err && !box.hidden) box.textContent = errorText(box._err); });
 }

@@ -4,7 +4,7 @@
 import { $, el, debounce } from './dom.js';
 import { t, I18N } from './i18n.js';
 import { state, SNAP } from './state.js';
-import { api, errorText } from './api.js';
+import { api, errorText, relabelErrors } from './api.js';
 import * as compose from './views/compose.js';
 import * as offsets from './views/offsets.js';
 import * as bias from './views/bias.js';
@@ -35,6 +35,7 @@ function applyLang() {
     }
   }
   for (const v of Object.values(VIEWS)) if (v.relabel) v.relabel();
+  relabelErrors();
 }
 
 // ---------------------------------------------------------------- tabs
