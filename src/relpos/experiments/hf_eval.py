@@ -262,8 +262,9 @@ def _lm_task(spec: dict, L0: int, lengths: list[int], corpus=None):
     """The language-modelling task on the corpus tokenized with the model's tokenizer (size checked first)."""
     from relpos.corpus.lm import CorpusLanguageModelling
 
+    # n_val=1: a zero-shot evaluation has no early stopping, so the validation split needs no windows
     opts = {"train_len": L0, "eval_lengths": lengths, "eval_tokens": spec["eval_tokens"], "blocks": spec["blocks"],
-            "target_len": spec["target_len"], "max_eval_tokens": spec["max_eval_tokens"]}
+            "target_len": spec["target_len"], "max_eval_tokens": spec["max_eval_tokens"], "n_val": 1}
     if corpus is not None:
         return CorpusLanguageModelling(corpus, **opts)
     c = spec["corpus"]
