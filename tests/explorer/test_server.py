@@ -196,18 +196,35 @@ def test_trickled_request_is_dropped_although_each_byte_is_in_time(serve):
 
 
 def test_connections_are_bounded_and_busy_is_a_503_not_a_hang(serve):
+    """Half-sent requests hold no computing slot (issue 29); requests that are computing do, and a
+    request that finds them all taken waits connection_wait_s, then gets a 503."""
     lim = Limits(max_connections=3, connection_wait_s=0.3, read_timeout_s=2.0)
-    srv = serve(Explorer(limits=lim))
+    ex = Explorer(limits=lim)
+    srv = serve(ex)
     host, port = srv.server_address[:2]
     idle = [socket.create_connection((host, port), timeout=10) for _ in range(3)]
     try:
         for s in idle:
-            s.sendall(b"GET /")  # half a request line holds a slot
+            s.sendall(b"GET /")  # half a request line: read by the reader, holds no slot
         time.sleep(0.3)
-        t0 = time.monotonic()
-        status, body = request(srv, "GET", "/api/offsets?text=a")
-        assert status == 503 and json.loads(body)["code"] == "busy" and time.monotonic() - t0 < 2
-        time.sleep(2.5)  # the idle ones hit the read deadline and free their slots
+        status, _ = request(srv, "GET", "/api/offsets?text=a")
+        assert status == 200
+        real_get, gate = ex.get, threading.Event()
+
+        def slow_get(route, params):
+            if params.get("text") == "slow":
+                gate.wait(10)
+            return real_get(route, params)
+
+        ex.get = slow_get
+        with ThreadPoolExecutor(3) as pool:
+            busy = [pool.submit(request, srv, "GET", "/api/offsets?text=slow") for _ in range(3)]
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            status, body = request(srv, "GET", "/api/offsets?text=a")
+            assert status == 503 and json.loads(body)["code"] == "busy" and time.monotonic() - t0 < 2
+            gate.set()
+            assert [f.result()[0] for f in busy] == [200, 200, 200]
         status, _ = request(srv, "GET", "/api/offsets?text=a")
         assert status == 200
     finally:

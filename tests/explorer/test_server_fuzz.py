@@ -154,3 +154,144 @@ def test_fuzz_every_route_no_5xx_and_bounded_memory(results_dir, checkpoint_dir)
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+# ------------------------------------------------- issue 29: half-sent requests, methods, slow sockets
+
+
+def _raw(port: int, data: bytes, *, timeout: float = 5.0) -> bytes:
+    """Send ``data`` on a fresh connection and read the answer until the server closes it."""
+    import socket
+
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def counted_server():
+    """A server whose Explorer counts the requests it computes."""
+    ex = Explorer(limits=Limits(read_timeout_s=3.0))
+    calls = []
+    real_get, real_post = ex.get, ex.post
+    ex.get = lambda route, params: (calls.append(("GET", route)), real_get(route, params))[1]
+    ex.post = lambda route, body, params: (calls.append(("POST", route)), real_post(route, body, params))[1]
+    srv = make_server(ex)
+    serve_in_thread(srv)
+    try:
+        yield srv, calls
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_half_sent_requests_are_never_dispatched_and_print_no_traceback(counted_server, capfd):
+    import socket
+
+    srv, calls = counted_server
+    port = srv.server_address[1]
+    host = f"Host: 127.0.0.1:{port}\r\n".encode()
+    halves = [
+        b"GET /api/info HTTP/1.1\r\n" + host,  # headers never finished
+        b"GET /api/offsets?text=a HTTP/1.1\r\n" + host + b"X-A: b",
+        b"POST /api/results HTTP/1.1\r\n" + host + b"Content-Length: 100\r\n\r\n" + b'{"version": 1',  # short body
+        b"GET /api/in",
+    ]
+    for k in range(60):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(halves[k % len(halves)])
+        if k % 2:
+            s.shutdown(socket.SHUT_WR)  # half-close: the server must still not answer a partial request
+            assert s.recv(100) == b""
+        s.close()
+    time.sleep(0.5)
+    assert calls == [], calls
+    whole = _raw(port, b"GET /api/info HTTP/1.1\r\n" + host + b"Connection: close\r\n\r\n")
+    assert whole.startswith(b"HTTP/1.1 200") and calls == [("GET", "info")]
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]
+
+
+def test_client_hanging_up_mid_answer_prints_no_traceback(counted_server, capfd):
+    import socket
+    import struct
+
+    srv, calls = counted_server
+    port = srv.server_address[1]
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        s.sendall(f"GET /api/attention?text=a%20b%20c HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+        s.close()
+    time.sleep(1.0)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipe" not in err and "ConnectionReset" not in err, err[-2000:]
+
+
+@pytest.mark.parametrize("method", ["TRACE", "CONNECT", "OPTIONS", "PUT", "DELETE", "PATCH", "PROPFIND", "FOO"])
+def test_unknown_methods_get_405(counted_server, method):
+    srv, calls = counted_server
+    port = srv.server_address[1]
+    target = f"127.0.0.1:{port}" if method == "CONNECT" else "/api/info"
+    out = _raw(port, f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 405"), head
+    assert b"Allow: GET, HEAD, POST" in head
+    assert json.loads(body)["error"] == "method not allowed"
+    assert calls == []
+
+
+def test_normal_requests_stay_fast_under_500_slow_sockets():
+    """500 sockets that trickle a request byte by byte (a slowloris) must not delay a normal request:
+    each of them is answered within 1 s (it took 9.6-19.1 s with 150 such sockets before)."""
+    import resource
+    import socket
+
+    n = 500
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 2 * n + 256  # both ends live in this process
+    if soft < want:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            pytest.skip(f"needs {want} open files, the limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    srv = make_server(Explorer())
+    serve_in_thread(srv)
+    port = srv.server_address[1]
+    slow = []
+    try:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(b"G")
+            slow.append(s)
+        latencies = []
+        line = b"ET /api/info HTTP/1.1\r\nX-Slow: "
+        for rnd in range(6):  # about 3 s: every slow socket sends one more byte each round
+            for s in slow:
+                try:
+                    s.send(line[rnd: rnd + 1])
+                except OSError:
+                    pass
+            t0 = time.monotonic()
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.request("GET", "/api/info", headers={"Host": f"127.0.0.1:{port}"})
+            r = c.getresponse()
+            r.read()
+            c.close()
+            latencies.append(time.monotonic() - t0)
+            assert r.status == 200
+            time.sleep(0.4)
+        print(f"latency of /api/info under {n} slow sockets: max {max(latencies):.3f} s")
+        assert max(latencies) < 1.0, latencies
+    finally:
+        for s in slow:
+            s.close()
+        srv.shutdown()
+        srv.server_close()
