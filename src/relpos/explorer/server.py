@@ -30,13 +30,10 @@ Safety:
 
 from __future__ import annotations
 
-import collections
 import errno
 import io
 import ipaddress
 import json
-import re
-import selectors
 import socket
 import sys
 import threading
@@ -49,6 +46,7 @@ from importlib import resources
 from urllib.parse import parse_qsl, urlsplit
 
 from relpos.explorer.api import ApiError, Explorer
+from relpos.explorer.connections import Conn, Reader, close_socket, reject
 
 __all__ = ["BindError", "ExplorerServer", "make_server", "serve", "serve_in_thread", "STATIC_FILES",
            "static_text", "resolve"]
@@ -169,7 +167,7 @@ class ExplorerServer(ThreadingHTTPServer):
         self._deadlines: dict[socket.socket, float] = {}
         self._deadline_lock = threading.Lock()
         self._closing = threading.Event()
-        self._reader = _Reader(self)
+        self._reader = Reader(self)
         host, port = address
         self.address_family, sockaddr = resolve(host, port)
         try:
@@ -205,7 +203,7 @@ class ExplorerServer(ThreadingHTTPServer):
 
         A request that is already whole (the usual case for a local client) is dispatched here and now.
         """
-        conn = _Conn(request, client_address, time.monotonic() + self.explorer.limits.read_timeout_s)
+        conn = Conn(request, client_address, time.monotonic() + self.explorer.limits.read_timeout_s)
         try:
             request.setblocking(False)
             state = conn.read_available(self.explorer.limits)
@@ -216,11 +214,11 @@ class ExplorerServer(ThreadingHTTPServer):
         elif state in ("ready", "more"):
             self._reader.add(conn, ready=state == "ready")
         elif state == "too_large":
-            _reject(conn, 431, "the request head is too large")
+            reject(conn, 431, "the request head is too large")
         else:
-            _close(request)  # went away before a whole request arrived: nothing is dispatched
+            close_socket(request)  # went away before a whole request arrived: nothing is dispatched
 
-    def _start(self, conn: "_Conn") -> None:
+    def _start(self, conn: "Conn") -> None:
         """Compute ``conn``'s request in a handler thread; a slot is already held."""
         # the slot is released exactly once: by the handler thread when it ends, or here if starting
         # it was interrupted (Ctrl+C can arrive while Thread.start waits for the thread; releasing
@@ -255,7 +253,7 @@ class ExplorerServer(ThreadingHTTPServer):
                 conn.rearm(time.monotonic() + self.explorer.limits.idle_timeout_s)
                 self._reader.add(conn, ready=False)
             else:
-                _close(conn.sock)
+                close_socket(conn.sock)
 
     def watch(self, sock: socket.socket, seconds: float) -> None:
         """Drop ``sock`` unless :meth:`unwatch` is called within ``seconds``."""
@@ -285,229 +283,6 @@ class ExplorerServer(ThreadingHTTPServer):
         super().server_close()
 
 
-_HEAD_END = re.compile(rb"\r?\n\r?\n")
-_CONTENT_LENGTH = re.compile(rb"^content-length[ \t]*:[ \t]*([0-9]{1,18})[ \t]*\r?$", re.I | re.M)
-_EXPECT_CONTINUE = re.compile(rb"^expect[ \t]*:[ \t]*100-continue[ \t]*\r?$", re.I | re.M)
-#: Largest request line plus headers read before the request is refused (431).
-MAX_HEAD_BYTES = 64 * 1024
-
-
-class _Conn:
-    """A connection being read: its socket, the bytes so far, and the time its request must be whole by."""
-
-    __slots__ = ("sock", "addr", "buf", "deadline", "ready_at", "need", "continued")
-
-    def __init__(self, sock: socket.socket, addr, deadline: float) -> None:
-        self.sock, self.addr, self.deadline = sock, addr, deadline
-        self.buf = bytearray()
-        self.ready_at = 0.0
-        self.need = 0  # bytes of buf that make the request (head + body) once it is whole
-        self.continued = False
-
-    def rearm(self, deadline: float) -> None:
-        """After an answer on a kept-alive connection: keep what the client sent beyond the request."""
-        del self.buf[: self.need]
-        self.need, self.deadline, self.continued = 0, deadline, False
-
-    def state(self, lim) -> str:
-        """``"ready"`` (a whole request is in ``buf``), ``"more"`` or ``"too_large"``."""
-        m = _HEAD_END.search(self.buf, 0, MAX_HEAD_BYTES + 4)
-        if m is None:
-            return "too_large" if len(self.buf) > MAX_HEAD_BYTES else "more"
-        head = bytes(self.buf[: m.end()])
-        cl = _CONTENT_LENGTH.search(head)
-        length = int(cl.group(1)) if cl else 0
-        if length > lim.max_body_bytes:  # the handler answers 413 from the head alone
-            length = 0
-        if len(self.buf) >= m.end() + length:
-            self.need = m.end() + length
-            return "ready"
-        if not self.continued and len(self.buf) == m.end() and _EXPECT_CONTINUE.search(head):
-            self.continued = True  # the client waits for this before it sends the body
-            try:
-                self.sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
-            except OSError:
-                pass
-        return "more"
-
-    def read_available(self, lim) -> str:
-        """Read what the socket holds now (non-blocking); the :meth:`state`, or ``"gone"``."""
-        if self.state(lim) == "ready":  # e.g. a second request already sent on a kept-alive connection
-            return "ready"
-        while True:
-            try:
-                data = self.sock.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                return self.state(lim)
-            except OSError:
-                return "gone"
-            if not data:
-                return "gone"  # closed before the request was whole: never dispatched
-            self.buf += data
-            st = self.state(lim)
-            if st != "more":
-                return st
-
-
-def _close(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    try:
-        sock.close()
-    except OSError:  # pragma: no cover
-        pass
-
-
-def _reject(conn: _Conn, status: int, message: str) -> None:
-    """Answer a short JSON error from the reader thread and close (never blocks for long)."""
-    reason = {503: "Service Unavailable", 431: "Request Header Fields Too Large"}.get(status, "Error")
-    code = "busy" if status == 503 else "too_large"
-    body = json.dumps({"error": message, "code": code}).encode()
-    extra = b"Retry-After: 1\r\n" if status == 503 else b""
-    try:
-        conn.sock.settimeout(0.05)
-        conn.sock.sendall(b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n%sConnection: close\r\n"
-                          b"Content-Length: %d\r\n\r\n" % (status, reason.encode(), extra, len(body)) + body)
-    except OSError:
-        pass
-    _close(conn.sock)
-
-
-class _Reader:
-    """One thread that reads every connection until its request is whole, then dispatches it.
-
-    Connections waiting for bytes cost a file descriptor and a few bytes, never a thread; each must
-    deliver its whole request by its deadline or is closed; at most ``Limits.listen_backlog`` wait
-    (a new one pushes out the one that has waited longest). Whole requests wait for a computing slot
-    for up to ``Limits.connection_wait_s``, then get a 503.
-    """
-
-    def __init__(self, server: "ExplorerServer") -> None:
-        self.server = server
-        self.sel = selectors.DefaultSelector()
-        self.lock = threading.Lock()
-        self.inbox: list[tuple[_Conn, bool]] = []
-        self.waiting: dict[socket.socket, _Conn] = {}
-        self.ready: collections.deque[_Conn] = collections.deque()
-        self._r, self._w = socket.socketpair()
-        self._r.setblocking(False)
-        self._w.setblocking(False)
-        self.sel.register(self._r, selectors.EVENT_READ, None)
-
-    def add(self, conn: _Conn, *, ready: bool) -> None:
-        with self.lock:
-            self.inbox.append((conn, ready))
-        self.wake()
-
-    def wake(self) -> None:
-        try:
-            self._w.send(b"x")
-        except OSError:  # full (a wake-up is pending anyway) or closed
-            pass
-
-    def _drop(self, conn: _Conn) -> None:
-        if self.waiting.pop(conn.sock, None) is not None:
-            try:
-                self.sel.unregister(conn.sock)
-            except (KeyError, ValueError, OSError):
-                pass
-        _close(conn.sock)
-
-    def _take_inbox(self, now: float) -> None:
-        with self.lock:
-            new, self.inbox = self.inbox, []
-        lim = self.server.explorer.limits
-        for conn, ready in new:
-            if ready:
-                conn.ready_at = now
-                self.ready.append(conn)
-                continue
-            st = "more"
-            try:
-                conn.sock.setblocking(False)
-                st = conn.read_available(lim)
-            except OSError:
-                st = "gone"
-            if st == "ready":
-                conn.ready_at = now
-                self.ready.append(conn)
-            elif st == "more":
-                while len(self.waiting) >= max(1, lim.listen_backlog):
-                    self._drop(min(self.waiting.values(), key=lambda c: c.deadline))
-                self.waiting[conn.sock] = conn
-                self.sel.register(conn.sock, selectors.EVENT_READ, conn)
-            elif st == "too_large":
-                _reject(conn, 431, "the request head is too large")
-            else:
-                _close(conn.sock)
-
-    def _dispatch(self, now: float) -> None:
-        lim = self.server.explorer.limits
-        while self.ready:
-            if self.server._slots.acquire(blocking=False):
-                self.server._start(self.ready.popleft())
-            elif now - self.ready[0].ready_at > lim.connection_wait_s:
-                _reject(self.ready.popleft(), 503, "the explorer is busy (too many connections); try again")
-            else:
-                break
-
-    def run(self) -> None:
-        try:
-            while not self.server._closing.is_set():
-                try:
-                    self._once()
-                except Exception:  # pragma: no cover - a bug; keep reading and say so
-                    traceback.print_exc(file=sys.stderr)
-                    time.sleep(0.05)
-        finally:
-            for conn in list(self.waiting.values()):
-                self._drop(conn)
-            while self.ready:
-                _close(self.ready.popleft().sock)
-            self.sel.close()
-            self._r.close()
-            self._w.close()
-
-    def _once(self) -> None:
-        """One turn: take new connections, dispatch whole requests, read, drop the late ones."""
-        lim = self.server.explorer.limits
-        now = time.monotonic()
-        self._take_inbox(now)
-        self._dispatch(now)
-        nearest = min((c.deadline for c in self.waiting.values()), default=now + 0.25)
-        timeout = max(0.0, min(nearest - now, 0.25 if self.ready else 1.0))
-        for key, _ in self.sel.select(timeout):
-            conn = key.data
-            if conn is None:
-                try:
-                    while self._r.recv(4096):
-                        pass
-                except OSError:
-                    pass
-                continue
-            st = conn.read_available(lim)
-            if st == "more":
-                continue
-            try:
-                self.sel.unregister(conn.sock)
-            except (KeyError, ValueError, OSError):
-                pass
-            self.waiting.pop(conn.sock, None)
-            if st == "ready":
-                conn.ready_at = time.monotonic()
-                self.ready.append(conn)
-            elif st == "too_large":
-                _reject(conn, 431, "the request head is too large")
-            else:
-                _close(conn.sock)  # half-sent and closed: dropped, never dispatched
-        now = time.monotonic()
-        for conn in [c for c in self.waiting.values() if c.deadline < now]:
-            self._drop(conn)  # not whole in time (slow, idle or trickling): dropped unanswered
-        self._dispatch(now)
-
-
 def _bind_error(e: OSError, host: str, port: int) -> BindError:
     if e.errno == errno.EADDRINUSE:
         msg = f"port {port} on {host} is already in use; pick another --port, or 0 for a free one"
@@ -532,7 +307,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         # the reader has the whole request in memory: parse it from there, answer on the socket
-        conn: _Conn = self.request
+        conn: Conn = self.request
         self.request = self.connection = conn.sock
         self.rfile = io.BytesIO(bytes(conn.buf[: conn.need]))
         self.wfile = self.connection.makefile("wb", buffering=0)
