@@ -225,10 +225,11 @@ def ranking_markdown(results: dict, rk: dict | None = None) -> str:
         cells = [lab]
         for t in tasks:
             pt = rk["per_task"][t]
+            d = 3 if t == "lm" else 2  # LM ratios differ in the third digit
             if lab == pt["best"]:
-                cells.append(f"best ({pt['scores'][lab]:.2f})")
+                cells.append(f"best ({pt['scores'][lab]:.{d}f})")
             elif lab in pt["vs_best"]:
-                cells.append(_iv(pt["vs_best"][lab]))
+                cells.append(_iv(pt["vs_best"][lab], d))
             else:
                 k, n = rk["fitted"].get((t, lab), (0, 0))
                 cells.append(f"not ranked ({k}/{n} fitted)" if n else "-")
@@ -246,7 +247,8 @@ def ranking_markdown(results: dict, rk: dict | None = None) -> str:
             cells = [lab]
             for t in vt:
                 iv, n = rk["variants"][t].get(lab, (None, 0))
-                cells.append(_iv(iv) if iv is not None else ("-" if not n else f"{n} seed(s): not compared"))
+                cells.append(_iv(iv, 3 if t == "lm" else 2) if iv is not None
+                             else ("-" if not n else f"{n} seed(s): not compared"))
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
