@@ -285,6 +285,10 @@ def test_extrapolation_units_filters_glossary_and_unfitted_rows(learner, lang):
     rr = page.locator("#v4-legend button[data-label='rope+rand']")
     assert words[2] in rr.text_content() and "unfitted" in rr.get_attribute("class")
     assert rr.locator("line").get_attribute("stroke-dasharray")
+    # ... and dashed means only that: every fitted line is solid
+    dashed = page.evaluate("() => [...document.querySelectorAll('#v4-legend button')].filter(b => b.querySelector('line').getAttribute('stroke-dasharray')).map(b => b.dataset.label)")
+    assert set(dashed) == {b for b in dashed if page.locator(f"#v4-legend button[data-label='{b}']").get_attribute("class").endswith("unfitted")}
+    assert "transformer-xl" not in dashed
     # glossary of row names
     page.click("#v4-glossary summary")
     assert "rope+rand-sampled" in page.text_content("#v4-glossary-list")

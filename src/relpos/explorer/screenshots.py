@@ -1,11 +1,11 @@
 """Screenshots of every explorer view at 1280x800, for the docs and the README.
 
 Run ``python -m relpos.explorer.screenshots`` (needs Playwright and a Chromium;
-``/usr/bin/chromium`` by default). Without ``--checkpoint`` it trains a tiny
-byte-level model for a few hundred steps on Python's standard library so the
-attention-map view has something to show; without ``--results`` the
-extrapolation view is shot in its empty state (pass a ``relpos compare``
-folder for real curves). ``--only NAME,...`` retakes some of the shots (no
+``/usr/bin/chromium`` by default). Views 0 and 5 show the trained models that
+ship with relpos (``relpos/explorer/data/models``); only when none ships and no
+``--checkpoint`` is given does it train a tiny byte-level model for a few hundred
+steps. View 4 shows the documented results that ship with relpos (or the
+``--results`` folders given first). ``--only NAME,...`` retakes some of the shots (no
 model is trained unless view 5 is among them). The test suite never runs this.
 """
 
@@ -17,11 +17,11 @@ import tempfile
 from pathlib import Path
 
 VIEWS = (("0-compose", "compose"), ("1-relative-distance", "offsets"), ("2-bias-matrices", "bias"), ("2b-content-fox", "bias:fox"),
-         ("3-absolute-vs-relative", "shift"), ("4-extrapolation", "extrap"), ("5-attention-maps", "attn"))
-#: (file name, view[:scheme of view 2], language, window width) of every shot
-SHOTS = tuple((name, view, "en", 1280) for name, view in VIEWS) + (
-    ("zh-0-compose", "compose", "zh", 1280), ("zh-1-relative-distance", "offsets", "zh", 1280), ("zh-2-bias-matrices", "bias", "zh", 1280),
-    ("zh-2b-content-fox", "bias:fox", "zh", 1280), ("narrow-1-relative-distance", "offsets", "en", 400))
+         ("2c-rope-geometry", "bias:rope-geometry"), ("3-absolute-vs-relative", "shift"), ("4-extrapolation", "extrap"),
+         ("5-attention-maps", "attn"))
+#: (file name, view[:scheme of view 2], language, window width) of every shot: every view in both languages
+SHOTS = tuple((name, view, "en", 1280) for name, view in VIEWS) + tuple(
+    ("zh-" + name, view, "zh", 1280) for name, view in VIEWS) + (("narrow-1-relative-distance", "offsets", "en", 400),)
 
 
 def train_demo_checkpoint(out: Path, steps: int, scheme: str = "alibi") -> Path:
@@ -50,6 +50,10 @@ def _prepare(page, view: str) -> None:
         page.evaluate("window.scrollTo(0, 0)")
     elif view == "offsets":
         page.click("#v1-tokens .tok[data-j='3']")
+    elif view == "bias:rope-geometry":  # view 2's RoPE section
+        page.wait_for_selector("#rope-circles .rope-pair")
+        page.wait_for_selector("#rope-freqs svg")
+        page.evaluate("document.querySelector('#v2-rope').scrollIntoView()")
     elif view.startswith("bias:"):  # a content-dependent scheme on its example sentence
         page.wait_for_function("() => document.querySelector('#v2-hm-cap').textContent.length > 0")
         page.select_option("#v2-scheme", view.split(":", 1)[1])
@@ -72,6 +76,7 @@ def _prepare(page, view: str) -> None:
         page.wait_for_selector("#v3-rows canvas")
         page.hover("#v3-rows canvas[data-key='absolute-diff']", position={"x": 120, "y": 80})
     elif view == "extrap":
+        page.wait_for_selector("#v4-legend li")
         page.wait_for_timeout(300)
     elif view == "attn":
         page.wait_for_selector("#v5-thumbs .thumb")
@@ -143,8 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     from relpos.explorer.server import make_server, serve_in_thread
 
     with tempfile.TemporaryDirectory(prefix="relpos-shots-") as tmp:
+        from relpos.explorer.models import shipped_model_dirs
+
         ckpts = args.checkpoint
-        if not ckpts and need_model:
+        if not ckpts and need_model and not shipped_model_dirs():
             ckpts = [str(train_demo_checkpoint(Path(tmp) / "demo-alibi", args.train_steps))]
         srv = make_server(Explorer(results=args.results, checkpoints=ckpts))
         serve_in_thread(srv)

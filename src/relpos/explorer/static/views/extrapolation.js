@@ -84,7 +84,7 @@ export function create() {
       return {
         label: s.label, xs: s.points.map((p) => p.eval_len), ys: s.points.map((p) => p.mean),
         band: s.seeds > 1 ? [s.points.map((p) => p.min), s.points.map((p) => p.max)] : null,
-        colour: st.colour, marker: st.marker, dash: unfit ? '5 4' : st.dash, width: unfit ? 1.6 : 2.2,
+        colour: st.colour, marker: st.marker, dash: unfit ? '5 4' : '', width: unfit ? 1.6 : 2.2,  // dashed means "not fitted", nothing else
         opacity: unfit ? 0.75 : 1, family: s.family || 'other', fitted: s.fitted, fittedRows: s.fitted_rows, rows: s.rows
       };
     });
