@@ -522,3 +522,15 @@ def test_chinese_errors_name_fields_by_label_and_follow_a_language_switch(view, 
     page.wait_for_selector("#v2-error:not([hidden])")
     text = page.text_content("#v2-error")
     assert "opt.hidden" not in text and "opt.depth" not in text and "隐藏层" in text
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_transformer_xl_has_a_formula_and_no_caption_over_an_empty_area(view, lang):
+    page, _ = view("bias")
+    page.wait_for_selector("#v2-learned")
+    if lang == "zh":
+        page.click(".lang button[data-lang=zh]")
+    page.select_option("#v2-scheme", "transformer-xl")
+    page.wait_for_function("() => document.querySelector('#v2-scheme-text').textContent.includes('W_R')")
+    page.wait_for_function("() => document.querySelector('#v2-curve-cap').hidden")
+    assert page.is_hidden("#v2-curve-cap")

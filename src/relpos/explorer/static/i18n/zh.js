@@ -144,6 +144,7 @@ export default {
   'scheme.t5': 'T5 分桶', 'scheme.log2': '简化的 log2 分桶', 'scheme.alibi': 'ALiBi',
   'scheme.kerple-log': 'KERPLE（对数核）', 'scheme.kerple-power': 'KERPLE（幂核）', 'scheme.fire': 'FIRE',
   'scheme.sandwich': 'Sandwich', 'scheme.shaw': 'Shaw 键表的行范数',
+  'x.transformer-xl': 'Transformer-XL（Dai 等人，2019）在 d = j − i 时加上 score(i, j) = (u · k_j + (q_i + v) · W_R R_{−d}) / √D：每个键的内容偏置 u、位置偏置 v，以及距离的正弦向量 R 经可学习矩阵 W_R 投影。热力图显示输入文本上的这一整项；它随词元（通过 q 和 k）和 j − i 变化，而不会单独随 i 变化。',
   'x.t5': 'T5 为每个桶、每个头各学一个数。精确区间内的偏移（|d| < n/2，n 为每个方向的桶数）各占一个桶；更远的偏移按对数间隔合并进越来越宽的桶，直到最大距离，再远的全部落入最后一个桶。双向注意力为 d > 0 另设一套桶；因果注意力把所有后面的键都放进 0 号桶。选“初始值”时，可学习数值是按种子生成的随机初始值，所以颜色相同的条带就是一个桶；选“训练后”时，是语言模型学到的值。选择“桶编号”可直接看编号。',
   'f.t5': 'b(i, j) = T[bucket(j − i), h]；当 |d| < n/2 时 bucket(d) = |d|，否则 bucket(d) = min(n − 1, n/2 + ⌊ln(|d| / (n/2)) / ln(max_distance / (n/2)) · (n − n/2)⌋)；双向时 d > 0 再加 n',
   'x.log2': '教学材料中常见的一种简化分桶：m 以内逐一精确，之后距离每翻一倍才多一个桶，并保留符号。它并不是 T5 的公式（T5 把对数桶一直铺到最大距离）；可以对比两者的边界表。因果模式下只区分 d ≤ 0。',

@@ -338,8 +338,10 @@ export function create() {
       if (data.gates) cap = t('v2.gates_cap', { h: data.head + 1 });
       else if (data.positions) cap = t('v2.aux_cope', { h: data.head + 1, cap: data.npos_max - 1 });
       else if (data.rel_index) cap = t('v2.aux_deberta', { s: data.span });
+      else if (data.content) cap = '';  // a content term with nothing more to draw (Transformer-XL): no caption over an empty area
       else cap = data.curve_row !== undefined ? t('v2.curve_row', { what, i: data.curve_row }) : t('v2.curve_cap', { what });
       $('#v2-curve-cap').textContent = cap;
+      $('#v2-curve-cap').hidden = !cap;
     }
   }
   function init() {
