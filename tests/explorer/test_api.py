@@ -485,6 +485,7 @@ def test_info(ex):
     assert keys[:3] == ["t5", "log2", "alibi"]
     t5 = info["bias_schemes"][0]
     assert {o["name"] for o in t5["options"]} >= {"num_buckets", "max_distance"}
-    assert info["results"] == [{"index": 0, "label": Path(info["results"][0]["label"]).name}]
+    assert info["results"] == [{"index": 0, "label": Path(info["results"][0]["label"]).name, "bundled": False,
+                                "preset": None}]
     assert info["checkpoints"][0]["scheme"] == "alibi"
     assert info["limits"]["max_len"] == Limits().max_len
