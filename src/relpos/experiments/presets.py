@@ -8,10 +8,12 @@
   rule than the full preset's (about half the steps, a loss about 0.1 nats
   higher), and copy keeps L = 8 (see :data:`_ALGO_QUICK`). Its learning-rate grid is equal
   for every scheme and small: each task's one rate (6e-3 for language modelling, 2e-3 for copy).
-  **Estimated 11-13 minutes on 2 idle cores** (protocol 3, not measured end to end): its 16 runs took
-  1,110-1,398 CPU-seconds under protocol 2 (9.9-12.1 min measured end to end); protocol 3 trains them the same
-  way and adds evaluation only (the attention span over 32 windows instead of 4, far-position buckets,
-  per-example scores, each view's validation score, the corpus identity): about 100-200 CPU-seconds more.
+  **Estimated 11-14 minutes on 2 idle cores** (protocol 3, not measured end to end): its 16 runs took
+  1,110-1,398 CPU-seconds under protocol 2 (9.9-12.1 min measured end to end); protocol 3 trains copy the same
+  way and adds evaluation (the attention span over 32 windows instead of 4, far-position buckets, per-example
+  scores, each view's validation score, the corpus identity) and new LM splits: one RoPE language model (with its
+  four scalings) took 147 CPU-seconds on the shared host (1,625 steps, fitted), about 105 idle, against 72 on
+  average under protocol 2: about 1,300-1,600 CPU-seconds in all.
   ``--add-schemes shaw,learned,sandwich`` adds the rest of the benchmark's schemes (about 3.5 minutes more).
 * ``ci`` -- a **smoke test**: the benchmark's eleven schemes, few steps, short lengths; under
   two minutes. Its numbers come from models that have not fitted and carry no
@@ -28,7 +30,7 @@
   The numbers in ``docs/results.md``.
 * ``scale`` -- the scale check (:mod:`relpos.experiments.scale`): the eight default schemes on language
   modelling at d_model 64 / 128 / 256 (about 0.12M / 0.43M / 1.65M parameters) and training lengths 64 and 256,
-  three seeds, 1,200 fixed steps of 1,024 bytes, one rate for all. **Estimated 6-8.5 CPU-hours** (see
+  three seeds, 1,000 fixed steps of 1,024 bytes, one rate for all. **Estimated 5-7.5 CPU-hours** (see
   :func:`scale_cell`).
 
 Each factory returns a fresh :class:`~relpos.experiments.config.ExperimentConfig`;
@@ -191,16 +193,19 @@ SCALE_TRAIN_LENS = (64, 256)
 _SCALE_TOKENS = 1024
 #: Training steps of every scale run: a fixed budget (cosine schedule, no early stopping), the same for every
 #: size, scheme and training length; the gate is the LM one (the validation loss flattened by the end).
-SCALE_STEPS = 1200
+SCALE_STEPS = 1000
 
 
 def scale_cell(d_model: int = 64, train_len: int = 64) -> ExperimentConfig:
     """One cell of the ``scale`` preset: the default preset's eight schemes on language modelling only, three
     seeds, at one model width and one training length (see :mod:`relpos.experiments.scale`).
 
-    Cost (measured; see :mod:`relpos.experiments.scale` for the total): about 0.06 / 0.12 / 0.33 s of CPU per
-    training step at d_model 64 / 128 / 256 on this 2-core host while shared (steps of 1,024 bytes at either
-    training length), so one run of 1,200 steps takes about 75 / 150 / 400 CPU-seconds plus its evaluation.
+    Cost, measured on this project's 2-core host on 2026-12-02 while it was shared (load 11-22; CPU time, which
+    such sharing inflates by roughly 1.3-1.5x): a training step took about 0.06 / 0.13 / 0.28 CPU-seconds at
+    d_model 64 / 128 / 256 (0.37 at d_model 256 with 256-byte windows); a whole d_model-256, 256-byte job of 100
+    steps took 76 CPU-seconds, about 35 of them evaluation. So one run of 1,000 steps takes about 70 / 145 /
+    300-410 CPU-seconds, evaluation included, and the 144 runs about 27,000 CPU-seconds: **7.5 CPU-hours at
+    the shared host's speed, about 5-6 on idle cores** (2.5-3 hours of wall time with two workers).
     """
     cfg = _default()
     cfg.preset = "scale"

@@ -14,13 +14,8 @@ Spearman's rho between the schemes' mean scores of two sizes, with a bootstrap i
 (:func:`relpos.experiments.stats.spearman_interval`); the schemes whose rank moves by two places or more
 between the smallest and the largest model are named.
 
-**Cost** (measured on the shared 2-core host of this session, 2026-12-02; see the preset's
-:func:`~relpos.experiments.presets.scale_cell`): training steps took about 0.06 / 0.12 / 0.33 CPU-seconds at
-d_model 64 / 128 / 256, so the 144 runs take about 144 x 1,200 steps: 48 runs of each size,
-48 x (72 + 144 + 396) s = 29,400 CPU-seconds of training, plus evaluation (measured below, in
-:data:`MEASURED`): about 8.5 CPU-hours on that busy host; an idle host runs a step about 1.3-1.6x faster
-(the LM step measured idle on this page's hosts: 30-48 ms at d_model 64), so about 6 CPU-hours idle, 3 hours
-of wall time with two workers.
+**Cost**: about 7.5 CPU-hours at the speed of this project's shared 2-core host (measured per step and on one
+whole job; see :func:`relpos.experiments.presets.scale_cell`), about 5-6 on idle cores.
 """
 
 from __future__ import annotations
@@ -31,11 +26,7 @@ import statistics
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["cells", "cell_dir", "run_scale", "scale_summary", "scale_markdown", "MEASURED"]
-
-#: Measured runs of the scale preset (CPU-seconds of a whole job, training and evaluation), filled from
-#: ``/tmp`` probes of this session: {(d_model, train_len): seconds}.
-MEASURED: dict = {}
+__all__ = ["cells", "cell_dir", "run_scale", "scale_summary", "scale_markdown"]
 
 
 def cells() -> list[tuple[int, int]]:
@@ -140,12 +131,13 @@ def scale_summary(out: str | Path) -> dict:
 
 def scale_markdown(summary: dict) -> str:
     """``scale.md``: the scores per cell and the rank correlations between sizes."""
+    from relpos.experiments.presets import SCALE_STEPS
     from relpos.experiments.stats import CONFIDENCE
 
     lines = ["# Scale check: the LM ranking across model sizes", "",
              "Score: bits per byte at 8x the training length / at 1x (lower is better), mean over fitted seeds "
-             "(a scheme needs 2 fitted seeds of 3). Every run: 1,200 steps of 1,024 bytes, cosine schedule, "
-             "learning rate 3e-3 for every scheme and size (no per-size tuning).", ""]
+             f"(a scheme needs 2 fitted seeds of 3). Every run: {SCALE_STEPS:,} steps of 1,024 bytes, cosine "
+             "schedule, learning rate 3e-3 for every scheme and size (no per-size tuning).", ""]
     if not summary.get("complete"):
         lines += ["> Incomplete: not every cell has finished; rerun the same command to resume.", ""]
     cells_ = summary["cells"]
