@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lr-grid", type=_csv(float),
                    help="learning rates tried in order for algorithmic tasks; the first that fits is kept "
                         "(the full preset: 2e-3,1e-3,3e-3); 'none' for only --lr")
-    g.add_argument("--fit-target", type=float, help="held-out exact match at L that counts as fitted (default 0.95)")
+    g.add_argument("--fit-target", type=float, help="validation exact match at L that counts as fitted (default 0.95)")
     g.add_argument("--val-every", type=int, help="steps between in-distribution validations (default 100)")
     g.add_argument("--no-early-stop", action="store_true",
                    help="train every run for its full step budget (validation and the fit gate still apply)")

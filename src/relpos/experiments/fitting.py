@@ -118,7 +118,7 @@ class FitConfig:
                 return (flat + f", at a constant learning rate; then a linear cooldown over {self.lm_cooldown:.0%} "
                         "of the steps so far")
             return flat + "; stop then"
-        return (f"held-out exact match at lengths <= L checked every {self.val_every} steps; "
+        return (f"validation exact match at lengths <= L checked every {self.val_every} steps; "
                 f"stop after {self.confirm} consecutive checks >= {self.stop_at:g}")
 
     @property

@@ -377,8 +377,9 @@ def _fit_rule(cfg: dict) -> str:
     from relpos.experiments.fitting import FitConfig
 
     fit = FitConfig(**(cfg.get("fit") or {}))
-    grid = f"; learning rate chosen from {fit.lr_grid} (first that fits; the task's own rate first)" if fit.lr_grid else ""
-    return (f"algorithmic runs fitted when held-out exact match at L >= {fit.target} ({fit.criterion('algorithmic')}); "
+    grid = (f"; every rate of {fit.lr_grid} tried by every scheme, the best by validation kept" if fit.lr_grid
+            else "")
+    return (f"algorithmic runs fitted when validation exact match at L >= {fit.target} ({fit.criterion('algorithmic')}); "
             f"LM runs fitted when the {fit.criterion('lm')}{grid}")
 
 
