@@ -8,8 +8,9 @@ like any sweep. Every run trains a fixed budget of :data:`~relpos.experiments.pr
 1,024 bytes on a cosine schedule at one learning rate (3e-3) for every scheme and size: a compute-matched check,
 not the tuned protocol of the ``full`` preset.
 
-**Score.** Per run: bits per byte at the longest evaluation length (8x the training length) divided by bits
-per byte at the training length (window protocol; lower is better), over fitted runs. Per training length,
+**Score.** Per run the verdict's LM number: the far-position ratio (the loss on the last quarter of windows at
+the longest evaluation length, 8x the training length, over the last quarter of windows at the training length;
+lower is better), over fitted runs. Per training length,
 Spearman's rho between the schemes' mean scores of two sizes, with a bootstrap interval over seeds
 (:func:`relpos.experiments.stats.spearman_interval`); the schemes whose rank moves by two places or more
 between the smallest and the largest model are named.
@@ -66,20 +67,21 @@ def run_scale(out: str | Path, *, runner=None, workers: int = 2, threads: int = 
 
 
 def _scores(results: dict) -> dict[str, list[float]]:
-    """scheme -> per-seed score (longest / training-length bits per byte) of fitted base runs."""
-    from relpos.experiments.fitting import fitted_views, metric_at
+    """scheme -> per-seed score of fitted base runs: the verdict's LM number (the far-position ratio, or the
+    whole-window ratio for results without position buckets; :func:`relpos.experiments.ranking.seed_inputs`)."""
+    import numpy as np
+
+    from relpos.experiments.fitting import fitted_views
+    from relpos.experiments.ranking import seed_inputs
 
     out: dict[str, list[float]] = {}
     runs = results.get("runs") or []
     for r, ok in zip(runs, fitted_views(runs)):
         if r.get("task") != "lm" or r.get("variant") or not ok:
             continue
-        lens = sorted(m["eval_len"] for m in r.get("metrics") or [])
-        if not lens:
-            continue
-        far, base = metric_at(r, lens[-1], "bpb"), metric_at(r, r["train_len"], "bpb")
-        if far and base:
-            out.setdefault(r["scheme"], []).append(far / base)
+        inp, _ = seed_inputs(r, "lm")
+        if inp is not None and np.mean(inp["base"]) > 0:
+            out.setdefault(r["scheme"], []).append(float(np.mean(inp["far"]) / np.mean(inp["base"])))
     return out
 
 
@@ -135,7 +137,8 @@ def scale_markdown(summary: dict) -> str:
     from relpos.experiments.stats import CONFIDENCE
 
     lines = ["# Scale check: the LM ranking across model sizes", "",
-             "Score: bits per byte at 8x the training length / at 1x (lower is better), mean over fitted seeds "
+             "Score: the far-position ratio, loss on the last quarter of windows at 8x the training length / at 1x "
+             "(lower is better), mean over fitted seeds "
              f"(a scheme needs 2 fitted seeds of 3). Every run: {SCALE_STEPS:,} steps of 1,024 bytes, cosine "
              "schedule, learning rate 3e-3 for every scheme and size (no per-size tuning).", ""]
     if not summary.get("complete"):
