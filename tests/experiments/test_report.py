@@ -200,5 +200,9 @@ def test_far_position_table_and_corpus_identity_in_the_report(tmp_path):
     assert ratios["alibi"]["far"][0] == pytest.approx(1.0) and ratios["alibi"]["window"][0] == pytest.approx(1.0)
     text = text_tables(res)
     assert "far ratio" in text and "fixed-target ratio" in text
+    assert "attention span" not in text  # no run measured one
+    res["runs"][0]["span"] = {"8": {"median": 3.0, "max": 7, "windows": 32}, "16": {"median": 5.5, "max": 15}}
+    text = text_tables(res)
+    assert "attention span" in text and "16* median" in text and "16* max" in text
     write_report(res, tmp_path, [])
     assert "abababababababab" in (tmp_path / "report.md").read_text()

@@ -289,6 +289,22 @@ def far_table(results: dict, task: str = "lm"):
             {lab: {n: _stats(v) for n, v in sorted(d.items())} for lab, d in far.items()})
 
 
+def span_table(results: dict, task: str = "lm"):
+    """``(lengths, agg)``: ``agg[label][(n, "median" | "max")] = (mean, sd, seeds)`` of the effective span over
+    heads at window length ``n``; None when no run has one."""
+    acc: dict[str, dict[tuple[int, str], list]] = defaultdict(lambda: defaultdict(list))
+    for r in results["runs"]:
+        if r["task"] == task and isinstance(r.get("span"), dict):
+            cut = untrained_from(r)
+            for n, sp in r["span"].items():
+                for k in ("median", "max"):  # through untrained table rows: no number (shown n/a)
+                    acc[r["label"]][(int(n), k)].append(None if cut is not None and int(n) > cut else sp.get(k))
+    if not acc:
+        return None
+    ns = sorted({n for d in acc.values() for n, _ in d})
+    return ns, {lab: {key: _stats(v) for key, v in d.items()} for lab, d in acc.items()}
+
+
 def _table_rows(results: dict, task: str, view: tuple[dict, set[int]] | None = None):
     """(title, header, rows) tables for a task; each row carries its fit column. ``view``: :func:`shown_runs`
     of ``results`` when the caller has it already (one pass for every task)."""
@@ -315,7 +331,7 @@ def _table_rows(results: dict, task: str, view: tuple[dict, set[int]] | None = N
             na = _untrained_cells(shown, task, "position_loss", "eval_len")
             rows = [[lab, _fit_cell(results, task, lab, ok)]
                     + [UNTRAINED if (lab, x) in na else _fmt(*agg[lab].get(x, (math.nan, 0, 0)), 3) for x in xs]
-                    + [UNTRAINED if (lab, xs[-1]) in na and k != "fixed" else
+                    + [UNTRAINED if (lab, xs[-1]) in na else
                        _fmt(*ratios[lab].get(k, (math.nan, 0, 0)), 2) for k in ("far", "window", "fixed")]
                     for lab in _order(agg, results)]
             tables.append((f"Language modelling, far positions: bits per byte on the last quarter of each window "
@@ -323,6 +339,19 @@ def _table_rows(results: dict, task: str, view: tuple[dict, set[int]] | None = N
                            f"{tl} bytes: far positions (the verdict's number), whole windows, fixed targets",
                            ["scheme", "fitted"] + [f"{x}{'*' if tl and x > tl else ''}" for x in xs]
                            + ["far ratio", "window ratio", "fixed-target ratio"], rows))
+        spans = span_table(shown, task)
+        if spans:
+            ns, agg = spans
+            na = {(r["label"], n) for r in shown["runs"] if r["task"] == task and (c := untrained_from(r)) is not None
+                  for n in ns if n > c}
+            rows = [[lab, _fit_cell(results, task, lab, ok)]
+                    + [UNTRAINED if (lab, n) in na else _fmt(*agg[lab].get((n, k), (math.nan, 0, 0)), 0)
+                       for n in ns for k in ("median", "max")]
+                    for lab in _order(agg, results)]
+            tables.append(("Effective attention span (bytes back that hold 99 % of the attention mass, first key "
+                           "left out), median and maximum over every head, measured on test windows",
+                           ["scheme", "fitted"] + [f"{n}{'*' if tl and n > tl else ''} {k}" for n in ns
+                                                   for k in ("median", "max")], rows))
     else:
         redundant = all(m.get("token_accuracy") == m.get("accuracy") for r in results["runs"] if r["task"] == task
                         for m in r["metrics"])  # single-token answers: per-token = exact match
