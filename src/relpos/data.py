@@ -66,7 +66,12 @@ def split_of_key(key: bytes) -> str:
     corpora) or the document's own bytes (:mod:`relpos.corpus` for other forms).
     The test split holds the files of the former validation split (``b < 26``).
     """
-    b = hashlib.sha1(key).digest()[0]
+    return split_of_sha1(hashlib.sha1(key).digest())
+
+
+def split_of_sha1(digest: bytes) -> str:
+    """:func:`split_of_key` from the key's SHA-1 digest (for a key hashed piece by piece)."""
+    b = digest[0]
     return "test" if b < 26 else "val" if b < 39 else "train"
 
 

@@ -314,7 +314,7 @@ def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, nee
     skipped = Skipped()
     try:
         for doc in read_docs(spec.path, kind, glob=spec.glob, text_field=spec.text_field, skipped=skipped):
-            sink = sinks[split_of_key(doc.split_key)]
+            sink = sinks[doc.split or split_of_key(doc.split_key)]
             sink.begin()
             try:
                 for text in doc.pieces():

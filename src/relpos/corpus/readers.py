@@ -48,6 +48,7 @@ class Doc:
     pieces: Callable[[], Iterator[str]]
     sep: str = "\n\n"  # appended after the document
     name: str = ""
+    split: str | None = None  # the split, when it was worked out from a hash of a key too long to hold
 
 
 @dataclass
@@ -217,9 +218,92 @@ def _text_of(rec, text_field: str, where: str) -> str:
     return t
 
 
+def _jsonl_lines(f) -> Iterator[tuple[int, bytes | None, int, int]]:
+    """``(line number, line or None, start, end)``: a line over LINE_LIMIT bytes is not read into memory."""
+    from relpos.corpus.jsonl_stream import LINE_LIMIT
+
+    i = 0
+    while True:
+        start = f.tell()
+        line = f.readline(LINE_LIMIT + 1)
+        if not line:
+            return
+        i += 1
+        if len(line) <= LINE_LIMIT or line.endswith(b"\n"):
+            yield i, line, start, start + len(line)
+            continue
+        while True:  # find the end of the long line, a piece at a time
+            part = f.readline(_PIECE)
+            if not part or part.endswith(b"\n"):
+                break
+        yield i, None, start, f.tell()
+
+
+def _byte_range(path: Path, start: int, end: int) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        f.seek(start)
+        left = end - start
+        while left > 0:
+            b = f.read(min(_PIECE, left))
+            if not b:
+                return
+            left -= len(b)
+            yield b
+
+
+def _long_record(path: Path, i: int, start: int, end: int, text_field: str) -> Doc | None:
+    """The document of a JSONL line too long to hold: hashed in a first pass, read in a second."""
+    import hashlib
+
+    from relpos.corpus.jsonl_stream import scan_record
+    from relpos.data import split_of_sha1
+
+    where = f"{path}:{i}"
+    hashes: dict[int, tuple] = {}
+    types: dict[int, str] = {}
+    keys: list[str] = []
+    try:
+        for ev in scan_record(_byte_range(path, start, end), text_field):
+            if ev[0] == "blank":
+                return None
+            if ev[0] == "text":
+                h, n = hashes.get(ev[1], (hashlib.sha1(), 0))
+                h.update(ev[2].encode("utf-8", "surrogatepass"))
+                hashes[ev[1]] = (h, n + len(ev[2]))
+            elif ev[0] == "type":
+                types[ev[1]] = ev[2]
+            elif ev[0] == "end":
+                hashes.setdefault(ev[1], (hashlib.sha1(), 0))
+            elif ev[0] == "key" and len(keys) < 12:
+                keys.append(ev[1])
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+    if not hashes:
+        raise ValueError(f"{where}: no text field {text_field!r} (fields: {', '.join(sorted(keys)) or 'none'}); "
+                         "choose one with --text-field")
+    last = max(hashes)  # as json.loads: the last of a repeated key wins
+    if last in types:
+        raise ValueError(f"{where}: field {text_field!r} must be a string, got {types[last]}")
+    h, n = hashes[last]
+    if n == 0:
+        return None
+
+    def pieces():
+        for ev in scan_record(_byte_range(path, start, end), text_field):
+            if ev[0] == "text" and ev[1] == last:
+                yield ev[2]
+
+    return Doc(b"", pieces, name=f"line {i}", split=split_of_sha1(h.digest()))
+
+
 def _jsonl_docs(path: Path, text_field: str) -> Iterator[Doc]:
     with open(path, "rb") as f:
-        for i, line in enumerate(f, 1):
+        for i, line, start, end in _jsonl_lines(f):
+            if line is None:
+                doc = _long_record(path, i, start, end, text_field)
+                if doc is not None:
+                    yield doc
+                continue
             if not line.strip():
                 continue
             try:
