@@ -178,6 +178,10 @@ def test_learned_absolute_rows_past_training_are_shown_as_na_never_a_number(tmp_
     assert len(rows) == 3  # window, fixed-target and far-position tables
     assert all(row.count(UNTRAINED) >= 1 for row in rows) and "7.646" not in "".join(rows)  # 5.3 nats = 7.646 bits
     assert UNTRAINED not in "".join(line for line in md.splitlines() if line.startswith("| learned+rand |"))
+    for r in res["runs"]:  # the span through untrained rows is no number either
+        r["span"] = {"8": {"median": 3.0, "max": 7}, "16": {"median": 9.0, "max": 13}}
+    rows = [line for line in markdown_tables(res, "lm").splitlines() if line.startswith("| learned |")]
+    assert rows[-1].endswith(f"| 3 | 7 | {UNTRAINED} | {UNTRAINED} |")
 
 
 def test_far_position_table_and_corpus_identity_in_the_report(tmp_path):
