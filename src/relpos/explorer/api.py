@@ -252,6 +252,7 @@ class Explorer:
                  "max_len": getattr(c.config, "max_len", None), "causal": getattr(c.config, "causal", True),
                  "options": dict(getattr(c.config, "scheme_options", None) or {}),
                  "shipped": c.shipped, "fitted": c.extra.get("fitted"), "trained_on": c.extra.get("trained_on"),
+                 "trained_on_parts": models_mod.training_parts(c.extra),
                  "steps": c.extra.get("steps"), "seconds": c.extra.get("seconds"), "val_bpb": c.extra.get("val_bpb"),
                  "recipe": c.extra.get("recipe")}
                 for i, c in enumerate(self.checkpoints)

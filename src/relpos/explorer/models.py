@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["DEFAULT_MODEL", "shipped_model_dirs", "read_extra", "token_labels", "layer_logits"]
+__all__ = ["DEFAULT_MODEL", "shipped_model_dirs", "read_extra", "training_parts", "token_labels", "layer_logits"]
 
 #: The shipped model views 0 and 5 open on (its bucket walk and its position term are the lesson).
 DEFAULT_MODEL = "t5"
@@ -45,6 +45,18 @@ def read_extra(path: str | Path) -> dict:
         return extra if isinstance(extra, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def training_parts(extra: dict) -> dict | None:
+    """What a model made by ``make_models`` was trained on, as fields the page words in its own language
+    (``{"python": "3.11", "bytes": 11217603, "window": 64}``), or None for any other description."""
+    import re
+
+    m = re.fullmatch(r"the built-in corpus: Python (\d+\.\d+)'s standard library, train split \(([\d,]+) bytes\), "
+                     r"byte-level, windows of (\d+) bytes", str(extra.get("trained_on", "")))
+    if not m:
+        return None
+    return {"python": m.group(1), "bytes": int(m.group(2).replace(",", "")), "window": int(m.group(3))}
 
 
 def token_labels(data: bytes) -> tuple[list[str], list[int]]:

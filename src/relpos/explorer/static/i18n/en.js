@@ -16,6 +16,7 @@ export default {
   'v0.fitted_words_yes': 'fitted: its validation loss flattened within its step budget (the fit gate of relpos compare)',
   'v0.fitted_words_no': 'NOT fitted: it did not pass the fit gate, so read its numbers with care',
   'v0.fitted_words_unknown': 'whether it fitted is not recorded',
+  'v0.trained_builtin': 'Trained on the built-in corpus: the train split of Python {python}’s standard library ({bytes} bytes), read as bytes in windows of {window}.',
   'v0.trained_on': 'Trained on {what}.', 'v0.trained_on_unknown': 'What it was trained on is not recorded.',
   'v0.model_note': 'A trained {scheme} language model: content, position term and attention are its own, on your text. {on} It is {fitted}. Its options: {opts} (locked: they are the model’s). Layer {l} of {nl}, head {h} of {nh}.',
   'v0.initial_note': 'Initial values: seeded random token vectors and projections and the scheme’s starting parameters — what a model starts from, before any training.',

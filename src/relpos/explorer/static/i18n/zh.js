@@ -15,6 +15,7 @@ export default {
   'v0.fitted_words_yes': '已拟合：验证损失在步数预算内趋于平稳（relpos compare 的拟合门槛）',
   'v0.fitted_words_no': '未拟合：它没有通过拟合门槛，读它的数字时要小心',
   'v0.fitted_words_unknown': '没有记录它是否拟合',
+  'v0.trained_builtin': '训练数据：内置语料，即 Python {python} 标准库的训练集（{bytes} 字节），按字节读取，窗口长 {window} 字节。',
   'v0.trained_on': '训练数据：{what}。', 'v0.trained_on_unknown': '没有记录它的训练数据。',
   'v0.model_note': '一个训练好的 {scheme} 语言模型：内容项、位置项和注意力都来自它自己，作用在你的文本上。{on} 它{fitted}。它的选项：{opts}（已锁定：这些是模型自己的）。第 {l} 层（共 {nl} 层），第 {h} 个头（共 {nh} 个）。',
   'v0.initial_note': '初始值：固定种子的随机词向量和投影，加上方案的初始参数——也就是模型训练之前的起点。',

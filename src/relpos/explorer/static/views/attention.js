@@ -1,6 +1,6 @@
 /* View 5: attention maps of a loaded checkpoint.
  * create() wires the view to its DOM and returns { show, relabel, redraw }. */
-import { $, el, svg, fmtInt, fmtNum, debounce, clampInt, MINUS } from '../dom.js';
+import { $, el, svg, fmtInt, fmtCount, fmtNum, debounce, clampInt, MINUS } from '../dom.js';
 import { t, has } from '../i18n.js';
 import { state, SNAP } from '../state.js';
 import { api, ApiFailure, latest, showError } from '../api.js';
@@ -40,7 +40,8 @@ export function create() {
   }
   function info(c) {
     const fit = t(c.fitted === true ? 'v0.fitted_words_yes' : c.fitted === false ? 'v0.fitted_words_no' : 'v0.fitted_words_unknown');
-    const on = c.trained_on ? t('v0.trained_on', { what: c.trained_on }) : t('v0.trained_on_unknown');
+    const on = c.trained_on_parts ? t('v0.trained_builtin', Object.assign({}, c.trained_on_parts, { bytes: fmtCount(c.trained_on_parts.bytes) }))
+      : c.trained_on ? t('v0.trained_on', { what: c.trained_on }) : t('v0.trained_on_unknown');
     $('#v5-ckpt-info').textContent = t('v5.ckpt_info', { scheme: c.scheme, layers: c.n_layers, heads: c.n_heads, max: c.max_len }) + ' ' + on + ' ' + t('v5.fit', { fit });
   }
   function current() { return state.info.checkpoints[Number(ckpt.value)] || null; }

@@ -38,6 +38,9 @@ export function create() {
       if (!m.cursor || m.cursor[0] !== sel[0] || m.cursor[1] !== sel[1]) m.setCursor(sel[0], sel[1], true);
     }
   }
+  // what a model was trained on, in the page's language when relpos made it (make_models)
+  const trainedOn = (c) => (c.trained_on_parts ? t('v0.trained_builtin', Object.assign({}, c.trained_on_parts, { bytes: fmtCount(c.trained_on_parts.bytes) }))
+    : c.trained_on ? t('v0.trained_on', { what: c.trained_on }) : t('v0.trained_on_unknown'));
   const ckOf = (idx) => state.info.checkpoints.find((c) => String(c.index) === String(idx));
   function modelLabel(c) {
     return c.scheme + ' · ' + t(c.shipped ? 'v0.model.shipped' : 'v0.model.yours', { label: c.label }) +
@@ -127,7 +130,7 @@ export function create() {
       const c = ckOf(d.model.index) || {};
       note.textContent = t('v0.model_note', {
         scheme: d.model.scheme, fitted: t(d.model.fitted === true ? 'v0.fitted_words_yes' : d.model.fitted === false ? 'v0.fitted_words_no' : 'v0.fitted_words_unknown'),
-        on: c.trained_on ? t('v0.trained_on', { what: c.trained_on }) : t('v0.trained_on_unknown'),
+        on: trainedOn(c),
         opts: Object.entries(d.options || {}).map(([k, v]) => k + ' = ' + v).join(', ') || '—',
         l: d.layer + 1, nl: d.n_layers, h: d.head + 1, nh: d.n_heads });
     } else note.textContent = t('v0.initial_note');
