@@ -39,9 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "N=2048 for every scheme, a 256..8192 sweep for core schemes, 16384 for chunked)")
     p.add_argument("--modes", type=_csv(str), help="fwd, fwd+bwd (default both)")
     p.add_argument("--peers", action="store_true",
-                   help="also run the peers (Hugging Face T5 with sdpa/eager/flex, x-transformers with and without "
-                        "attn_flash, rotary-embedding-torch, a FlexAttention score_mod, Shaw as N x N x d tensors "
-                        "and as an i, j loop), each against the same relpos layer")
+                   help="also run the peers, causal and bidirectional (Hugging Face T5 with sdpa/eager, Hugging "
+                        "Face DeBERTa-v2 DisentangledSelfAttention, x-transformers Decoder/Encoder with ALiBi, T5, "
+                        "dynamic position bias and rotary, with and without attn_flash, rotary-embedding-torch, a "
+                        "FlexAttention score_mod, Shaw as N x N x d tensors and as an i, j loop, CoPE as the paper's "
+                        "code), each against the same relpos layer")
     p.add_argument("--peer-names", type=_csv(str), default=None,
                    help="comma-separated peers to run with --peers or --impls peers (default: all; see "
                         "relpos.bench.PEERS)")
