@@ -176,7 +176,9 @@ def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = 
     try:
         store.bind(fp, cfg.protocol())
         record = folder_config(cfg, out)
-        _refuse_to_shrink(out / "results.json", build_results(store, record))  # before any training
+        # before any training; the database is read after results.json, so a compare running beside this one
+        # that stores a run in between is never taken for a lost run
+        _refuse_to_shrink(out / "results.json", lambda: build_results(store, record))
     except BaseException:
         store.close()
         raise
@@ -365,8 +367,9 @@ def _run_id(run) -> tuple:
     return tuple(str(run.get(k)) for k in ("scheme", "variant", "task", "seed", "train_len"))
 
 
-def _refuse_to_shrink(path: Path, results: dict) -> None:
-    """Raise ValueError if ``path`` holds a run that ``results`` would not write (or more runs than it)."""
+def _refuse_to_shrink(path: Path, results) -> None:
+    """Raise ValueError if ``path`` holds a run that ``results`` (a dict, or a function giving it, called after
+    ``path`` is read) would not write (or more runs than it)."""
     try:
         old = json.loads(path.read_text())
         old_runs = (old.get("runs") or []) if isinstance(old, dict) else []
@@ -374,6 +377,8 @@ def _refuse_to_shrink(path: Path, results: dict) -> None:
         return
     if not isinstance(old_runs, list):
         return
+    if callable(results):
+        results = results()
     new_ids = {_run_id(r) for r in results["runs"]}
     lost = [r for r in old_runs if _run_id(r) not in new_ids]
     if lost or len(old_runs) > len(results["runs"]):
