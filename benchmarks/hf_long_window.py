@@ -7,8 +7,9 @@ chunks). This script builds a random LLaMA-family model (default ~100M
 parameters: 10 layers, width 768, vocabulary 32,000), then, in a fresh process
 per case, scores one window of ``N`` tokens both ways -- ``chunked`` (relpos) and
 ``full`` (``log_softmax`` of the whole float64 logits, what
-``relpos.tasks.base.token_losses`` did before) -- and records wall time and peak
-resident memory (``ru_maxrss``), before and after the window.
+``relpos.tasks.base.token_losses`` did before) -- and records wall time, the
+resident memory with the model loaded, and the window's own peak (``VmHWM``,
+reset after loading through ``/proc/self/clear_refs``; ``ru_maxrss`` elsewhere).
 
 Usage (nice it on a shared machine)::
 
