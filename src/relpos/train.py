@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from relpos import distributed as D
+from relpos.attention import NonFiniteError
 from relpos.data import IGNORE_INDEX, ByteLMSource
 from relpos.model import ModelConfig, TransformerLM
 from relpos.schedule import SCHEDULES, Cooldown, lr_at
@@ -345,7 +346,13 @@ class Trainer:
             last = m == len(micro) - 1
             sync = contextlib.nullcontext() if (last or not ctx.distributed) else self.net.no_sync()
             with sync:
-                logits = self.net(x)
+                try:
+                    logits = self.net(x)
+                except NonFiniteError as e:  # the weights went non-finite: the same divergence as a NaN loss
+                    self.opt.zero_grad(set_to_none=True)
+                    raise TrainingDivergedError(
+                        f"training diverged at step {s + 1}: {e}; the last good checkpoint is kept. "
+                        f"Try a lower --lr, more --warmup or another scheme setting") from None
                 loss = F.cross_entropy(logits.reshape(-1, V).float(), y.reshape(-1),
                                        ignore_index=IGNORE_INDEX, reduction="sum")
                 # DDP averages gradients over processes; scale so the result is the global-token mean.

@@ -23,7 +23,7 @@ from torch import Tensor
 from relpos.encodings.base import Encoding
 from relpos.validation import MAX_POSITIONS, check_bool, check_float, check_int, check_tensor
 
-__all__ = ["attention", "logits", "request", "Request", "UnsupportedError", "IMPLS", "available_impls",
+__all__ = ["attention", "logits", "request", "Request", "UnsupportedError", "NonFiniteError", "IMPLS", "available_impls",
            "check_in_attention"]
 
 
@@ -132,6 +132,10 @@ class Request:
         return m
 
 
+class NonFiniteError(ValueError):
+    """q or k holds NaN or inf (a ``ValueError``; the trainer reports it as divergence)."""
+
+
 def check_finite(req: "Request") -> None:
     """Raise ``ValueError`` if ``q`` or ``k`` holds NaN or inf (``reference``, ``dense`` and ``chunked`` call it).
 
@@ -143,7 +147,7 @@ def check_finite(req: "Request") -> None:
     for name, t in (("q", req.q), ("k", req.k)):
         lo, hi = torch.aminmax(t.detach())
         if not bool(torch.isfinite(lo) & torch.isfinite(hi)):
-            raise ValueError(f"{name} holds NaN or inf; relpos.attention refuses non-finite queries and keys "
+            raise NonFiniteError(f"{name} holds NaN or inf; relpos.attention refuses non-finite queries and keys "
                              f"(a NaN row would otherwise come back as zeros or NaN depending on the implementation)")
 
 
