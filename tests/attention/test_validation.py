@@ -162,13 +162,14 @@ def test_nope_and_none_are_still_served():
 
 
 def test_positions_are_bounded_like_q_offset():
-    """RoPE at positions near 2**62 was silently wrong."""
+    """RoPE at positions near 2**62 was silently wrong; negative positions (a shift) stay allowed."""
     q, k, v = qkv()
     big = torch.tensor([0, 1, 2, 2**62])
-    with pytest.raises(ValueError, match=r"positions must be in \[0, 16777216\]"):
+    with pytest.raises(ValueError, match=r"positions must be in \[-16777216, 16777216\]"):
         relpos.attention(q, k, v, relpos.make_encoding("rope", n_heads=2, head_dim=8), causal=True, positions=big)
-    with pytest.raises(ValueError, match=r"positions must be in \[0, 16777216\]"):
-        relpos.attention(q, k, v, causal=True, positions=torch.tensor([-1, 0, 1, 2]))
+    with pytest.raises(ValueError, match=r"positions must be in \[-16777216, 16777216\]"):
+        relpos.attention(q, k, v, causal=True, positions=torch.tensor([-(2**62), 0, 1, 2]))
+    relpos.attention(q, k, v, causal=True, positions=torch.tensor([-1, 0, 1, 2]))
     relpos.attention(q, k, v, causal=True, positions=torch.tensor([0, 1, 2, 2**24]))  # the bound itself is fine
 
 

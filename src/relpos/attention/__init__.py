@@ -171,8 +171,9 @@ def _make_positions(positions, B: int, Nq: int, Nk: int, q_offset: int, device) 
         )
     if positions.device != device:
         raise ValueError(f"positions must be on q's device ({device}), got {positions.device}")
-    if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) > MAX_POSITIONS):
-        raise ValueError(f"positions must be in [0, {MAX_POSITIONS}] (as q_offset), got "
+    # negative positions are allowed (a shift of every position; relative schemes ignore it), huge ones are not
+    if positions.numel() and (int(positions.min()) < -MAX_POSITIONS or int(positions.max()) > MAX_POSITIONS):
+        raise ValueError(f"positions must be in [-{MAX_POSITIONS}, {MAX_POSITIONS}] (as |q_offset|), got "
                          f"[{int(positions.min())}, {int(positions.max())}]")
     kpos = positions.long()
     qpos = kpos[:, q_offset : q_offset + Nq]
