@@ -43,6 +43,7 @@ import math
 import os
 import socket
 import sqlite3
+import time
 from pathlib import Path
 
 from relpos.experiments.leases import LEASE_SECONDS, LeaseMixin
@@ -314,7 +315,17 @@ class Store(LeaseMixin):
 
     def _open(self, timeout: float) -> None:
         self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-        mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        # Two processes creating one new file at once: the switch to WAL can fail with "database is locked"
+        # without waiting on the busy timeout (SQLite does not retry it), so retry it within the timeout.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                break
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a file system without shared memory
             raise RuntimeError(f"could not put {self.path} in WAL mode (got {mode!r})")
         self.conn.execute("PRAGMA synchronous = FULL")
