@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 __all__ = ["OutputDirError", "check_output_dir", "prepare_output_dir", "write_json_atomic", "clean_stale_tmp",
-           "process_alive", "refuse_special_files", "check_writable", "read_regular_text"]
+           "process_alive", "refuse_special_files", "file_kind", "check_writable", "read_regular_text"]
 
 #: A temporary file of a dead writer older than this is removed by :func:`clean_stale_tmp`.
 STALE_TMP_SECONDS = 3600.0
@@ -62,7 +62,7 @@ def _describe(p: Path) -> str:
     return "a special file (device, socket or pipe)"
 
 
-def _kind(mode: int) -> str | None:
+def file_kind(mode: int) -> str | None:
     """What a file of this ``st_mode`` is, when it is not a regular file (None for a regular file)."""
     if stat.S_ISREG(mode):
         return None
@@ -87,7 +87,7 @@ def refuse_special_files(folder: str | os.PathLike, names: Iterable[str], *, fla
     for name in names:
         p = Path(folder) / name
         try:
-            kind = _kind(os.lstat(p).st_mode)
+            kind = file_kind(os.lstat(p).st_mode)
         except FileNotFoundError:
             continue
         except OSError as e:
@@ -133,7 +133,7 @@ def read_regular_text(path: str | os.PathLike, *, limit: int = 64 << 20) -> str:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
-        kind = _kind(st.st_mode)
+        kind = file_kind(st.st_mode)
         if kind is not None:
             raise ValueError(f"{path} is {kind}, not a regular file; relpos reads only regular files")
         if st.st_size > limit:

@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 from relpos.experiments.leases import LEASE_SECONDS, LeaseMixin
+from relpos.outdir import file_kind
 
 __all__ = ["Store", "ConfigMismatchError", "NotAStoreError", "CorruptStoreError", "SCHEMA_VERSION",
            "LEASE_SECONDS", "error_line", "is_results_store", "read_store_meta"]
@@ -171,22 +172,6 @@ def _corrupt(p: Path, detail: str) -> CorruptStoreError:
     )
 
 
-def _special(p: Path) -> str | None:
-    """What ``p`` is when it is not a regular file (None for a regular file or a link to one)."""
-    import stat
-
-    mode = os.stat(p).st_mode
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device"
-
-
 def read_store_meta(path: str | os.PathLike, *, create: bool = True) -> dict | None:
     """Check a results database without changing or creating anything; return its ``meta`` table.
 
@@ -208,7 +193,7 @@ def read_store_meta(path: str | os.PathLike, *, create: bool = True) -> dict | N
     if not (p.exists() or p.is_symlink()):
         return None
     try:
-        kind = _special(p)
+        kind = file_kind(os.stat(p).st_mode)
     except OSError as e:
         raise NotAStoreError(f"{p} cannot be read ({e.strerror or e})") from None
     if kind is not None:

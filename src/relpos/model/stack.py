@@ -12,6 +12,7 @@ from relpos.encodings import Encoding, get_scheme
 from relpos.model.config import ModelConfig, position_limit
 from relpos.model.decoding import DecodingMixin
 from relpos.model.layers import Block
+from relpos.nn.attention import check_positions
 
 __all__ = ["TransformerLM", "TransformerEncoder"]
 
@@ -109,13 +110,7 @@ class _Stack(nn.Module):
     def _positions(self, positions: Tensor | None, B: int, N: int, device) -> Tensor | None:
         """Validated ``(B or 1, N)`` positions, randomized ones in training, or None (= 0..N-1)."""
         if positions is not None:
-            if not isinstance(positions, Tensor) or positions.dtype.is_floating_point or positions.dtype == torch.bool:
-                raise TypeError("positions must be an integer torch.Tensor")
-            if positions.dim() == 1:
-                positions = positions[None]
-            if positions.dim() != 2 or positions.shape[1] != N or positions.shape[0] not in (1, B):
-                raise ValueError(f"positions must have shape (N,) or (B, N) = ({B}, {N}), got {tuple(positions.shape)}")
-            positions = positions.to(device=device, dtype=torch.long)
+            positions = check_positions(positions, B, N).to(device=device, dtype=torch.long)
             if int(positions.min()) < 0:
                 raise ValueError("positions must be >= 0")
             self._check_limit(int(positions.max()) + 1, "largest position + 1")

@@ -19,13 +19,24 @@ from relpos.encodings import Encoding, get_scheme, make_encoding
 from relpos.nn.cache import KVCache
 from relpos.validation import check_bool, check_choice, check_int
 
-__all__ = ["RelativeSelfAttention", "DEFAULT_IMPL", "MAX_WIDTH"]
+__all__ = ["RelativeSelfAttention", "check_positions", "DEFAULT_IMPL", "MAX_WIDTH"]
 
 #: The attention implementation a layer uses unless told otherwise.
 DEFAULT_IMPL = "auto"
 #: Upper limit of ``d_model`` and head counts.
 MAX_WIDTH = 1 << 16
 
+
+
+def check_positions(positions, B: int, N: int) -> Tensor:
+    """Integer positions of shape ``(N,)`` or ``(B or 1, N)``, returned as ``(B or 1, N)``; else a one-line error."""
+    if not isinstance(positions, Tensor) or positions.dtype.is_floating_point or positions.dtype == torch.bool:
+        raise TypeError("positions must be an integer torch.Tensor")
+    if positions.dim() == 1:
+        positions = positions[None]
+    if positions.dim() != 2 or positions.shape[1] != N or positions.shape[0] not in (1, B):
+        raise ValueError(f"positions must have shape (N,) or (B, N) = ({B}, {N}), got {tuple(positions.shape)}")
+    return positions
 
 class RelativeSelfAttention(nn.Module):
     """Multi-head self-attention with any position scheme, GQA and an explicit cache.
@@ -210,12 +221,7 @@ class RelativeSelfAttention(nn.Module):
                              f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
         B, N, _ = x.shape
         if positions is not None:
-            if not isinstance(positions, Tensor) or positions.dtype.is_floating_point or positions.dtype == torch.bool:
-                raise TypeError("positions must be an integer torch.Tensor")
-            if positions.dim() == 1:
-                positions = positions[None]
-            if positions.dim() != 2 or positions.shape[1] != N or positions.shape[0] not in (1, B):
-                raise ValueError(f"positions must have shape (N,) or (B, N) = ({B}, {N}), got {tuple(positions.shape)}")
+            positions = check_positions(positions, B, N)
         if padding_mask is not None:
             if not isinstance(padding_mask, Tensor) or padding_mask.dtype != torch.bool:
                 raise TypeError("padding_mask must be a bool tensor (True = a real token)")
