@@ -198,3 +198,28 @@ def test_a_view_that_misses_the_gate_at_L_is_not_fitted_and_never_ranked():
     assert rows["rand"]["acc"]["copy"]["2x"][2] == 0
     table = markdown_tables(res, "copy")
     assert "| rand | 0/2 (1.00) not fitted |" in table and "| rand-sampled | 2/2 (1.00) |" in table
+
+
+def _buckets(n, bpbs):
+    w = n // len(bpbs)
+    return [{"eval_len": n, "bucket_start": i * w, "bucket_end": (i + 1) * w, "bpb": b} for i, b in enumerate(bpbs)]
+
+
+def test_the_verdicts_lm_number_is_the_far_position_ratio_not_the_window_mean():
+    # a model built to degrade only at far positions: the whole-window mean barely moves (1.03), the last
+    # quarter of the 16x window is 1.5x the last quarter at L; the verdict, its note and the table say 1.50
+    res = _results()
+    for r in res["runs"]:
+        if r["label"] == "good" and r["task"] == "lm":
+            r["metrics"] = [{"eval_len": 64, "bpb": 2.0}, {"eval_len": 256, "bpb": 2.0}, {"eval_len": 1024, "bpb": 2.06}]
+            r["position_loss"] = (_buckets(64, [2.0, 2.0, 2.0, 2.0]) + _buckets(256, [2.0, 2.0, 2.0, 2.0])
+                                  + _buckets(1024, [1.96, 1.96, 1.96, 3.0]))
+            r["span"] = {"1024": {"median": 300, "max": 700}}
+    v = verdict(res)
+    row = v["rows"]["good"]
+    assert row["lm"][16][0] == pytest.approx(1.5) and row["lm"][4][0] == pytest.approx(1.0)
+    assert not row["lm_window_fallback"] and v["rows"]["nope"]["lm_window_fallback"]  # no buckets: said so
+    assert any("far-position ratio" in n and "good x1.50" in n for n in v["notes"])
+    assert any("without position buckets" in n and "nope" in n for n in v["notes"])
+    text = verdict_text(res)
+    assert "LM far 16x/1x" in text and "300/700" in text

@@ -9,11 +9,14 @@ For each scheme (each label: ``rope-yarn`` is the trained RoPE model evaluated
 with YaRN):
 
 * fitted seeds / total, per task;
-* language modelling: bits per byte at 4x and 16x the training length divided
-  by bits per byte at 1x (the window protocol), mean ± standard deviation over
-  fitted seeds;
+* language modelling: the far-position ratio at 4x and 16x the training length
+  (bits per byte on the last quarter of each window of that length over bits
+  per byte on the last quarter of windows of the training length L: like with
+  like, :func:`lm_ratio`), mean ± standard deviation over fitted seeds; results
+  without position buckets fall back to the whole-window ratio, said in a note;
 * each algorithmic task: exact match at 1.5x and 2x the training length;
-* effective attention span at the longest evaluated length (median over seeds;
+* effective attention span at the longest evaluated length: the median head and the widest head
+  (each the median over seeds;
   "local" when it is below the training length: the loss stays flat because
   the model never looks far, not because it extrapolates);
 * training cost: milliseconds per step relative to NoPE on the same task.
@@ -40,13 +43,14 @@ __all__ = ["verdict", "verdict_markdown", "verdict_text", "is_smoke_test", "SMOK
 SMOKE_NOTE = (
     "SMOKE TEST: the `ci` preset trains for a few steps only, so its models have not fitted and its numbers "
     "carry no conclusion. For real numbers run `relpos compare` (the default preset, 10-12 minutes on 2 idle cores) "
-    "or `relpos compare --preset full` (about 12 hours on 2 cores; it spreads over `--workers`)."
+    "or `relpos compare --preset full` (an estimated 25-40 CPU-hours; it spreads over `--workers` and resumes "
+    "after an interruption)."
 )
 
 #: Tasks shown in tables but kept out of the verdict and ranking.
 UNRANKED = ("passkey",)
 
-#: LM loss ratio at the longest length up to which a scheme "holds" its loss.
+#: LM far-position ratio at the longest length up to which a scheme "holds" its loss.
 HOLD_RATIO = 1.05
 #: Fraction of its in-distribution accuracy a scheme keeps at 2x L to "hold".
 HOLD_ACC = 0.9
@@ -61,6 +65,32 @@ def _ms(xs: list[float]) -> tuple[float, float, int]:
     if not xs:
         return math.nan, math.nan, 0
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
+
+
+def lm_ratio(run: dict, L: int, n: int) -> tuple[float, bool]:
+    """The verdict's LM number of one run at evaluation length ``n``: bits per byte on the last quarter of each
+    window of ``n`` bytes over bits per byte on the last quarter of windows of the training length ``L``
+    (:func:`relpos.tasks.lm.far_loss`), and True; or the whole-window ratio and False for results without
+    position buckets. NaN where a length was not measured (or was read through untrained table rows).
+
+    The whole-window ratio is biased toward 1: most bytes of a long window sit at distances seen in training.
+
+    >>> rows = [{"eval_len": n, "bucket_start": s, "bucket_end": s + n // 4, "bpb": b}
+    ...         for n, bs in ((4, (1, 1, 1, 2)), (16, (1, 1, 1, 4))) for s, b in zip(range(0, n, n // 4), bs)]
+    >>> run = {"metrics": [{"eval_len": 4, "bpb": 1.25}, {"eval_len": 16, "bpb": 1.75}], "position_loss": rows}
+    >>> lm_ratio(run, 4, 16)
+    (2.0, True)
+    """
+    from relpos.tasks.lm import far_loss
+
+    rows = run.get("position_loss") or []
+    f, b = far_loss(rows, n, field="bpb"), far_loss(rows, L, field="bpb")
+    far = f is not None and b is not None
+    if not far:
+        f, b = metric_at(run, n, "bpb"), metric_at(run, L, "bpb")
+    if f is None or b is None or not b:
+        return math.nan, far
+    return f / b, far
 
 
 def verdict(results: dict) -> dict:
@@ -80,8 +110,8 @@ def verdict(results: dict) -> dict:
         nope_ms[t] = _ms(xs)[0]
     rows = {}
     for lab, per_task in by.items():
-        row: dict = {"fitted": {}, "lm": {}, "lm_provisional": {}, "acc": {}, "tok": {}, "span": None, "local": None,
-                     "cost": None}
+        row: dict = {"fitted": {}, "lm": {}, "lm_provisional": {}, "acc": {}, "tok": {}, "span": None,
+                     "span_median": None, "local": None, "cost": None, "lm_window_fallback": False}
         costs = []
         for t, rs in per_task.items():
             fit = [r for r in rs if id(r) in ok]  # the run's gate, and this view at L
@@ -98,16 +128,19 @@ def verdict(results: dict) -> dict:
                 lens = sorted({m["eval_len"] for r in src for m in r["metrics"]})
                 for f in (4, 16):
                     if L * f in lens:
-                        row[key][f] = _ms([(metric_at(r, L * f, "bpb") or math.nan)
-                                           / (metric_at(r, L, "bpb") or math.nan) for r in src])
+                        ratios = [lm_ratio(r, L, L * f) for r in src]
+                        row[key][f] = _ms([x for x, _ in ratios])
+                        row["lm_window_fallback"] |= not all(far for _, far in ratios)
                 spans = []
                 for r in src:
                     sp = r.get("span") or {}
                     if sp:
-                        longest = max(sp, key=int)
-                        spans.append((sp[longest]["max"], int(longest)))
+                        longest = sp[max(sp, key=int)]
+                        spans.append((longest["max"], longest.get("median", longest["max"])))
                 if spans:
                     row["span"] = statistics.median(s for s, _ in spans)
+                    row["span_median"] = statistics.median(s for _, s in spans)
+                    # local: even the widest head looks back less than the training length
                     row["local"] = row["span"] < L
             else:
                 for f, key in ((1.0, "1x"), (1.5, "1.5x"), (2.0, "2x")):
@@ -135,8 +168,13 @@ def _notes(rows: dict, tasks: list[str]) -> list[str]:
                 if math.isfinite(m):
                     (held if m <= HOLD_RATIO else failed).append(f"{lab} x{m:.2f}")
         if held or failed:
-            out.append(f"LM, loss ratio at the longest length (holds when <= {HOLD_RATIO}): held: "
+            out.append(f"LM, far-position ratio at the longest length (last quarter of the window against the same "
+                       f"positions at L; holds when <= {HOLD_RATIO}): held: "
                        + (", ".join(held) or "none") + "; degraded: " + (", ".join(failed) or "none") + ".")
+        fb = sorted(lab for lab, row in rows.items() if row["lm_window_fallback"])
+        if fb:
+            out.append("LM rows without position buckets (results from before protocol 3): " + ", ".join(fb)
+                       + " show the whole-window ratio, which is biased toward 1.")
         prov = sorted(lab for lab, row in rows.items() if row["lm_provisional"] and not row["lm"])
         if prov:
             out.append("LM rows not fitted (the loss still improving at the end of the step budget, or a view that "
@@ -186,7 +224,7 @@ def _table(results: dict, v: dict | None = None) -> tuple[list[str], list[list[s
     tasks = v["tasks"]
     header = ["scheme", "fitted"]
     if "lm" in tasks:
-        header += ["LM 4x/1x", "LM 16x/1x", "span"]
+        header += ["LM far 4x/1x", "LM far 16x/1x", "span med/max"]
     algo = [t for t in tasks if t != "lm"]
     for t in algo:
         header += [f"{t} 1.5L", f"{t} 2L"]
@@ -201,7 +239,8 @@ def _table(results: dict, v: dict | None = None) -> tuple[list[str], list[list[s
         fitted = ", ".join(f"{t} {a}/{b}" for t, (a, b) in sorted(row["fitted"].items()))
         cells = [lab, fitted]
         if "lm" in tasks:
-            span = "-" if row["span"] is None else f"{row['span']:.0f}" + (" (local)" if row["local"] else "")
+            span = "-" if row["span"] is None else (f"{row['span_median']:.0f}/{row['span']:.0f}"
+                                                    + (" (local)" if row["local"] else ""))
             if row["lm"]:
                 cells += [_f(row["lm"].get(4)), _f(row["lm"].get(16)), span]
             else:
@@ -230,10 +269,12 @@ def verdict_markdown(results: dict) -> str:
     out += ["", "Base schemes are ordered by mean reciprocal rank (MRR) over the tasks they are ranked on (see "
             "the ranking below: paired bootstrap intervals, ties when an interval contains 0), from fitted runs "
             "only; views of RoPE and randomized positions follow, unranked (MRR `-`). `±` is the "
-            "standard deviation over fitted seeds. LM columns divide bits per byte at 4x and 16x the training length by bits per byte "
-            "at 1x (1.00 = no degradation); in parentheses: from runs or views that are not fitted (not ranked). "
+            "standard deviation over fitted seeds. LM columns are far-position ratios: bits per byte on the last quarter of each "
+            "window at 4x and 16x the training length over bits per byte on the last quarter of windows at 1x (the "
+            "same relative positions; 1.00 = no degradation; the whole-window ratio, biased toward 1, is in the "
+            "far-positions table); in parentheses: from runs or views that are not fitted (not ranked). "
             "`span` is the effective attention span in bytes at the longest "
-            "length (mass beyond it < 1%). Cost is time per training step relative to NoPE on the same task.", ""]
+            "length (mass beyond it < 1%), of the median head / the widest head. Cost is time per training step relative to NoPE on the same task.", ""]
     from relpos.experiments.ranking import ranking_markdown, tries_markdown
 
     out += [ranking_markdown(results, v["protocol_ranking"]), _protocol_lines(results), tries_markdown(results)]
