@@ -37,7 +37,7 @@ def one_line_error(r, *needles):
 
 
 def test_task_len_of_a_billion_is_refused_at_once():
-    from relpos.tasks.algorithmic import Copy
+    from relpos.tasks.strings import Copy
 
     with pytest.raises(ValueError, match=r"train_len must be an int in \[1, 65536\], got 1000000000"):
         Copy(train_len=1_000_000_000)

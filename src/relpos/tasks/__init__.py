@@ -8,20 +8,12 @@
 
 from __future__ import annotations
 
-from relpos.tasks.algorithmic import (
-    AlgorithmicSource,
-    AlgorithmicTask,
-    Copy,
-    CopyDistinct,
-    CopyHints,
-    Parity,
-    Reverse,
-    teacher_forced_correct,
-    validation_score,
-)
+from relpos.tasks.algorithmic import AlgorithmicSource, AlgorithmicTask, teacher_forced_correct, validation_score
 from relpos.tasks.base import IGNORE, Measurement, Task, greedy_decode, stable_seed, token_losses
 from relpos.tasks.lm import LanguageModelling
 from relpos.tasks.mqar import MQAR
+from relpos.tasks.parity import Parity
+from relpos.tasks.strings import Copy, CopyDistinct, CopyHints, Reverse
 
 __all__ = [
     "TASKS",
