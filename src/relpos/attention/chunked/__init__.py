@@ -25,10 +25,11 @@ its name:
   (:meth:`~relpos.encodings.base.Encoding.key_bias`, FoX);
 * :mod:`~relpos.attention.chunked.blocks` -- everything else (always eligible).
 
-An engine module defines ``NAME``, ``DENSE_BELOW_PAIRS`` (the size below which
-``impl="auto"`` prefers ``"dense"`` on CPU), ``eligible(req) -> bool`` and
+An engine module defines ``NAME``, ``eligible(req) -> bool`` and
 ``run(req, q, k, tvals, lo) -> Tensor``; shared pieces are in
-:mod:`~relpos.attention.chunked.kernels`.
+:mod:`~relpos.attention.chunked.kernels`. Whether ``impl="auto"`` prefers an engine
+over ``"dense"`` is measured, not declared: :mod:`relpos.attention.auto` reads the
+measured table (``python benchmarks/auto_table.py`` adds a new engine's rows).
 
 Numerics: probabilities are formed with :func:`~relpos.attention.chunked.kernels.exp_`,
 which clamps logits at -87 first: PyTorch's vectorised ``exp`` is ~100x slower on

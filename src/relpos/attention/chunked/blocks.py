@@ -29,9 +29,6 @@ from relpos.attention.chunked.kernels import (
 )
 
 NAME = "blocks"
-#: Below this many (query, key) pairs per head ``auto`` prefers ``"dense"`` on CPU
-#: (measured with a model-sized batch: 1.2-3x slower than dense at N = 256-512, faster from 1024).
-DENSE_BELOW_PAIRS = 768 * 768
 
 
 def eligible(req: Request) -> bool:

@@ -31,8 +31,6 @@ from relpos.attention.chunked.kernels import (
 )
 
 NAME = "clipped"
-#: ``auto`` prefers this engine over ``"dense"`` from its smallest sizes on (measured).
-DENSE_BELOW_PAIRS = 0
 
 
 def eligible(req: Request) -> bool:

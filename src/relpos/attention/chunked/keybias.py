@@ -21,8 +21,6 @@ from torch import Tensor
 from relpos.attention import Request
 
 NAME = "keybias"
-#: ``auto`` prefers this engine over ``"dense"`` from its smallest sizes on (one fused call).
-DENSE_BELOW_PAIRS = 0
 
 
 def eligible(req: Request) -> bool:

@@ -37,8 +37,6 @@ from relpos.attention import Request
 from relpos.attention.chunked.kernels import block_backward, cpu_flash_ok, flash_ops, knob, merge, skewed, staircase
 
 NAME = "regions"
-#: Below this many pairs per head ``auto`` prefers ``"dense"`` on CPU (see :mod:`relpos.attention.auto`).
-DENSE_BELOW_PAIRS = 768 * 768
 
 
 def eligible(req: Request) -> bool:

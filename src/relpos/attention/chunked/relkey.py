@@ -22,8 +22,6 @@ from relpos.attention.chunked.kernels import block_backward, cpu_flash_ok, flash
 from relpos.distance import offsets_range
 
 NAME = "relkey"
-#: Below this many pairs per head ``auto`` prefers ``"dense"`` on CPU (see :mod:`relpos.attention.auto`).
-DENSE_BELOW_PAIRS = 768 * 768
 
 
 def eligible(req: Request) -> bool:

@@ -13,8 +13,6 @@ from torch import Tensor
 from relpos.attention import Request
 
 NAME = "sdpa"
-#: ``auto`` sends these requests to ``"dense"``, which makes the same call.
-DENSE_BELOW_PAIRS = 0
 
 
 def eligible(req: Request) -> bool:
