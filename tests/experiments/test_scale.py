@@ -19,6 +19,9 @@ def test_cells_cover_three_sizes_and_two_lengths_with_equal_tokens_per_step():
         assert cfg.schemes == list(QUICK_SCHEMES) and cfg.tasks == ["lm"] and cfg.seeds == [0, 1, 2]
         assert cfg.batch_size * L == 1024 and cfg.steps == SCALE_STEPS and cfg.lm["train_len"] == L
         assert cfg.lr_tries("lm") == [cfg.lr]  # one rate, the same for every scheme and size
+        # trained until it fits (the default preset's LM plateau rule), not a fixed budget: 1,000 cosine steps
+        # fitted none of the smallest cell's runs
+        assert cfg.fit.lm_schedule == "plateau" and cfg.fit.early_stop and cfg.fit.lm_patience == 3
         fps.add(cfg.fingerprint())
     assert len(fps) == 6  # each cell its own folder and store
     assert preset("scale").preset == "scale"
@@ -61,6 +64,7 @@ def test_summary_gives_rho_with_an_interval_and_names_the_schemes_that_move(tmp_
     assert r["moved"] == {"b": (2, 4)}  # b: 2nd with the small model, last with the large one
     md = scale_markdown(s)
     assert "Incomplete" in md and "b 2->4" in md and "| 64 | d64 vs d256 | 0.40 |" in md
+    assert "| fitted runs |" in md and "| training steps |" in md and "| CPU-hours |" in md
 
 
 def test_a_scheme_with_one_fitted_seed_is_left_out_of_the_rho(tmp_path):

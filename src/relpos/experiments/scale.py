@@ -4,9 +4,13 @@ Issue 30, "a scale check". The ``scale`` preset trains the default preset's eigh
 modelling at three model widths (d_model 64 / 128 / 256, about 0.12M / 0.43M / 1.65M parameters, two layers)
 and two training lengths (64 and 256 bytes), three seeds each: six cells of 24 runs, each cell one ordinary
 ``relpos compare`` folder (``OUT/d<width>-L<length>/``), so an interrupted check resumes through the store
-like any sweep. Every run trains a fixed budget of :data:`~relpos.experiments.presets.SCALE_STEPS` steps of
-1,024 bytes on a cosine schedule at one learning rate (3e-3) for every scheme and size: a compute-matched check,
-not the tuned protocol of the ``full`` preset.
+like any sweep. Every run trains until it fits, by the default preset's language-modelling rule at one
+learning rate (3e-3) for every scheme and size: a constant rate until the validation loss flattens (3 checks,
+300 steps, improve it by less than 1 %), then a cooldown of a quarter of the steps so far, at most
+:data:`~relpos.experiments.presets.SCALE_STEPS` steps of 1,024 bytes; a run not flat in time is marked not
+fitted and left out. One rate, not a grid: the check asks whether the ranking moves with size, not which rate
+suits which size (stated in the report). A fixed budget of 1,000 cosine steps, tried first, fitted none of the
+smallest cell's 24 runs.
 
 **Score.** Per run the verdict's LM number: the far-position ratio (the loss on the last quarter of windows at
 the longest evaluation length, 8x the training length, over the last quarter of windows at the training length;
@@ -15,8 +19,8 @@ Spearman's rho between the schemes' mean scores of two sizes, with a bootstrap i
 (:func:`relpos.experiments.stats.spearman_interval`); the schemes whose rank moves by two places or more
 between the smallest and the largest model are named.
 
-**Cost**: about 7.5 CPU-hours at the speed of this project's shared 2-core host (measured per step and on one
-whole job; see :func:`relpos.experiments.presets.scale_cell`), about 5-6 on idle cores.
+**Cost**: measured on the run itself (each run's CPU time is in its folder's ``results.json``;
+``scale.json`` sums them per cell), and stated in ``docs/results.md``.
 """
 
 from __future__ import annotations
@@ -85,6 +89,17 @@ def _scores(results: dict) -> dict[str, list[float]]:
     return out
 
 
+def _cpu_seconds(folder: Path, fingerprint: str | None) -> float | None:
+    """CPU time of every job stored in a cell's folder (training tries and evaluation), from its database."""
+    from relpos.experiments.store import Store
+
+    db = folder / "results.sqlite"
+    if not fingerprint or not db.is_file():
+        return None
+    with Store(db, create=False) as st:
+        return float(sum((j["info"] or {}).get("cpu_seconds") or 0.0 for j in st.jobs(fingerprint)))
+
+
 def _ranks(means: dict[str, float]) -> dict[str, int]:
     order = sorted(means, key=lambda s: (means[s], s))
     return {s: i + 1 for i, s in enumerate(order)}
@@ -104,7 +119,10 @@ def scale_summary(out: str | Path) -> dict:
         sc = {s: v for s, v in _scores(res).items() if len(v) >= MIN_SEEDS}
         params = next((r["train"].get("params") for r in res.get("runs") or [] if (r.get("train") or {}).get("params")),
                       None)
+        steps = [(r.get("train") or {}).get("steps") for r in res.get("runs") or [] if not r.get("variant")]
         per_cell[f"d{d}-L{L}"] = {"d_model": d, "train_len": L, "params": params, "scores": sc,
+                                  "cpu_seconds": _cpu_seconds(cell_dir(out, d, L), res.get("fingerprint")),
+                                  "steps": [s for s in steps if s],
                                   "fitted_runs": sum(len(v) for v in _scores(res).values()),
                                   "runs": len([r for r in res.get("runs") or [] if not r.get("variant")])}
         done.append((d, L))
@@ -128,7 +146,9 @@ def scale_summary(out: str | Path) -> dict:
                 moved = {s: (ra[s], rb[s]) for s in ra if abs(ra[s] - rb[s]) >= 2}
                 rho.append({"train_len": L, "a": a, "b": b, "rho": iv.est, "lo": iv.lo, "hi": iv.hi,
                             "schemes": len(ma), "moved": moved})
-    return {"cells": per_cell, "rho": rho, "complete": len(done) == len(cells())}
+    cpu = [c["cpu_seconds"] for c in per_cell.values() if c.get("cpu_seconds")]
+    return {"cells": per_cell, "rho": rho, "complete": len(done) == len(cells()),
+            "cpu_hours": sum(cpu) / 3600 if cpu else None}
 
 
 def scale_markdown(summary: dict) -> str:
@@ -139,8 +159,10 @@ def scale_markdown(summary: dict) -> str:
     lines = ["# Scale check: the LM ranking across model sizes", "",
              "Score: the far-position ratio, loss on the last quarter of windows at 8x the training length / at 1x "
              "(lower is better), mean over fitted seeds "
-             f"(a scheme needs 2 fitted seeds of 3). Every run: {SCALE_STEPS:,} steps of 1,024 bytes, cosine "
-             "schedule, learning rate 3e-3 for every scheme and size (no per-size tuning).", ""]
+             f"(a scheme needs 2 fitted seeds of 3). Every run trains until its validation loss flattens (3 checks, "
+             f"300 steps, improve it by < 1 %), then cools down, at most {SCALE_STEPS:,} steps of 1,024 bytes, at "
+             "learning rate 3e-3 for every scheme and size (one rate, no per-size tuning); runs that did not "
+             "flatten in time are not fitted and left out.", ""]
     if not summary.get("complete"):
         lines += ["> Incomplete: not every cell has finished; rerun the same command to resume.", ""]
     cells_ = summary["cells"]
@@ -155,7 +177,16 @@ def scale_markdown(summary: dict) -> str:
                 v = cells_[n]["scores"].get(s)
                 cell.append(f"{statistics.fmean(v):.2f}" if v else "-")
             lines.append(f"| {s} | " + " | ".join(cell) + " |")
+        fitted = [f"{cells_[n]['fitted_runs']}/{cells_[n]['runs']}" for n in names]
+        lines.append("| fitted runs | " + " | ".join(fitted) + " |")
+        steps = [f"{min(c['steps']):,}-{max(c['steps']):,}" if c.get("steps") else "-" for c in cells_.values()]
+        lines.append("| training steps | " + " | ".join(steps) + " |")
+        cpu = [f"{c['cpu_seconds'] / 3600:.2f}" if c.get("cpu_seconds") else "-" for c in cells_.values()]
+        lines.append("| CPU-hours | " + " | ".join(cpu) + " |")
         lines.append("")
+        if summary.get("cpu_hours"):
+            lines += [f"Measured cost of the cells so far: {summary['cpu_hours']:.2f} CPU-hours (training tries and "
+                      "evaluation, from each job's process CPU time).", ""]
     if summary["rho"]:
         lines += [f"Spearman's rho between sizes ({CONFIDENCE:.0%} bootstrap interval over seeds: each scheme's "
                   "seeds resampled in each size; it covers seed-to-seed variation, not other budgets or rates):", "",
