@@ -21,7 +21,7 @@ from relpos import distance
 from relpos.encodings import scheme_names
 from relpos.explorer import ApiError, Explorer, Limits, export_html
 from relpos.explorer import api as api_mod
-from relpos.explorer.export import DEFAULT_CODE, DEFAULT_SENTENCE, snapshot_key
+from relpos.explorer.export import DEFAULT_SENTENCE, snapshot_key
 from relpos.explorer.server import make_server, serve_in_thread, static_text
 from tests.explorer.conftest import content_reference, make_results
 

@@ -10,7 +10,7 @@ import pytest
 
 from relpos.explorer import Explorer, export_html
 from relpos.explorer.bundle import bundle
-from relpos.explorer.export import DEFAULT_CODE, DEFAULT_SENTENCE, render_html, snapshot, snapshot_key
+from relpos.explorer.export import DEFAULT_COMPOSE, DEFAULT_COMPOSE_ZH, DEFAULT_SENTENCE, render_html, snapshot, snapshot_key
 from relpos.explorer.server import STATIC_FILES, static_text
 
 
@@ -64,7 +64,7 @@ def test_i18n_tables_have_the_same_keys():
     # panels stack on a phone: no text may place them "left" and "right" (issue 14)
     assert not re.search(r"\b(Left|Right):", static_text("i18n/en.js"))
     assert not re.search(r"[左右]图", static_text("i18n/zh.js"))
-    from relpos.explorer.export import DEFAULT_COMPOSE, DEFAULT_COMPOSE_ZH, DEFAULT_SENTENCE, DEFAULT_SENTENCE_ZH
+    from relpos.explorer.export import DEFAULT_SENTENCE_ZH
 
     assert f"compose_sentence: '{DEFAULT_COMPOSE_ZH}'" in static_text("i18n/zh.js")
     assert f"compose_sentence: '{DEFAULT_COMPOSE}'" in static_text("i18n/en.js")
@@ -123,8 +123,10 @@ def test_export_is_self_contained(ex, tmp_path):
     fox = snapshot_key("bias", {"scheme": "fox", "text": DEFAULT_SENTENCE, "causal": "true", "n_heads": "4",
                                 "head": "1", "seed": "0", "head_dim": "64"})
     assert snap["responses"][fox]["data"]["tokens"] == DEFAULT_SENTENCE.split()
-    att = snapshot_key("attention", {"checkpoint": "0", "text": DEFAULT_CODE, "layer": "0"})
-    assert len(snap["responses"][att]["data"]["maps"]) == 2
+    # view 5 reads view 0's sentence: the snapshot holds it in both languages
+    for text in (DEFAULT_COMPOSE, DEFAULT_COMPOSE_ZH):
+        att = snapshot_key("attention", {"checkpoint": "0", "text": text, "layer": "0"})
+        assert len(snap["responses"][att]["data"]["maps"]) == 2
     assert out.stat().st_size < 8_000_000  # a grid of settings (issue 14): N = 16, 32, 64, compose, both languages
     with pytest.raises(ValueError, match=".html"):
         export_html(ex, tmp_path / "x.txt")
@@ -133,7 +135,8 @@ def test_export_is_self_contained(ex, tmp_path):
 def test_page_defaults_match_export():
     html = static_text("index.html")
     assert f'value="{DEFAULT_SENTENCE}"' in html
-    assert DEFAULT_CODE in html
+    # view 5's text box starts on view 0's sentence (the view follows view 0)
+    assert f'<textarea id="v5-text" rows="3" maxlength="1000" spellcheck="false">{DEFAULT_COMPOSE}</textarea>' in html
 
 
 def test_snapshot_key_matches_javascript():

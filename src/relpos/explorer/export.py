@@ -4,7 +4,7 @@ The file inlines the page's CSS and JavaScript and embeds the API answers for
 the default settings of every view (both sign conventions and every clip value
 of the example sentence; every bias scheme and head at the default length,
 causal and not, the content-dependent ones on the example sentence; shifts 0..24 and a few larger; every task and metric of the
-loaded results; every layer of each loaded checkpoint on the example text). The
+loaded results; every layer of each loaded checkpoint on view 0's sentence in both languages). The
 page looks answers up by the same key it would send to a live server, so an
 exported page shows exactly what ``relpos explore`` shows for those settings,
 with no server and no network (its Content-Security-Policy forbids any
@@ -25,16 +25,16 @@ from relpos.explorer.server import static_text
 from relpos.explorer.views.compose import DEFAULT_K
 
 __all__ = ["export_html", "snapshot", "snapshot_key", "print_progress", "DEFAULT_SENTENCE", "DEFAULT_SENTENCE_ZH",
-           "DEFAULT_CODE", "DEFAULT_COMPOSE"]
+           "DEFAULT_COMPOSE", "DEFAULT_COMPOSE_ZH"]
 
 #: Defaults the page starts with (they are also written in static/index.html).
 DEFAULT_SENTENCE = "The cat sat on the warm mat"
 #: The example sentence of the Chinese page (static/i18n/zh.js: default_sentence).
 DEFAULT_SENTENCE_ZH = "猫坐在温暖的垫子上"
-#: The compose view's starting sentence (static/index.html, #v0-text).
+#: The compose view's starting sentence (static/index.html, #v0-text; view 5 reads the same sentence).
 DEFAULT_COMPOSE = "The cat sat on the mat"
+#: ... in Chinese (static/i18n/zh.js: compose_sentence).
 DEFAULT_COMPOSE_ZH = "猫坐在垫子上"
-DEFAULT_CODE = "def add(a, b):\n    return a + b\n"
 DEFAULT_CLIP = 2
 BIAS_N = 32
 #: Lengths of the bias view in the snapshot (the page starts at BIAS_N).
@@ -152,10 +152,11 @@ def _requests(ex: Explorer, info: dict) -> list[tuple[str, dict[str, str]]]:
             metrics = ex.results_view({"source": s, "task": task})["metrics"]
             for m in metrics:
                 reqs.append(("results", {"source": s, "task": task, "metric": m}))
-    # view 5
+    # view 5: every model on view 0's sentence (the view follows view 0), both languages
     for ck in info["checkpoints"]:
-        for layer in range(int(ck["n_layers"] or 0)):
-            reqs.append(("attention", {"checkpoint": str(ck["index"]), "text": DEFAULT_CODE, "layer": str(layer)}))
+        for text in texts:
+            for layer in range(int(ck["n_layers"] or 0)):
+                reqs.append(("attention", {"checkpoint": str(ck["index"]), "text": text, "layer": str(layer)}))
     return reqs
 
 

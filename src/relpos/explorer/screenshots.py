@@ -78,13 +78,15 @@ def _prepare(page, view: str) -> None:
     elif view == "extrap":
         page.wait_for_selector("#v4-legend li")
         page.wait_for_timeout(300)
-    elif view == "attn":
+    elif view == "attn":  # view 0's model on view 0's sentence: a query late in it, a key early on
         page.wait_for_selector("#v5-thumbs .thumb")
         page.focus("#v5-heatmap canvas")
-        for _ in range(24):
+        n = len(page.input_value("#v5-text").encode("utf-8"))
+        for _ in range(n - 3):
             page.keyboard.press("ArrowDown")
-        for _ in range(19):
+        for _ in range(4 if n > 20 else 3):
             page.keyboard.press("ArrowRight")
+        page.evaluate("window.scrollTo(0, 0)")
     page.wait_for_timeout(250)
 
 

@@ -104,6 +104,8 @@ export function Heatmap(host, opts) {
     }
     if (hm.cursor) outline(ctx, hm.cursor[0], hm.cursor[1]);
     canvas.dataset.cursor = hm.cursor ? hm.cursor[0] + ',' + hm.cursor[1] : '';
+    // 'tokens' when the axes carry the token labels, 'ticks' when they count positions
+    canvas.dataset.axes = showLabels ? 'tokens' : 'ticks';
     drawBar(data);
     canvas.setAttribute('aria-label', (data.aria || 'heatmap') + ' ' + t('hm.keys'));
   };

@@ -263,6 +263,8 @@ export default {
   'v5.lead': 'A trained model reads your text byte by byte. For the chosen layer and head, row i shows how query byte i spreads its attention over the keys j; each row sums to 1. In a causal model the part above the diagonal is masked.',
   'v5.formula': 'p<sub>ij</sub> = softmax<sub>j</sub>( q′<sub>i</sub>·k′<sub>j</sub> / √D + b(i, j) + score(i, j) )',
   'v5.ckpt': 'Checkpoint', 'v5.text': 'Text (read as UTF-8 bytes)', 'v5.layer': 'Layer', 'v5.head': 'Head',
+  'v5.text_follows': 'The sentence of view 0 (it follows what you type there; type here to read another text).',
+  'v5.text_own': 'Your own text here; view 0 has its own sentence.', 'v5.text_sync': 'Use the sentence of view 0',
   'v5.all_heads': 'All heads of this layer (click one)',
   'v5.none': 'No model loaded (this copy of relpos ships none). Train one in about a minute and open it: relpos train --steps 300 --out runs/my-model, then relpos explore --checkpoint runs/my-model.',
   'v5.fit': 'It is {fit}.', 'v5.masked': '0 (masked)',

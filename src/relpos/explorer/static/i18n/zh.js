@@ -272,6 +272,8 @@ export default {
   'v5.lead': '一个训练好的模型逐字节读入你的文本。对选定的层和头，第 i 行显示查询字节 i 把注意力如何分配给各个键 j；每行之和为 1。因果模型中对角线以上的部分被屏蔽。',
   'v5.formula': 'p<sub>ij</sub> = softmax<sub>j</sub>( q′<sub>i</sub>·k′<sub>j</sub> / √D + b(i, j) + score(i, j) )',
   'v5.ckpt': '检查点', 'v5.text': '文本（按 UTF-8 字节读取）', 'v5.layer': '层', 'v5.head': '头',
+  'v5.text_follows': '视图 0 中的句子（随你在那里输入的内容变化；在这里输入可以读取别的文本）。',
+  'v5.text_own': '这里是你自己输入的文本；视图 0 仍保留它自己的句子。', 'v5.text_sync': '使用视图 0 的句子',
   'v5.all_heads': '本层的所有头（点击选择）',
   'v5.none': '没有载入模型检查点（这份 relpos 没有附带模型）。大约一分钟就能训练一个并打开它：relpos train --steps 300 --out runs/my-model，然后 relpos explore --checkpoint runs/my-model。',
   'v5.fit': '它{fit}。', 'v5.masked': '0（已遮蔽）',

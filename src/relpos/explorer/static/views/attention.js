@@ -1,4 +1,6 @@
 /* View 5: attention maps of a loaded checkpoint.
+ * The view follows view 0: the model view 0 shows (when it shows a trained one) and the sentence typed
+ * there, until the learner picks a model or types a text here (a button gives view 0's sentence back).
  * create() wires the view to its DOM and returns { show, relabel, redraw }. */
 import { $, el, svg, fmtInt, fmtCount, fmtNum, debounce, clampInt, MINUS } from '../dom.js';
 import { t, has } from '../i18n.js';
@@ -13,16 +15,20 @@ export function create() {
   let data = null, loaded = false;
   const ckpt = $('#v5-ckpt'), text = $('#v5-text'), layer = $('#v5-layer'), head = $('#v5-head');
   const hm = Heatmap($('#v5-heatmap'), { onCell: cell, maxSize: 460 });
+  const v0text = $('#v0-text'), v0model = $('#v0-model'), syncBtn = $('#v5-text-sync');
+  // the learner's own choices here; until then the view reads view 0's sentence and model
+  let ownText = false, ownModel = false;
 
   function init() {
     ckpt.replaceChildren();
     fillCkpts();
     if (!state.info.checkpoints.length) ckpt.append(el('option', { value: '', disabled: true }, '—'));
     ckpt.disabled = !state.info.checkpoints.length;
-    ckpt.addEventListener('change', () => { fillLayers(); load(); });
+    ckpt.addEventListener('change', () => { ownModel = true; fillLayers(); load(); });
     layer.addEventListener('change', load);
     head.addEventListener('change', render);
-    text.addEventListener('input', loadSoon);
+    text.addEventListener('input', () => { ownText = text.value !== v0text.value; noteText(); loadSoon(); });
+    syncBtn.addEventListener('click', () => { ownText = false; sync(); load(); });
     text.maxLength = state.info.limits.max_text_chars;
     if (SNAP) { text.readOnly = true; text.title = t('snapshot_readonly'); }
     $('#v5-form').addEventListener('submit', (ev) => ev.preventDefault());
@@ -45,6 +51,25 @@ export function create() {
     $('#v5-ckpt-info').textContent = t('v5.ckpt_info', { scheme: c.scheme, layers: c.n_layers, heads: c.n_heads, max: c.max_len }) + ' ' + on + ' ' + t('v5.fit', { fit });
   }
   function current() { return state.info.checkpoints[Number(ckpt.value)] || null; }
+  // the model view 0 shows: its menu's trained model, or (view 0 not opened yet) the page's default
+  function modelOfView0() {
+    const v = v0model.value;
+    if (v === '') return state.info.default_model === null || state.info.default_model === undefined ? null : String(state.info.default_model);
+    return state.info.checkpoints.some((c) => String(c.index) === v) ? v : null;
+  }
+  function noteText() {
+    $('#v5-text-note').textContent = t(ownText ? 'v5.text_own' : 'v5.text_follows');
+    syncBtn.hidden = !ownText || SNAP !== null;
+  }
+  // take view 0's model and sentence unless the learner chose their own here; true when one changed
+  function sync() {
+    let changed = false;
+    const want = ownModel ? null : modelOfView0();
+    if (want !== null && ckpt.value !== want) { ckpt.value = want; fillLayers(); changed = true; }
+    if (!ownText && text.value !== v0text.value) { text.value = v0text.value; changed = true; }
+    noteText();
+    return changed;
+  }
   function fillLayers() {
     const c = current();
     layer.replaceChildren(); head.replaceChildren();
@@ -108,9 +133,18 @@ export function create() {
     });
   }
   return {
-    show() { if (!loaded) { loaded = true; init(); if (state.info.checkpoints.length) load(); else showError('v5', new ApiFailure({ error: t('v5.none') })); } else render(); },
+    show() {
+      if (!loaded) {
+        loaded = true; init(); sync();
+        if (state.info.checkpoints.length) load(); else showError('v5', new ApiFailure({ error: t('v5.none') }));
+      } else if (sync() && state.info.checkpoints.length) load();
+      else render();
+    },
     relabel() {
       if (!loaded) return;
+      noteText();
+      // the example sentence follows the language in view 0; this view follows view 0
+      if (sync() && state.info.checkpoints.length) loadSoon();
       if (!state.info.checkpoints.length) showError('v5', new ApiFailure({ error: t('v5.none') }));
       const c = current();
       if (c) {
