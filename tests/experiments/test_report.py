@@ -146,8 +146,8 @@ def test_tables_average_the_fitted_seeds_only(tmp_path):
                      run("t5", 0, 0.02, 0.00, False), run("t5", 1, 0.04, 0.00, False))
     res = results_dict({"schemes": ["fire", "t5"]}, "fp", list(runs), list(jobs))
     rows = {ln.split()[0]: ln for ln in text_tables(res).splitlines() if ln.split() and ln.split()[0] in ("fire", "t5")}
-    assert rows["fire"].split()[1:] == ["1/2", "(0.53)", "0.99", "0.80"]  # not 0.52±0.66 and 0.40±0.57
-    assert rows["t5"].split()[1:] == ["0/2", "(0.03)", "not", "fitted", "0.03±0.01", "0.00±0.00"]
+    assert rows["fire"].split()[1:] == ["1/2", "(val", "0.53)", "0.99", "0.80"]  # not 0.52±0.66 and 0.40±0.57
+    assert rows["t5"].split()[1:] == ["0/2", "(val", "0.03)", "not", "fitted", "0.03±0.01", "0.00±0.00"]
     assert make_plots(res, tmp_path) == ["accuracy_vs_length.png"]
 
 
@@ -210,3 +210,17 @@ def test_far_position_table_and_corpus_identity_in_the_report(tmp_path):
     assert "attention span" in text and "16* median" in text and "16* max" in text
     write_report(res, tmp_path, [])
     assert "abababababababab" in (tmp_path / "report.md").read_text()
+
+
+def test_the_fitted_column_gives_lm_validation_in_bits_per_byte_like_the_table_beside_it():
+    # the fit record keeps the validation loss in nats; the LM tables are in bits per byte
+    import math
+
+    from relpos.experiments.report import _fit_cell
+
+    runs = [{"task": "lm", "label": "rope", "train": {"fit": {"fitted": True, "score": 2 * math.log(2)}}}]
+    res = {"runs": runs}
+    assert _fit_cell(res, "lm", "rope", {id(runs[0])}) == "1/1 (val 2.000 bpb)"
+    runs[0]["task"] = "copy"
+    runs[0]["train"]["fit"]["score"] = 0.97
+    assert _fit_cell(res, "copy", "rope", set()) == "0/1 (val 0.97) not fitted"

@@ -197,7 +197,7 @@ def test_a_view_that_misses_the_gate_at_L_is_not_fitted_and_never_ranked():
     assert ranks["rand"]["copy"] is None and ranks["rand"]["lm"] is None  # its great numbers past L never count
     assert rows["rand"]["acc"]["copy"]["2x"][2] == 0
     table = markdown_tables(res, "copy")
-    assert "| rand | 0/2 (1.00) not fitted |" in table and "| rand-sampled | 2/2 (1.00) |" in table
+    assert "| rand | 0/2 (val 1.00) not fitted |" in table and "| rand-sampled | 2/2 (val 1.00) |" in table
 
 
 def _buckets(n, bpbs):

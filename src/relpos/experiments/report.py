@@ -224,13 +224,17 @@ def _fmt(mean: float, std: float, n: int, digits: int) -> str:
 
 
 def _fit_cell(results: dict, task: str, lab: str, ok: set[int]) -> str:
-    """In-distribution score beside a row: fitted seeds / seeds and the mean fit score (over all seeds)."""
+    """In-distribution score beside a row: fitted seeds / seeds and the mean validation score at L over all seeds
+    (``val``: exact match, or for language modelling bits per byte -- the fit record keeps nats)."""
     rs = [r for r in results["runs"] if r["task"] == task and r["label"] == lab and (r.get("train") or {}).get("fit")]
     if not rs:
         return "-"
     n_ok = sum(id(r) in ok for r in rs)  # the run's gate, and this view at L too
     scores = [s for r in rs if isinstance(s := r["train"]["fit"].get("score"), (int, float))]
-    sc = f" ({statistics.fmean(scores):.{3 if task == 'lm' else 2}f})" if scores else ""
+    if task == "lm":
+        sc = f" (val {statistics.fmean(scores) / math.log(2):.3f} bpb)" if scores else ""
+    else:
+        sc = f" (val {statistics.fmean(scores):.2f})" if scores else ""
     return f"{n_ok}/{len(rs)}{sc}" + ("" if n_ok else " not fitted")
 
 
