@@ -268,7 +268,7 @@ export default {
   'v5.all_heads': 'All heads of this layer (click one)',
   'v5.none': 'No model loaded (this copy of relpos ships none). Train one in about a minute and open it: relpos train --steps 300 --out runs/my-model, then relpos explore --checkpoint runs/my-model.',
   'v5.fit': 'It is {fit}.', 'v5.masked': '0 (masked)',
-  'v5.ckpt_info': 'scheme {scheme}, {layers} layers × {heads} heads, max length {max}',
+  'v5.ckpt_info': 'scheme {scheme}, {layers} layers × {heads} heads, max length {max}.',
   'v5.cap': 'Attention probabilities, layer {l}, head {h} ({n} bytes). Rows: query i ↓, columns: key j →.',
   'v5.cell': 'query i = {i} (“{a}”) → key j = {j} (“{b}”): p = {p}',
   'v5.thumb': 'head {h}',

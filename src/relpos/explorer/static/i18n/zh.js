@@ -277,7 +277,7 @@ export default {
   'v5.all_heads': '本层的所有头（点击选择）',
   'v5.none': '没有载入模型检查点（这份 relpos 没有附带模型）。大约一分钟就能训练一个并打开它：relpos train --steps 300 --out runs/my-model，然后 relpos explore --checkpoint runs/my-model。',
   'v5.fit': '它{fit}。', 'v5.masked': '0（已遮蔽）',
-  'v5.ckpt_info': '方案 {scheme}，{layers} 层 × {heads} 个头，最大长度 {max}',
+  'v5.ckpt_info': '方案 {scheme}，{layers} 层 × {heads} 个头，最大长度 {max}。',
   'v5.cap': '注意力概率，第 {l} 层，第 {h} 个头（{n} 字节）。行：查询 i ↓，列：键 j →。',
   'v5.cell': '查询 i = {i}（“{a}”）→ 键 j = {j}（“{b}”）：p = {p}',
   'v5.thumb': '第 {h} 个头',
