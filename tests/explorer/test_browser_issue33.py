@@ -506,6 +506,9 @@ def test_export_has_alibi_h8_computes_view1_offline_and_marks_read_only_fields(b
         # a field the snapshot cannot recompute looks read-only
         page.click("#tab-attn")
         page.wait_for_selector("#v5-thumbs .thumb")
+        # view 5 reads view 0's sentence offline too: the snapshot holds it
+        assert page.input_value("#v5-text") == page.input_value("#v0-text") == "The cat sat on the mat"
+        assert page.is_hidden("#v5-error") and "22" in page.text_content("#v5-cap")
         assert page.is_editable("#v5-text") is False
         bg = page.evaluate("() => getComputedStyle(document.querySelector('#v5-text')).backgroundColor")
         edit = page.evaluate("() => getComputedStyle(document.querySelector('#v4-file') || document.body).backgroundColor")
