@@ -167,3 +167,16 @@ def test_language_models_trained_at_another_rate_are_not_joined():
     assert m["config"]["lr"] == 3e-3 and m["config"]["task_train"]["lm"] == {"lr": 6e-3}  # what lm trained at
     b["config"]["lr"] = 3e-3
     assert len(merge_results([("a", a), ("b", b)])["runs"]) == 2
+
+
+def test_language_models_of_another_grid_are_not_joined():
+    """Protocol 3: language modelling tries the whole grid like every task, so its grid is one of its settings."""
+    a = _res("aaa", ["lm"], [_run("lm", "rope", 0, 0.5)])
+    b = _res("bbb", ["lm"], [_run("lm", "rope", 1, 0.6)])
+    a["config"]["fit"] = {"target": 0.95, "lr_grid": []}
+    b["config"]["fit"] = {"target": 0.95, "lr_grid": [2e-3, 1e-3, 3e-3]}
+    m = merge_results([("a", a), ("b", b)])
+    assert [r["job"] for r in m["runs"]] == ["lm/rope/seed1"]
+    assert m["config"]["task_train"]["lm"]["lr_grid"] == [2e-3, 1e-3, 3e-3]  # what lm tried
+    a["config"]["fit"]["lr_grid"] = [2e-3, 1e-3, 3e-3]
+    assert len(merge_results([("a", a), ("b", b)])["runs"]) == 2

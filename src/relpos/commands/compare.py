@@ -52,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--randomized", type=_csv(str),
                    help="schemes also trained with randomized positions (Ruoss et al. 2023); 'none' for none")
     g.add_argument("--rope-variants", type=_csv(str),
-                   help="RoPE scalings evaluated on the trained RoPE model: pi,ntk,dynamic,yarn or 'none'")
+                   help="RoPE scalings evaluated on the trained RoPE model: pi,ntk,dynamic,yarn or 'none' "
+                        "(added to a finished --out folder, they are evaluated on its saved models: no training)")
     g = p.add_argument_group("model and training")
     g.add_argument("--d-model", type=int, help="model width")
     g.add_argument("--layers", type=int, help="Transformer blocks")
@@ -62,8 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lr", type=float, help="peak learning rate (every task)")
     g = p.add_argument_group("fit and fairness")
     g.add_argument("--lr-grid", type=_csv(float),
-                   help="learning rates tried in order for algorithmic tasks; the first that fits is kept "
-                        "(the full preset: 2e-3,1e-3,3e-3); 'none' for only --lr")
+                   help="learning rates every scheme trains at on every task, language modelling included "
+                        "(all of them; the one with the best validation score at L is kept; the full preset: "
+                        "2e-3,1e-3,3e-3); 'none' for only --lr")
     g.add_argument("--fit-target", type=float, help="validation exact match at L that counts as fitted (default 0.95)")
     g.add_argument("--val-every", type=int, help="steps between in-distribution validations (default 100)")
     g.add_argument("--no-early-stop", action="store_true",
@@ -86,7 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_corpus_arguments(p)
     g.add_argument("--passkey", type=int, default=None, metavar="N",
                    help="passkey retrieval on the LM models: N examples per length x depth (default 0: off; "
-                        "with --hf-model 10, and 0 turns it off)")
+                        "with --hf-model 10, and 0 turns it off); added to a finished --out folder, it is "
+                        "evaluated on the saved models: no training")
     g = p.add_argument_group("your pretrained model")
     from relpos.experiments.hf_report import add_hf_arguments
 
@@ -214,9 +217,16 @@ def passkey_warning(cfg) -> str | None:
         tok = load_tokenizer(tokenizer)
         encode = lambda t: tok.encode(t, add_special_tokens=False).ids  # noqa: E731
     need = Passkey([1 << 20], encode=encode, **cfg.passkey).min_length()
+    unit = "tokens" if tokenizer else "bytes"
+    if "lm" not in cfg.tasks:
+        return None
+    longest = max(cfg.task_kwargs("lm").get("eval_lengths") or cfg.make_task("lm").eval_lengths)
+    if longest < need:  # Passkey.fitting finds no length: nothing would be measured
+        return (f"warning: passkey's prompt needs {need} {unit}, more than the longest language-modelling "
+                f"evaluation length {longest}: passkey measures nothing; evaluate longer "
+                f"(--eval-lengths with one of {need} or more)")
     if need <= L:
         return None
-    unit = "tokens" if tokenizer else "bytes"
     return (f"warning: passkey's prompt needs {need} {unit}, more than --train-len {L}: every passkey length lies "
             f"beyond the training length, so retrieval is tested only out of distribution (expect 0); "
             f"--train-len {need} or more would test it within the training length")
@@ -249,12 +259,25 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         from relpos.experiments.status import folder_status, status_lines
 
+        from relpos.experiments.additions import join_evaluations
+
+        adds = join_evaluations(cfg, out, force=args.force)  # the folder's evaluations joined, as a run would
         jobs = plan(cfg)
         lines = [f"preset {cfg.preset}, fingerprint {cfg.fingerprint()}, {len(jobs)} training runs -> {out}"]
         note = passkey_warning(cfg)
         if note:
             lines.append(note)
-        status = folder_status(cfg, out, [j.key for j in jobs])
+        lines += [f"{out} also measures {k} (added earlier): kept" for k in (adds.kept if adds else [])]
+        shown = cfg
+        if adds is not None and adds.needed:
+            from relpos.experiments.additions import missing_line
+
+            lines.append(missing_line(adds) if adds.missing() else
+                         f"would add {adds.what()} to {out} by evaluating the saved models of {len(adds.jobs)} "
+                         "finished runs (no training), then run what is left")
+            shown = cfg.replace(rope_variants=list(adds.old_protocol.get("rope_variants") or []),
+                                passkey=dict(adds.old_protocol.get("passkey") or {}))
+        status = folder_status(shown, out, [j.key for j in jobs])
         lines += status_lines(status)
         if args.reuse:  # after the summary line, before the per-run lines
             from relpos.experiments.reuse import reusable

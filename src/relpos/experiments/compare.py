@@ -12,7 +12,10 @@ Resuming: jobs already in the database are skipped, so rerunning a command
 that was interrupted (Ctrl-C, SIGKILL, a crash) continues where it stopped.
 A folder bound to a different configuration fingerprint is refused with a
 clear error; ``force=True`` first moves its results into
-``OUT/previous-<fingerprint>-<time>/`` (nothing is deleted).
+``OUT/previous-<fingerprint>-<time>/`` (nothing is deleted). A folder whose
+runs were trained exactly as asked and that differs only in what is evaluated
+(``--passkey``, ``--rope-variants``) keeps its evaluations and takes the new ones
+on its saved models, without training (:mod:`relpos.experiments.additions`).
 """
 
 from __future__ import annotations
@@ -293,6 +296,10 @@ def compare(
         reuse: other output folders whose runs are copied where training them here would repeat
             them exactly (see :mod:`relpos.experiments.reuse`); read only.
 
+    A folder that trained these very models (equal training part of the protocol) keeps the evaluations it
+    holds (``cfg``'s RoPE scalings and passkey settings are joined with them, in place), and evaluations it
+    lacks are run on its saved models first (:mod:`relpos.experiments.additions`): nothing is trained again.
+
     Raises:
         ValueError: bad configuration (unknown scheme/task, lengths <= 0, ...),
             or :class:`ConfigMismatchError` for a folder of another configuration.
@@ -303,8 +310,17 @@ def compare(
             print(s, file=sys.stderr, flush=True)
 
     cfg.validate()
-    fp = cfg.fingerprint()
     out = Path(out_dir)
+    # evaluation-only additions (issue 31): a folder that trained these very models keeps its evaluations and
+    # takes new ones on its saved models, without training again (relpos.experiments.additions)
+    from relpos.experiments.additions import add_evaluations, join_evaluations
+
+    adds = join_evaluations(cfg, out, force=force)
+    for line in (adds.kept if adds is not None else []):
+        log(f"{out} also measures {line} (added earlier): kept, and every run trained now measures it too")
+    if adds is not None and adds.needed:
+        add_evaluations(adds, log=log, threads=cfg.threads)
+    fp = cfg.fingerprint()
     store = prepare_output(cfg, out, force=force, log=log)
     cfg.models_dir = str(out.resolve() / "models") if keep_models else None
     record = folder_config(cfg, out)  # what the folder holds: this invocation's plan and the earlier ones'

@@ -6,7 +6,10 @@ training, task and evaluation settings, RoPE scalings). The second part alone
 defines the **fingerprint**: two invocations with the same fingerprint produce
 comparable runs, so they may share an output folder (a later invocation skips
 what is done and adds what is new); a different fingerprint in the same folder is
-an error. Execution settings (workers, threads, runner) change neither.
+an error. Execution settings (workers, threads, runner) change neither. Within the fingerprinted part, the
+evaluation settings (:data:`EVALUATION_KEYS`: the RoPE scalings and passkey retrieval) change only what is
+measured on a trained model: a finished folder takes new ones by evaluating its saved models, without
+training again (:mod:`relpos.experiments.additions`).
 
 The named presets (``default``, ``ci``, ``full``) are in :mod:`relpos.experiments.presets`.
 
@@ -32,6 +35,7 @@ from typing import Any
 
 from relpos.encodings import normalise_name
 from relpos.experiments.fitting import FitConfig
+from relpos.experiments.settings import EVALUATION_KEYS, ROPE_VARIANTS, ConcernsMixin, split_protocol
 
 __all__ = [
     "ExperimentConfig",
@@ -41,7 +45,9 @@ __all__ = [
     "ALGORITHMIC",
     "ALL_TASKS",
     "MODEL_KEYS",
+    "EVALUATION_KEYS",
     "config_diff",
+    "fingerprint_of",
 ]
 
 #: Bumped whenever measurements change meaning (enters the fingerprint).
@@ -66,17 +72,6 @@ DEFAULT_SCHEMES: tuple[str, ...] = (
     "fire",
     "sandwich",
 )
-
-#: RoPE scalings evaluated on the trained RoPE model: variant name -> (scaling, fixed factor or None).
-#: ``None`` means ``factor = eval sequence length / training sequence length`` (at least 1).
-#: Dynamic NTK rescales itself with the current length; it takes the fixed factor 2 that is
-#: its common setting (``factor * s / L - (factor - 1)``), otherwise it would equal "ntk" here.
-ROPE_VARIANTS: dict[str, tuple[str, float | None]] = {
-    "pi": ("linear", None),
-    "ntk": ("ntk", None),
-    "dynamic": ("dynamic", 2.0),
-    "yarn": ("yarn", None),
-}
 
 #: Longest sequence (tokens) a sweep evaluates: beyond it the evaluation of even the small
 #: models outgrows a laptop's memory (a learned table row per position, (N, V) logits per row).
@@ -121,8 +116,13 @@ def _int_list(name: str, v: Any, *, lo: int = 1, what: str = "evaluation lengths
 
 
 @dataclasses.dataclass
-class ExperimentConfig:
+class ExperimentConfig(ConcernsMixin):
     """Everything a sweep needs. See the module docstring.
+
+    The fields are flat (the command line, ``config.json`` and the fingerprint use them); each concern is also
+    one typed object (:mod:`relpos.experiments.settings`): ``cfg.data``, ``cfg.model``, ``cfg.training``,
+    ``cfg.tuning`` (``fit``) and ``cfg.evaluation``, views that read and write these fields, and
+    :meth:`from_parts` builds a configuration from them.
 
     Attributes:
         preset: name of the preset this came from (informational).
@@ -164,6 +164,8 @@ class ExperimentConfig:
         scheme_ranges: ``"train_len"`` sets each scheme's learned range from
             the training length (its ``options_for_length``); ``"paper"``
             keeps the paper defaults. Explicit ``scheme_options`` win.
+        passkey: passkey retrieval on the language models (options of
+            :class:`relpos.tasks.passkey.Passkey`, e.g. ``{"n": 10}``; ``{}``: off).
         workers, threads: processes and threads per process (execution only).
         models_dir: where each job saves its trained model as a checkpoint
             (``<models_dir>/<task>/<scheme>[+rand]/seed<k>/``); None keeps none
@@ -291,6 +293,15 @@ class ExperimentConfig:
         for v in self.rope_variants:
             if v not in ROPE_VARIANTS:
                 raise ValueError(f"unknown RoPE variant {v!r}; known: {', '.join(ROPE_VARIANTS)}")
+        if not isinstance(self.passkey, dict):
+            raise TypeError(f"passkey must be a dict of passkey options (e.g. {{'n': 10}}), got {self.passkey!r}")
+        if self.passkey:
+            from relpos.tasks.passkey import Passkey
+
+            try:  # its own checks name the option and its range
+                Passkey([1 << 20], **self.passkey)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"passkey: {e}") from None
         from relpos.encodings import make_encoding
 
         sizes = {(m["d_model"], m["n_heads"]) for m in map(self.model_settings, self.tasks)}
@@ -436,8 +447,12 @@ class ExperimentConfig:
 
     def fingerprint(self) -> str:
         """16 hex digits identifying :meth:`protocol`."""
-        blob = json.dumps(self.protocol(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return fingerprint_of(self.protocol())
+
+    def training_protocol(self) -> dict:
+        """The part of :meth:`protocol` that decides how every model is trained (all of it but
+        :data:`EVALUATION_KEYS`): equal training parts train equal models."""
+        return split_protocol(self.protocol())[0]
 
     def to_dict(self) -> dict:
         return copy.deepcopy(dataclasses.asdict(self))
@@ -454,6 +469,12 @@ class ExperimentConfig:
         d = self.to_dict()
         d.update(changes)
         return ExperimentConfig.from_dict(d)
+
+
+def fingerprint_of(protocol: dict) -> str:
+    """The fingerprint of a protocol dict (:meth:`ExperimentConfig.fingerprint`)."""
+    blob = json.dumps(protocol, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:

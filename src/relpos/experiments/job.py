@@ -30,6 +30,7 @@ __all__ = [
     "Job",
     "run_job",
     "evaluate_job",
+    "evaluate_additions",
     "model_config_for",
     "train_config_for",
     "rope_variant_model_for",
@@ -232,9 +233,9 @@ def view_validation(task, model) -> dict:
         return {"score": exact, "token": tok, "kind": "val_exact_at_L"}
 
 
-def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
-    """Evaluate a trained model (and its variants): one entry per run."""
-    from relpos.experiments.config import ROPE_VARIANTS
+def _run_maker(job: Job, task) -> Callable:
+    """``run(variant, measurements, task_name=None, **extra)``: one stored run of ``job`` (per-example scores
+    split off as the store keeps them)."""
 
     def run(variant, measurements, task_name=None, **extra):
         ms, per = _split_per_example(measurements)
@@ -249,8 +250,55 @@ def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
             **extra,
         }
 
+    return run
+
+
+def _variant_runs(run, job: Job, task, model, variants) -> list[dict]:
+    """The RoPE scalings ``variants`` evaluated on a trained rotary model (none for other models and for
+    randomized-position runs)."""
+    from relpos.experiments.config import ROPE_VARIANTS
+
+    if job.randomized or not _has_scalings(model):
+        return []
+    out = []
+    for v in variants:
+        scaling, fixed = ROPE_VARIANTS[v]
+        mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
+        val = view_validation(task, mf(task.train_seq_len()))
+        out.append(run(v, task.evaluate(mf), validation=val))
+    return out
+
+
+def _passkey_runs(run, job: Job, cfg, task, model, variants, *, base: bool = True) -> list[dict]:
+    """Passkey retrieval (issue 15) on a language model (``base``) and on its RoPE scalings ``variants``; each
+    run records the passkey settings it used (``evaluation``). None when passkey is off, the task is not
+    language modelling, or no evaluation length fits the prompt."""
+    from relpos.experiments.config import ROPE_VARIANTS
+    from relpos.tasks.passkey import Passkey
+
+    if task.kind != "lm" or not cfg.passkey:
+        return []
+    pk = Passkey.fitting(task.eval_lengths, encode=getattr(task, "encode", None), **cfg.passkey)
+    if pk is None:
+        return []
+    settings = {"passkey": pk.options()}
+    out = []
+    if base:
+        out.append(run("randomized" if job.randomized else None, pk.evaluate(lambda n: model), "passkey",
+                       evaluation=settings))
+    if not job.randomized and _has_scalings(model):
+        for v in variants:
+            scaling, fixed = ROPE_VARIANTS[v]
+            mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
+            out.append(run(v, pk.evaluate(mf), "passkey", evaluation=settings))
+    return out
+
+
+def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
+    """Evaluate a trained model (and its variants): one entry per run."""
     from relpos.experiments.fitting import SampledPositions
 
+    run = _run_maker(job, task)
     model.eval()
     extra = {"validation": view_validation(task, model)}
     if task.kind == "lm":
@@ -266,24 +314,22 @@ def evaluate_job(job: Job, cfg, task, model) -> list[dict]:
         # validated as in training: one fixed sampled draw (the FitMonitor's)
         val = view_validation(task, SampledPositions(model, R, width, seed=width))
         out.append(run("randomized-sampled", _mean_measurements(draws), validation=val))
-    elif _has_scalings(model):
-        for v in cfg.rope_variants:
-            scaling, fixed = ROPE_VARIANTS[v]
-            mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
-            val = view_validation(task, mf(width))
-            out.append(run(v, task.evaluate(mf), validation=val))
-    if task.kind == "lm" and cfg.passkey:  # passkey retrieval (issue 15) on the LM model and its scalings
-        from relpos.tasks.passkey import Passkey
-
-        pk = Passkey.fitting(task.eval_lengths, encode=getattr(task, "encode", None), **cfg.passkey)
-        if pk is not None:
-            out.append(run("randomized" if job.randomized else None, pk.evaluate(lambda n: model), "passkey"))
-            if not job.randomized and _has_scalings(model):
-                for v in cfg.rope_variants:
-                    scaling, fixed = ROPE_VARIANTS[v]
-                    mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
-                    out.append(run(v, pk.evaluate(mf), "passkey"))
+    out += _variant_runs(run, job, task, model, cfg.rope_variants)
+    out += _passkey_runs(run, job, cfg, task, model, cfg.rope_variants)
     return out
+
+
+def evaluate_additions(job: Job, cfg, task, model, *, variants, passkey: bool) -> list[dict]:
+    """The evaluation-only additions on a saved model (:mod:`relpos.experiments.additions`): the RoPE scalings
+    ``variants`` (and their passkey runs when ``cfg.passkey`` is on), and with ``passkey`` the passkey runs of
+    the model and of every scaling of ``cfg.rope_variants``. The same code as :func:`evaluate_job`, so an
+    addition equals what a fresh run with these settings stores."""
+    run = _run_maker(job, task)
+    model.eval()
+    out = _variant_runs(run, job, task, model, variants)
+    if passkey:
+        return out + _passkey_runs(run, job, cfg, task, model, cfg.rope_variants)
+    return out + _passkey_runs(run, job, cfg, task, model, variants, base=False)
 
 
 def _rotary(mod, scaling: str | None = None) -> bool:

@@ -15,9 +15,9 @@ algorithmic lengths, weight decay) must agree, or the merge is refused with the
 differences listed. Task-specific settings are taken from the folder the task
 came from: ``task_train[task]``, ``task_options[task]``, ``task_model[task]``;
 the steps, batch size, learning rate and warmup a task took from the top level
-(language modelling); for ``lm`` the LM fit rule ``fit.lm_*``; and for an
-algorithmic task the learning rates it tried (its own ``lr_grid``, else
-``fit.lr_grid``). The merged configuration writes these into each task's
+(language modelling); for ``lm`` the LM fit rule ``fit.lm_*``; and for every
+task, language modelling included (protocol 3), the learning rates it tried (its
+own ``lr_grid``, else ``fit.lr_grid``). The merged configuration writes these into each task's
 ``task_train`` where they differ from the first folder's.
 
 Nothing in the source folders is changed; the output folder follows the
@@ -160,11 +160,9 @@ def _train_of(cfg: dict, task: str) -> dict:
     return {k: own.get(k, cfg.get(k)) for k in TRAIN_KEYS}
 
 
-def _task_grid(cfg: dict, task: str) -> list | None:
-    """The learning rates an algorithmic task's runs tried, in order: the task's own grid (``task_train``),
-    else the preset's (``fit.lr_grid``); ``[]`` for its one rate, None for language modelling (no grid)."""
-    if task == "lm":
-        return None
+def _task_grid(cfg: dict, task: str) -> list:
+    """The learning rates a task's runs tried, in order: the task's own grid (``task_train``), else the preset's
+    (``fit.lr_grid``); ``[]`` for its one rate. Protocol 3: every task, language modelling included."""
     own = ((cfg.get("task_train") or {}).get(task) or {}).get("lr_grid")
     return list(own if own is not None else (cfg.get("fit") or {}).get("lr_grid") or [])
 
