@@ -186,3 +186,27 @@ def test_hf_command_line_writes_report_and_heatmaps(model_dir, tmp_path, monkeyp
     bad = tmp_path / "bad_out"
     assert main(argv[:2] + ["--corpus", str(corpus), "--out", str(bad)]) == 2  # text field 'text' is missing
     assert "no text field 'text'" in capsys.readouterr().err and not bad.exists()
+
+
+def test_plan_counts_every_forward_pass_at_each_length(model_dir, tmp_path):
+    """``plan()["windows"]`` (what --dry-run's time estimate charges L**2 attention for) is what a job runs."""
+    from relpos.experiments.hf_eval import plan
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(prose(300_000, seed=3))
+    spec = {"model": str(model_dir), "corpus": str(corpus), "factors": [2, 4], "eval_tokens": 600,
+            "passkey_n": 2, "passkey_depths": [0.0, 1.0], "device": "cpu", "scalings": ["none"],
+            "cache_dir": str(tmp_path / "cache")}
+    model = load_hf_model(model_dir, device="cpu")
+    seen: dict[int, int] = {}
+
+    def count(_module, args, kwargs):
+        x = kwargs.get("input_ids", args[0] if args else None)
+        seen[x.shape[1]] = seen.get(x.shape[1], 0) + x.shape[0]
+
+    model.hf.model.register_forward_pre_hook(count, with_kwargs=True)
+    res = run_hf_job(spec, "none", model=model)
+    assert [r["task"] for r in res["runs"]] == ["lm", "passkey"]
+    p = plan(spec, model.base_config)
+    assert p["windows"] == seen == {128: 2 * 2 + 16 + 4, 256: 2 + 16 + 4}
+    assert p["tokens"]["lm"] + p["tokens"]["passkey"] == sum(n * w for n, w in seen.items())

@@ -234,7 +234,8 @@ def plan(spec: dict, config=None) -> dict:
 
     Keys: ``original``, ``lengths``, ``left_out`` (lengths above
     ``max_eval_tokens``), ``rope_type``, ``tokens`` (forward-pass tokens per
-    scaling, LM protocols and passkey), ``scalings``.
+    scaling, LM protocols and passkey), ``windows`` (forward passes per scaling
+    at each length: attention costs each one ``L**2``), ``scalings``.
     """
     spec = HFEvalSpec(**spec)
     cfg = config if config is not None else load_config(model_source(spec["model"]), dtype=spec["dtype"])
@@ -249,10 +250,12 @@ def plan(spec: dict, config=None) -> dict:
     blocks = spec["blocks"] or max(16, spec["eval_tokens"] // longest)
     window = sum(chunks * max(1, longest // n) * n for n in lengths)
     fixed = sum(blocks * n for n in lengths)
-    pk = spec["passkey_n"] * len(spec["passkey_depths"]) * sum(lengths) if spec["passkey_n"] else 0
+    n_pk = spec["passkey_n"] * len(spec["passkey_depths"]) if spec["passkey_n"] else 0
+    pk = n_pk * sum(lengths)
+    windows = {n: chunks * max(1, longest // n) + blocks + n_pk for n in lengths}
     return {"original": L0, "lengths": lengths, "left_out": [L for L in wanted if L not in lengths],
             "rope_type": native_rope_type(cfg), "tokens": {"lm": window + fixed, "passkey": pk},
-            "scalings": list(spec["scalings"])}
+            "windows": windows, "scalings": list(spec["scalings"])}
 
 
 # ------------------------------------------------------------------ jobs

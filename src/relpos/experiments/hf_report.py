@@ -241,7 +241,8 @@ def dry_run_lines(spec: dict, out: Path) -> list[str]:
     per = p["tokens"]["lm"] + p["tokens"]["passkey"]
     total = per * len(p["scalings"])
     layers, hidden = int(cfg.num_hidden_layers), int(cfg.hidden_size)
-    flops = total * 2 * n + sum(4 * layers * hidden * L * L for L in p["lengths"]) * len(p["scalings"])
+    # every forward pass of length L: 2 x parameters per token, and attention's L**2 for each one
+    flops = total * 2 * n + sum(w * 4 * layers * hidden * L * L for L, w in p["windows"].items()) * len(p["scalings"])
     dev = _device(spec["device"]).split(":")[0]
     secs = flops / ASSUMED_FLOPS[dev]
     lines = [f"--hf-model {src.path}: {cfg.model_type}, ~{n / 1e6:,.1f}M parameters, native rope_type "
