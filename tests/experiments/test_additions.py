@@ -123,6 +123,14 @@ def test_other_passkey_settings_are_refused(tmp_path, monkeypatch):
     with pytest.raises(ConfigMismatchError, match=r"passkey results with settings \{'n': 1\}.*--passkey 1"):
         run(cfg(passkey={"n": 2}), out)
     assert digest(out) == was
+    # another compare training in the folder (a live lease): the addition waits for it
+    kept = stored(out)
+    with Store(out / "results.sqlite") as st:
+        assert st.claim(st.get_meta("fingerprint"), "lm/nope/seed0")
+        with pytest.raises(ConfigMismatchError, match=r"another relpos compare is training in .*lm/nope/seed0"):
+            run(cfg(passkey=PASSKEY, rope_variants=["pi", "yarn"]), out)
+        st.release(st.get_meta("fingerprint"), "lm/nope/seed0")
+    assert stored(out) == kept
     # a different training is not an addition: the usual refusal
     with pytest.raises(ConfigMismatchError, match="different configuration"):
         run(cfg(passkey=PASSKEY, steps=4), out)

@@ -186,6 +186,8 @@ def add_evaluations(add: Additions, *, log: Callable[[str], None] = lambda s: No
         return None
     if add.missing():
         raise ConfigMismatchError(missing_line(add))
+    with Store(add.folder / "results.sqlite", create=False) as st:
+        _refuse_if_busy(st, add)  # before the evaluations; checked again when they are stored
     cfg, new_fp = add.cfg, add.cfg.fingerprint()
     log(f"{add.folder} holds runs trained exactly as asked: adding {add.what()} by evaluating the saved models "
         f"of {len(add.jobs)} finished runs (no training)")
@@ -217,6 +219,16 @@ def add_evaluations(add: Additions, *, log: Callable[[str], None] = lambda s: No
     return record
 
 
+def _refuse_if_busy(store, add: Additions) -> None:
+    from relpos.experiments.store import ConfigMismatchError
+
+    live = store.leases(add.old_fingerprint)  # held by a live process (a dead owner's lease is free)
+    if live:
+        job, lease = next(iter(live.items()))
+        raise ConfigMismatchError(f"another relpos compare is training in {add.folder} ({lease['owner']}: {job}); "
+                                  "nothing was changed: add the evaluations once it has finished")
+
+
 _KEYED = ("jobs", "runs", "measurements", "failures", "leases")
 
 
@@ -225,17 +237,12 @@ def _rebind(store, add: Additions, new_fp: str, protocol: dict, results: dict[st
     runs and their measurements, bind the folder to ``new_fp`` and ``protocol``, log ``record``."""
     from relpos.experiments.store import ConfigMismatchError, _num
 
-    now = time.time()
     with store.transaction() as conn:
         row = conn.execute("SELECT value FROM meta WHERE key = 'fingerprint'").fetchone()
         if row is None or row[0] != add.old_fingerprint:
             raise ConfigMismatchError(f"{add.folder} changed while its evaluations were added (fingerprint "
                                       f"{row and row[0]}); nothing was changed: run the command again")
-        live = conn.execute("SELECT job, owner FROM leases WHERE config_hash = ? AND expires > ?",
-                            (add.old_fingerprint, now)).fetchall()
-        if live:
-            raise ConfigMismatchError(f"another relpos compare is training in {add.folder} ({live[0][1]}: "
-                                      f"{live[0][0]}); nothing was changed: add the evaluations once it has finished")
+        _refuse_if_busy(store, add)
         for table in _KEYED:
             conn.execute(f"UPDATE {table} SET config_hash = ? WHERE config_hash = ?", (new_fp, add.old_fingerprint))
         conn.execute("UPDATE meta SET value = ? WHERE key = 'fingerprint'", (new_fp,))
