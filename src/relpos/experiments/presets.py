@@ -77,7 +77,8 @@ _REVERSE_TRAIN = {**_ALGO_TRAIN, "steps": 16000}
 #: stayed noisy once formed (0.48-0.68 exact match: 12 % of answers another value of the prompt, at every
 #: distance), and the cooldown did not sharpen it; at 1e-3 the same seed reached 0.99 (benchmarks/mqar_probe.py).
 #: NoPE leaves the plateau far later at 1e-3 (seed 0: step 7,700, against 2,000 at 3e-3), so a run that does not
-#: fit at 1e-3 is retried at 3e-3 in every preset (the task's own grid; the first rate that fits is kept).
+#: fit at 1e-3 may at 3e-3: every preset trains MQAR at both rates (the task's own grid, the same for every scheme)
+#: and keeps the one with the better validation score at L.
 _MQAR_TRAIN = {"steps": 8000, "batch_size": 256, "lr": 1e-3, "warmup": 100, "schedule": "constant", "decay": "all",
                "cooldown_at": 0.5, "cooldown": 1.0, "lr_grid": [1e-3, 3e-3]}
 #: Language modelling: a constant rate until the validation loss flattens, then a cooldown of a quarter of the
