@@ -87,6 +87,8 @@ def test_adding_passkey_then_a_scaling_trains_nothing_and_equals_a_fresh_run(tmp
     assert s.finished == 0
     fp2, more = stored(out)
     assert set(more) - set(after) == {("lm/rope/seed0", "lm", "yarn"), ("lm/rope/seed0", "passkey", "yarn")}
+    assert more[("lm/rope/seed0", "lm", "yarn")][1]["evaluation"] == {"rope_scaling": "yarn",
+                                                                      "factor": "eval_len / train_len"}
     # every run equals the fresh run of the joined configuration, and the fingerprints agree
     assert (fp2, more) == fresh
     cj = json.loads((out / "config.json").read_text())

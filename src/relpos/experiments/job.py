@@ -255,7 +255,7 @@ def _run_maker(job: Job, task) -> Callable:
 
 def _variant_runs(run, job: Job, task, model, variants) -> list[dict]:
     """The RoPE scalings ``variants`` evaluated on a trained rotary model (none for other models and for
-    randomized-position runs)."""
+    randomized-position runs); each run records its scaling and factor (``evaluation``)."""
     from relpos.experiments.config import ROPE_VARIANTS
 
     if job.randomized or not _has_scalings(model):
@@ -265,7 +265,8 @@ def _variant_runs(run, job: Job, task, model, variants) -> list[dict]:
         scaling, fixed = ROPE_VARIANTS[v]
         mf = rope_variant_model_for(model, task.train_seq_len(), scaling, fixed)
         val = view_validation(task, mf(task.train_seq_len()))
-        out.append(run(v, task.evaluate(mf), validation=val))
+        how = {"rope_scaling": scaling, "factor": fixed if fixed is not None else "eval_len / train_len"}
+        out.append(run(v, task.evaluate(mf), validation=val, evaluation=how))
     return out
 
 
