@@ -139,41 +139,55 @@ def build_config(args: argparse.Namespace):
         cfg.seeds = list(args.seeds)
     if _none_or(args.randomized) is not None:
         cfg.randomized = _none_or(args.randomized)
+    # one concern at a time (relpos.experiments.settings): evaluation, model, training, data, tuning
+    ev, model, train, data = cfg.evaluation, cfg.model, cfg.training, cfg.data
     if _none_or(args.rope_variants) is not None:
-        cfg.rope_variants = _none_or(args.rope_variants)
+        ev.rope_variants = _none_or(args.rope_variants)
+    if args.passkey:
+        ev.passkey = {"n": args.passkey}
     for flag, field in (("d_model", "d_model"), ("layers", "n_layers"), ("heads", "n_heads")):
         v = getattr(args, flag)
         if v is not None:
-            setattr(cfg, field, v)
+            setattr(model, field, v)
+    if args.scheme_ranges is not None:
+        model.scheme_ranges = args.scheme_ranges
+    if args.embed_scale is not None:
+        model.embed_scale = args.embed_scale
     for flag in ("steps", "batch_size", "lr"):
         v = getattr(args, flag)
         if v is not None:
-            setattr(cfg, flag, v)
-            for over in cfg.task_train.values():
+            setattr(train, flag, v)
+            for over in train.task_train.values():
                 over.pop(flag, None)
+    lm, algo = data.lm, data.algorithmic
     if args.train_len is not None:
-        cfg.lm["train_len"] = args.train_len
+        lm["train_len"] = args.train_len
     if args.eval_lengths is not None:
-        cfg.lm["eval_lengths"] = list(args.eval_lengths)
-        cfg.lm.pop("eval_factors", None)
+        lm["eval_lengths"] = list(args.eval_lengths)
+        lm.pop("eval_factors", None)
     if args.eval_tokens is not None:
-        cfg.lm["eval_tokens"] = args.eval_tokens
+        lm["eval_tokens"] = args.eval_tokens
     if args.task_len is not None:
-        cfg.algorithmic["train_len"] = args.task_len
+        algo["train_len"] = args.task_len
         if args.task_eval_lengths is None:  # the preset's lengths were for its own L
-            cfg.algorithmic["eval_factors"] = [1, 2, 3, 4]
-            cfg.algorithmic.pop("eval_lengths", None)
+            algo["eval_factors"] = [1, 2, 3, 4]
+            algo.pop("eval_lengths", None)
     if args.task_eval_lengths is not None:
-        cfg.algorithmic["eval_lengths"] = list(args.task_eval_lengths)
-        cfg.algorithmic.pop("eval_factors", None)
+        algo["eval_lengths"] = list(args.task_eval_lengths)
+        algo.pop("eval_factors", None)
     if args.task_len is not None or args.task_eval_lengths is not None:
-        for opts in cfg.task_options.values():  # the lengths asked for hold for every algorithmic task
+        for opts in data.task_options.values():  # the lengths asked for hold for every algorithmic task
             for k in ("train_len", "min_len", "eval_lengths"):
                 opts.pop(k, None)
+    from relpos.corpus.cli import corpus_spec_from_args
+
+    spec = corpus_spec_from_args(args)
+    if spec is not None:
+        lm["corpus"] = spec
     fit = {}
     if args.lr_grid is not None:
         fit["lr_grid"] = list(args.lr_grid)
-        for over in cfg.task_train.values():  # the grid asked for holds for every task
+        for over in train.task_train.values():  # the grid asked for holds for every task
             over.pop("lr_grid", None)
     if args.fit_target is not None:
         fit["target"] = args.fit_target
@@ -184,18 +198,7 @@ def build_config(args: argparse.Namespace):
     if fit:
         from relpos.experiments.fitting import FitConfig
 
-        cfg.fit = FitConfig(**{**dataclasses.asdict(cfg.fit), **fit})
-    if args.scheme_ranges is not None:
-        cfg.scheme_ranges = args.scheme_ranges
-    if args.embed_scale is not None:
-        cfg.embed_scale = args.embed_scale
-    from relpos.corpus.cli import corpus_spec_from_args
-
-    spec = corpus_spec_from_args(args)
-    if spec is not None:
-        cfg.lm["corpus"] = spec
-    if args.passkey:
-        cfg.passkey = {"n": args.passkey}
+        cfg.tuning = FitConfig(**{**dataclasses.asdict(cfg.tuning), **fit})
     cfg.workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if args.threads is not None:
         cfg.threads = args.threads
