@@ -286,3 +286,37 @@ def test_passkey_options_are_checked():
         preset("ci", passkey={"n": 0}).validate()
     with pytest.raises(TypeError, match="passkey"):
         preset("ci", passkey={"examples": 3}).validate()
+
+
+def test_every_cli_flag_lands_in_its_concern():
+    from relpos.cli import build_parser
+    from relpos.commands.compare import build_config
+
+    args = build_parser().parse_args([
+        "compare", "--preset", "ci", "--d-model", "16", "--layers", "1", "--heads", "2", "--steps", "5",
+        "--batch-size", "4", "--lr", "1e-3", "--train-len", "16", "--eval-lengths", "16,160", "--eval-tokens", "512",
+        "--task-len", "5", "--lr-grid", "1e-3,3e-3", "--fit-target", "0.9", "--val-every", "7", "--no-early-stop",
+        "--scheme-ranges", "paper", "--embed-scale", "none", "--passkey", "3", "--rope-variants", "pi,yarn"])
+    cfg = build_config(args)
+    assert (cfg.model.d_model, cfg.model.n_layers, cfg.model.n_heads) == (16, 1, 2)
+    assert (cfg.model.scheme_ranges, cfg.model.embed_scale) == ("paper", "none")
+    assert (cfg.training.steps, cfg.training.batch_size, cfg.training.lr) == (5, 4, 1e-3)
+    assert cfg.train_settings("copy")["steps"] == 5  # the flag holds for every task
+    assert cfg.data.lm["train_len"] == 16 and cfg.data.lm["eval_lengths"] == [16, 160]
+    assert cfg.data.lm["eval_tokens"] == 512 and "eval_factors" not in cfg.data.lm
+    assert cfg.data.algorithmic["train_len"] == 5 and cfg.data.algorithmic["eval_factors"] == [1, 2, 3, 4]
+    assert (cfg.tuning.lr_grid, cfg.tuning.target, cfg.tuning.val_every, cfg.tuning.early_stop) == (
+        [1e-3, 3e-3], 0.9, 7, False)
+    assert cfg.evaluation.passkey == {"n": 3} and cfg.evaluation.rope_variants == ["pi", "yarn"]
+    help_text = _compare_help()  # --lr-grid: the protocol-3 rule
+    assert "language modelling included" in help_text and "first that fits" not in help_text
+
+
+def _compare_help() -> str:
+    import argparse
+
+    from relpos.commands.compare import add_arguments
+
+    p = argparse.ArgumentParser(prog="relpos compare", formatter_class=argparse.RawTextHelpFormatter)
+    add_arguments(p)
+    return " ".join(p.format_help().split())
