@@ -150,8 +150,10 @@ def join_evaluations(cfg, out_dir, *, force: bool = False) -> Additions | None:
         kept.append("RoPE scalings " + ", ".join(extra))
     variants = [v for v in cfg.rope_variants if v not in had_variants]
     passkey = bool(cfg.passkey) and not had_passkey
-    with Store(db, create=False) as st:
-        jobs = _jobs_needing(st, old_fp, variants, passkey)
+    jobs = []
+    if variants or passkey:  # only then is the folder's job list read
+        with Store(db, create=False) as st:
+            jobs = _jobs_needing(st, old_fp, variants, passkey)
     return Additions(folder, old_fp, old, cfg, variants, passkey, kept, jobs)
 
 
