@@ -1,0 +1,144 @@
+"""The ``results.json`` document of a sweep, built from its stored runs (format: ``docs/results-format.md``).
+
+Also the two facts every reader of it needs: a run's display label (:func:`label`) and where a learned
+absolute table's trained rows end (:func:`untrained_from`; numbers read past them are ``null``, shown as
+:data:`UNTRAINED`).
+
+>>> label("rope", "yarn"), label("alibi", "randomized")
+('rope-yarn', 'alibi+rand')
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["RESULTS_VERSION", "UNTRAINED", "label", "learned_table", "untrained_from", "results_dict"]
+
+
+RESULTS_VERSION = 1
+
+
+def label(scheme: str, variant: str | None) -> str:
+    """Display name of a run: ``rope``, ``rope-yarn`` (scaled at evaluation), ``alibi+rand``."""
+    if not variant:
+        return scheme
+    if variant == "randomized":
+        return f"{scheme}+rand"
+    if variant == "randomized-sampled":
+        return f"{scheme}+rand-sampled"
+    return f"{scheme}-{variant}"
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+UNTRAINED = "n/a (untrained rows)"
+
+
+def learned_table(scheme: str) -> bool:
+    """Whether a scheme adds a *learned absolute table* (one trained row per position) -- decided by the
+    capability :func:`relpos.model.position_limit` on a small instance, not by the scheme's name."""
+    if scheme not in _LEARNED:
+        try:
+            from relpos.encodings import make_encoding
+            from relpos.model import position_limit
+
+            _LEARNED[scheme] = position_limit(make_encoding(scheme, n_heads=1, head_dim=8, d_model=8,
+                                                            max_len=8)) is not None
+        except (ImportError, KeyError, TypeError, ValueError):
+            _LEARNED[scheme] = False
+    return _LEARNED[scheme]
+
+
+_LEARNED: dict[str, bool] = {}
+
+
+def untrained_from(run: dict) -> int | None:
+    """First position of ``run`` whose table row was never trained (the training length), or None.
+
+    A learned absolute table is sized for the longest evaluation, but training only reaches rows
+    ``0 .. L-1``; a number read through rows ``>= L`` measures random initialisation, so the report
+    shows it as :data:`UNTRAINED`. Randomized-position training (Ruoss et al.) reaches every row."""
+    if run.get("variant") in ("randomized", "randomized-sampled") or not learned_table(run["scheme"]):
+        return None
+    return int(run["train_len"])
+
+
+def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[dict] | None = None,
+                 failures: list[dict] | None = None) -> dict:
+    """The ``results.json`` document from stored runs (see docs/results-format.md).
+
+    Numbers read through untrained rows of a learned absolute table (:func:`untrained_from`) are left out
+    (``null``) and flagged ``"untrained_rows": true``. ``corpus`` is the identity of the language-modelling
+    text the runs were evaluated on (content hash, sizes per split, leak window and counts)."""
+    train_info = {j["job"]: j["info"].get("train", {}) for j in (jobs or [])}
+    out_runs = []
+    corpora: list[dict] = []
+    for r in runs:
+        metrics, pos, fixed, depth = [], [], [], []
+        cut = untrained_from(r) if r["task"] == "lm" else None
+        ident = (r.get("info") or {}).get("corpus")
+        if ident and ident not in corpora:
+            corpora.append(ident)
+        for m in r["measurements"]:
+            if m["protocol"] == "accuracy" and m.get("bucket_start", -1) >= 0:  # passkey: one row per depth (%)
+                depth.append({"eval_len": m["eval_len"], "depth": m["bucket_start"], "accuracy": _clean(m["accuracy"]),
+                              "count": m["count"]})
+            elif m["protocol"] in ("window", "accuracy"):
+                metrics.append({
+                    "eval_len": m["eval_len"],
+                    "loss": _clean(m["loss"]),
+                    "bpb": _clean(m["bpb"]),
+                    "ppl": _clean(m["ppl"]),
+                    "accuracy": _clean(m["accuracy"]),
+                    "token_accuracy": _clean(m["token_accuracy"]),
+                    "count": m["count"],
+                })
+            elif m["protocol"] == "position":
+                pos.append({"eval_len": m["eval_len"], "bucket_start": m["bucket_start"],
+                            "bucket_end": m["bucket_end"], "bpb": _clean(m["bpb"]), "loss": _clean(m["loss"]),
+                            "count": m["count"]})
+            elif m["protocol"] == "fixed_target":
+                fixed.append({"context_len": m["eval_len"], "bpb": _clean(m["bpb"]), "loss": _clean(m["loss"]),
+                              "count": m["count"]})
+        if cut is not None:  # never a number from rows that training did not reach
+            for rows, end in ((metrics, "eval_len"), (pos, "bucket_end"), (fixed, "context_len")):
+                for row in rows:
+                    if row[end] > cut:
+                        row.update({k: None for k in ("loss", "bpb", "ppl") if k in row}, untrained_rows=True)
+        t = dict(train_info.get(r["job"], {}))
+        t.pop("model", None)
+        if isinstance(t.get("fit"), dict):
+            t["fit"] = {k: v for k, v in t["fit"].items() if k != "history"}
+        out_runs.append({
+            "scheme": r["scheme"],
+            "variant": r["variant"],
+            "label": label(r["scheme"], r["variant"]),
+            "task": r["task"],
+            "seed": r["seed"],
+            "train_len": r["train_len"],
+            "job": r["job"],
+            "metrics": sorted(metrics, key=lambda m: m["eval_len"]),
+            "position_loss": sorted(pos, key=lambda m: (m["eval_len"], m["bucket_start"])),
+            "fixed_target": sorted(fixed, key=lambda m: m["context_len"]),
+            **({"depth_accuracy": sorted(depth, key=lambda m: (m["eval_len"], m["depth"]))} if depth else {}),
+            "train": t,
+            "span": (r.get("info") or {}).get("span"),
+            # protocol 3: the view's validation score at L (what the gate reads) and per-example scores
+            **{k: (r.get("info") or {})[k] for k in ("validation", "per_example") if (r.get("info") or {}).get(k)},
+            **({"corpus_sha256": ident.get("sha256")} if ident else {}),
+        })
+    return {
+        "version": RESULTS_VERSION,
+        "fingerprint": fingerprint,
+        **({"corpus": corpora[0] if len(corpora) == 1 else corpora} if corpora else {}),
+        "config": config,
+        "runs": out_runs,
+        "failures": failures or [],
+    }
+
+
+# ------------------------------------------------------------- aggregation
