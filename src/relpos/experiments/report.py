@@ -363,7 +363,7 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
         "0..N-1, `X+rand-sampled` at sampled positions (mean of several draws). Lengths marked `*` are "
         "longer than anything seen in training. Cells and plots average the seeds that passed the fit gate (every "
         "seed where none did); `±` is their standard deviation. The `fitted` column gives fitted seeds / seeds "
-        "and the mean in-distribution score of all seeds (exact match at L, or LM validation loss); a view "
+        "and the mean in-distribution score of all seeds (`val`: validation exact match at L, or the LM validation loss at L in bits per byte); a view "
         "evaluated otherwise than validated (`X+rand` at 0..N-1) counts as fitted only if it also passes at L.",
         "",
     ]
