@@ -1,0 +1,48 @@
+"""docs/results.md's protocol-3 tables are read from the JSON shipped beside them, not typed by hand."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from relpos.experiments.verdict import lm_ratio, verdict
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _section(title: str) -> str:
+    page = (DOCS / "results.md").read_text()
+    start = page.index(title)
+    rest = page[start + len(title):]
+    ends = [i for i in (rest.find("\n### "), rest.find("\n## ")) if i >= 0]
+    return title + rest[: min(ends) if ends else len(rest)]
+
+
+def _rows(text: str) -> dict[str, list[str]]:
+    out = {}
+    for ln in text.splitlines():
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        if ln.startswith("| ") and cells[0] and not cells[0].startswith("scheme") and not set(cells[0]) <= {"-"}:
+            out[cells[0]] = cells[1:]
+    return out
+
+
+def test_the_default_presets_table_reproduces_from_its_json():
+    res = json.loads((DOCS / "results" / "protocol3" / "default-results.json").read_text())
+    v = verdict(res)
+    rows = _rows(_section("### The default preset (`make compare`), one seed"))
+    assert set(rows) == {"alibi", "kerple-log", "transformer-xl", "nope", "t5", "fire", "rope", "sinusoidal"}
+    num = lambda c: float(re.sub(r"[*x]", "", c))  # noqa: E731
+    for lab, cells in rows.items():
+        row = v["rows"][lab]
+        assert num(cells[0]) == pytest.approx(row["lm"][4][0], abs=0.005)
+        assert num(cells[1]) == pytest.approx(row["lm"][16][0], abs=0.005)
+        (run,) = [r for r in res["runs"] if r["task"] == "lm" and r["label"] == lab]
+        window = lm_ratio({**run, "position_loss": []}, 64, 1024)[0]  # without buckets: the whole-window ratio
+        assert num(cells[2]) == pytest.approx(window, abs=0.005)
+        assert cells[3] == f"{row['span_median']:.0f}/{row['span']:.0f}"
+        assert num(cells[4]) == pytest.approx(row["tok"]["copy"]["2x"][0], abs=0.005)
+        assert num(cells[5]) == pytest.approx(row["cost"], abs=0.005)
