@@ -8,12 +8,8 @@
   rule than the full preset's (about half the steps, a loss about 0.1 nats
   higher), and copy keeps L = 8 (see :data:`_ALGO_QUICK`). Its learning-rate grid is equal
   for every scheme and small: each task's one rate (6e-3 for language modelling, 2e-3 for copy).
-  **Estimated 11-14 minutes on 2 idle cores** (protocol 3, not measured end to end): its 16 runs took
-  1,110-1,398 CPU-seconds under protocol 2 (9.9-12.1 min measured end to end); protocol 3 trains copy the same
-  way and adds evaluation (the attention span over 32 windows instead of 4, far-position buckets, per-example
-  scores, each view's validation score, the corpus identity) and new LM splits: one RoPE language model (with its
-  four scalings) took 147 CPU-seconds on the shared host (1,625 steps, fitted), about 105 idle, against 72 on
-  average under protocol 2: about 1,300-1,600 CPU-seconds in all.
+  **9.8 minutes measured end to end on 2 cores** (protocol 3, 2026-12-02: 591 s wall, 1,111 CPU-seconds of
+  jobs, 16 of 16 runs fitted; `docs/results.md`, "Protocol 3 so far").
   ``--add-schemes shaw,learned,sandwich`` adds the rest of the benchmark's schemes (about 3.5 minutes more).
 * ``ci`` -- a **smoke test**: the benchmark's eleven schemes, few steps, short lengths; under
   two minutes. Its numbers come from models that have not fitted and carry no
