@@ -26,8 +26,8 @@
   The numbers in ``docs/results.md``.
 * ``scale`` -- the scale check (:mod:`relpos.experiments.scale`): the eight default schemes on language
   modelling at d_model 64 / 128 / 256 (about 0.12M / 0.43M / 1.65M parameters) and training lengths 64 and 256,
-  three seeds, 1,000 fixed steps of 1,024 bytes, one rate for all. **Estimated 5-7.5 CPU-hours** (see
-  :func:`scale_cell`).
+  three seeds, each run trained until it fits (the default's LM rule, at most 6,000 steps of 1,024 bytes), one
+  rate for all. Measured cost: ``OUT/scale.md`` (per cell, from the jobs' CPU time; see :func:`scale_cell`).
 
 Each factory returns a fresh :class:`~relpos.experiments.config.ExperimentConfig`, built from one object per
 concern (:mod:`relpos.experiments.settings`: data, model, training, tuning, evaluation); :func:`preset` replaces
@@ -203,12 +203,10 @@ def scale_cell(d_model: int = 64, train_len: int = 64) -> ExperimentConfig:
     """One cell of the ``scale`` preset: the default preset's eight schemes on language modelling only, three
     seeds, at one model width and one training length (see :mod:`relpos.experiments.scale`).
 
-    Cost, measured on this project's 2-core host on 2026-12-02 while it was shared (load 11-22; CPU time, which
-    such sharing inflates by roughly 1.3-1.5x): a training step took about 0.06 / 0.13 / 0.28 CPU-seconds at
-    d_model 64 / 128 / 256 (0.37 at d_model 256 with 256-byte windows); a whole d_model-256, 256-byte job of 100
-    steps took 76 CPU-seconds, about 35 of them evaluation. So one run of 1,000 steps takes about 70 / 145 /
-    300-410 CPU-seconds, evaluation included, and the 144 runs about 27,000 CPU-seconds: **7.5 CPU-hours at
-    the shared host's speed, about 5-6 on idle cores** (2.5-3 hours of wall time with two workers).
+    Cost, measured (protocol 3, 2026-12-02, on the shared 2-core host): the smallest cell (d_model 64, 64-byte
+    windows) took 0.48 CPU-hours for its 24 runs, all fitted after 1,125-3,875 steps. A training step costs
+    about 2x at d_model 128 and 4-5x at 256 (0.06 / 0.13 / 0.28 CPU-seconds per step measured under load), so
+    the six cells come to an estimated 6-8 CPU-hours; ``OUT/scale.md`` states each cell's measured CPU time.
     """
     cfg = _default()
     cfg.preset = "scale"
