@@ -1,10 +1,14 @@
 """Peak memory and time of one long evaluation window of a random Llama, as ``relpos compare --hf-model`` runs it.
 
-Command (the 32,768-token table of docs/your-data.md; nice it on a shared machine)::
+Commands of the long-window table in docs/your-data.md (nice them on a shared
+machine; all four runs are in ``benchmarks/results/hf_long_window_32k.json``)::
 
-    OMP_NUM_THREADS=2 nice -n 5 .venv/bin/python benchmarks/hf_long_window.py --shape smollm2 \\
-        --tokens 32768 --dtypes float32,bfloat16 --how chunked,full --threads 2 \\
-        --json benchmarks/results/hf_long_window_32k.json
+    export OMP_NUM_THREADS=2
+    B="nice -n 5 .venv/bin/python benchmarks/hf_long_window.py --shape smollm2 --threads 2"
+    $B --tokens 4096 --dtypes float32,bfloat16 --how chunked,full        # full depth, both losses
+    $B --layers 2 --tokens 32768 --dtypes float32,bfloat16               # 32k: 2 of 30 layers, projected
+    $B --layers 2 --tokens 4096,8192,16384 --dtypes float32 --how chunked
+    $B --tokens 4096 --dtypes float32 --how chunked                      # checks the projection
 
 Issue 31: the loss of a window is computed without materialising its full
 ``(N, vocab)`` logits (:meth:`relpos.experiments.hf_eval.HFCausalLM.token_losses`
