@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,22 @@ def test_the_default_presets_table_reproduces_from_its_json():
         assert cells[3] == f"{row['span_median']:.0f}/{row['span']:.0f}"
         assert num(cells[4]) == pytest.approx(row["tok"]["copy"]["2x"][0], abs=0.005)
         assert num(cells[5]) == pytest.approx(row["cost"], abs=0.005)
+
+
+def test_the_scale_checks_first_cell_reproduces_from_its_json():
+    from relpos.experiments.ranking import ranking
+
+    res = json.loads((DOCS / "results" / "protocol3" / "scale-d64-L64-results.json").read_text())
+    rk = ranking(res)["per_task"]["lm"]
+    rows = _rows(_section("### The scale check, first cell"))
+    assert len(rows) == 8
+    for lab, cells in rows.items():
+        ratios = [lm_ratio(r, 64, 512)[0] for r in res["runs"] if r["task"] == "lm" and r["label"] == lab]
+        assert cells[0] == f"{statistics.fmean(ratios):.2f}±{statistics.stdev(ratios):.2f}"
+        assert int(cells[3]) == rk["rank"][lab]
+        if lab == rk["best"]:
+            assert cells[2] == f"best ({rk['scores'][lab]:.3f})"
+        else:
+            iv = rk["vs_best"][lab]
+            assert cells[2].startswith(f"{iv.est:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]")
+            assert cells[2].endswith("tie") == bool(rk["tie"][lab])
