@@ -22,7 +22,7 @@ def test_chunked_and_full_windows_agree_and_are_recorded(tmp_path, capsys):
     assert rows["chunked"]["chunked_path"] is True  # the HF wrapper's chunked loss, as compare runs it
     assert rows["chunked"]["loss"] == pytest.approx(rows["full"]["loss"], abs=1e-9)
     for r in rows.values():
-        assert r["tokens"] == 96 and r["seconds"] > 0 and r["rss_model_mib"] > 0
+        assert r["tokens"] == 96 and r["seconds"] >= 0 and r["rss_model_mib"] > 0
         assert r["process_peak_mib"] >= r["rss_peak_mib"] >= r["rss_model_mib"]
     assert data["meta"]["shape"] == "tiny" and data["meta"]["threads"] == 1
     assert "| 96 | float32 | chunked |" in capsys.readouterr().out
