@@ -19,6 +19,7 @@ from relpos.experiments.results_doc import (  # re-exported: report.py was their
     RESULTS_VERSION,
     UNTRAINED,
     label,
+    label_order as _order,
     learned_table,
     results_dict,
     untrained_from,
@@ -59,26 +60,6 @@ def aggregate(results: dict, task: str, field: str, section: str = "metrics", x:
                 continue
             acc[r["label"]][m[x]].append(m.get(field))
     return {lab: {k: _stats(v) for k, v in sorted(d.items())} for lab, d in acc.items()}
-
-
-def _order(labels, results: dict) -> list[str]:
-    """Labels in the configuration's scheme order; each scheme's variants after it, in config order."""
-    cfg = results.get("config", {})
-    schemes = list(cfg.get("schemes", []))
-    variants = list(cfg.get("rope_variants", [])) + ["randomized"]
-    rank = {s: i for i, s in enumerate(schemes)}
-
-    def key(lab):
-        for s in sorted(rank, key=len, reverse=True):
-            if lab == s:
-                return (rank[s], 0, 0, lab)
-            if lab in (s + "+rand", s + "+rand-sampled"):  # randomized positions: at 0..N-1, then sampled
-                return (rank[s], 1, len(variants), lab)
-            if lab.startswith(s + "-") and lab[len(s) + 1:] in variants:
-                return (rank[s], 1, variants.index(lab[len(s) + 1:]), lab)
-        return (len(rank), 0, 0, lab)
-
-    return sorted(labels, key=key)
 
 
 def _tasks(results: dict) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["RESULTS_VERSION", "UNTRAINED", "label", "learned_table", "untrained_from", "results_dict"]
+__all__ = ["RESULTS_VERSION", "UNTRAINED", "label", "label_order", "learned_table", "untrained_from", "results_dict"]
 
 
 RESULTS_VERSION = 1
@@ -142,3 +142,23 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
 
 
 # ------------------------------------------------------------- aggregation
+
+
+def label_order(labels, results: dict) -> list[str]:
+    """Labels in the configuration's scheme order; each scheme's variants after it, in config order."""
+    cfg = results.get("config", {})
+    schemes = list(cfg.get("schemes", []))
+    variants = list(cfg.get("rope_variants", [])) + ["randomized"]
+    rank = {s: i for i, s in enumerate(schemes)}
+
+    def key(lab):
+        for s in sorted(rank, key=len, reverse=True):
+            if lab == s:
+                return (rank[s], 0, 0, lab)
+            if lab in (s + "+rand", s + "+rand-sampled"):  # randomized positions: at 0..N-1, then sampled
+                return (rank[s], 1, len(variants), lab)
+            if lab.startswith(s + "-") and lab[len(s) + 1:] in variants:
+                return (rank[s], 1, variants.index(lab[len(s) + 1:]), lab)
+        return (len(rank), 0, 0, lab)
+
+    return sorted(labels, key=key)

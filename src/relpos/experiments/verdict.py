@@ -231,7 +231,7 @@ def _table(results: dict, v: dict | None = None) -> tuple[list[str], list[list[s
     header += ["cost vs NoPE", "MRR"]
     mrr = {lab: m for lab, m, _ in v["ranking"]}
     rows = []
-    from relpos.experiments.report import _order
+    from relpos.experiments.results_doc import label_order as _order
 
     labels = [lab for lab, _, _ in v["ranking"]] + _order([lab for lab in v["rows"] if lab not in mrr], results)
     for lab in labels:

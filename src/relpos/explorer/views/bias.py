@@ -5,13 +5,13 @@ tokens of a typed text (:mod:`relpos.explorer.views.content`)."""
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import torch
 
 from relpos import distance
-from relpos.explorer.adapters import bias_entries, option_specs, set_head_scalar
+from relpos.explorer.adapters import bias_entries, set_head_scalar
 from relpos.explorer.errors import ApiError
+from relpos.explorer.views.scheme_args import scheme_args
 from relpos.explorer.params import get_bool, get_choice, get_float, get_int, tolist
 from relpos.explorer import trained as trained_mod
 
@@ -27,32 +27,6 @@ def bucket_ranges(offsets: list[int], ids: list[int]) -> list[dict]:
         else:
             out.append({"bucket": b, "from": d, "to": d})
     return out
-
-
-def scheme_args(ex, entry, params: dict) -> tuple[int, int, int, int, list, list[str]]:
-    """Heads, shown head, head dimension, seed, constructor options and the request fields that
-    changed an option from its default (named in a cost refusal)."""
-    L = ex.limits
-    n_heads = get_int(params, "n_heads", 4, 1, L.max_heads, cap=True, unit="heads")
-    head = get_int(params, "head", 0, 0, n_heads - 1)
-    head_dim = get_int(params, "head_dim", 64, 1, L.max_head_dim, cap=True, unit="dims")
-    seed = get_int(params, "seed", 0, 0, 2**31 - 1)
-    opts, changed = [], []
-    for spec in option_specs(entry.registry, entry.hidden, entry.defaults):
-        name = spec["name"]
-        pname = "opt." + name
-        if spec["type"] == "bool":
-            v: Any = get_bool(params, pname, spec["default"])
-        elif spec["type"] == "int":
-            v = get_int(params, pname, spec["default"], -L.max_int_option, L.max_int_option, cap=True)
-        else:
-            v = get_float(params, pname, spec["default"])
-            if abs(v) > 1e6:
-                raise ApiError(f"{name} must be within +-1e6, got {v}", field=pname)
-        if v != spec["default"]:
-            changed.append(pname)
-        opts.append((name, v))
-    return n_heads, head, head_dim, seed, opts, changed
 
 
 def entry_for(params: dict):

@@ -16,7 +16,7 @@ from relpos.encodings import get_scheme
 from relpos.explorer.content import CONTENT_DIM, content_qk
 from relpos.explorer.errors import ApiError
 from relpos.explorer.params import get_bool, sig, tolist
-from relpos.explorer.views.bias import scheme_args
+from relpos.explorer.views.scheme_args import scheme_args
 from relpos.explorer.views.offsets import tokens_of
 
 
