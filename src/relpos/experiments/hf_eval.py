@@ -459,7 +459,7 @@ def run_hf_sweep(out: str | os.PathLike, spec: dict, *, progress: bool | None = 
 
 def log_corpus(corpus, log) -> None:
     """Console lines: documents, bytes and tokens per split, files skipped and why, the corpus hash."""
-    from relpos.experiments.hf_report import corpus_lines
+    from relpos.corpus.summary import corpus_lines
 
     for line in corpus_lines(corpus_report(corpus)):
         log(line)

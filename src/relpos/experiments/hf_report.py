@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from relpos.corpus.summary import corpus_lines  # re-exported: hf_report.py was its home
 from relpos.tasks.passkey import passkey_table
 
 __all__ = ["hf_report", "passkey_heatmap", "corpus_lines", "add_hf_arguments", "run_hf", "main"]
@@ -53,35 +54,6 @@ def _label(r: dict) -> str:
         rt = r.get("info", {}).get("hf", {}).get("rope_type", "?")
         return f"native ({rt}, as shipped)"
     return v
-
-
-def corpus_lines(rep: dict) -> list[str]:
-    """The corpus as :meth:`relpos.corpus.Corpus.report` describes it: hash, splits, files skipped and why."""
-    unit = "tokens" if rep.get("tokenizer") else "bytes"
-    lines = [f"corpus {rep.get('path')} ({rep.get('kind')}), hash {rep.get('fingerprint')}"
-             + (f", tokenizer {rep.get('tokenizer')}" if rep.get("tokenizer") else "")]
-    splits = rep.get("splits") or {}
-    for name, s in sorted(splits.items(), key=lambda kv: ("train", "val", "test").index(kv[0])
-                          if kv[0] in ("train", "val", "test") else 3):
-        lines.append(f"  {name}: {s.get('docs', 0):,} documents, {s.get('bytes', 0):,} bytes, "
-                     f"{s.get('tokens', 0):,} {unit}")
-    skipped = {k: v for k, v in (rep.get("skipped") or {}).items() if v}
-    why = {"binary": "binary", "undecodable": "not UTF-8", "unreadable": "unreadable"}
-    if skipped:
-        ex = rep.get("skipped_examples") or {}
-        lines.append("  skipped: " + "; ".join(
-            f"{n} {why.get(k, k)} ({', '.join(map(str, ex.get(k, [])[:3]))}{', ...' if n > 3 else ''})"
-            for k, n in skipped.items()))
-    else:
-        lines.append("  skipped: none")
-    ident = rep.get("identity") or {}
-    if ident:
-        removed = {k: v.get("removed_tokens", 0) for k, v in (ident.get("splits") or {}).items()
-                   if v.get("removed_tokens")}
-        lines.append(f"  content sha256 {str(ident.get('sha256', '?'))[:16]}; leak window {ident.get('leak_window')}"
-                     + (": removed " + ", ".join(f"{n:,} {unit} from {k}" for k, n in removed.items())
-                        if removed else ": nothing removed"))
-    return lines
 
 
 def hf_report(runs: Sequence[dict]) -> str:
