@@ -268,12 +268,14 @@ def test_hf_only_flags_need_hf_model(capsys, tmp_path):
 
 
 def test_trained_compare_warns_when_every_passkey_length_exceeds_the_training_length(capsys, tmp_path):
-    rc, out = main(["compare", "--preset", "ci", "--passkey", "2", "--dry-run", "--out", str(tmp_path / "o")]), \
+    # evaluated long enough for the prompt to fit (the ci preset's own longest length is below it: the other warning)
+    long = ["--eval-lengths", "256,512"]
+    rc, out = main(["compare", "--preset", "ci", "--passkey", "2", *long, "--dry-run", "--out", str(tmp_path / "o")]), \
         capsys.readouterr().out
     assert rc == 0 and "passkey's prompt needs" in out and "--train-len" in out
     import re
 
     need = int(re.search(r"needs (\d+) bytes", out).group(1))
-    rc = main(["compare", "--preset", "ci", "--passkey", "2", "--train-len", str(need), "--dry-run",
+    rc = main(["compare", "--preset", "ci", "--passkey", "2", "--train-len", str(need), *long, "--dry-run",
                "--out", str(tmp_path / "o")])
     assert rc == 0 and "passkey's prompt needs" not in capsys.readouterr().out
