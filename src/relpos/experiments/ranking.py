@@ -33,7 +33,8 @@ from relpos.experiments.fitting import fitted_views, metric_at
 from relpos.experiments.stats import CONFIDENCE, MIN_SEEDS, Interval, paired_bootstrap, per_example_key, \
     rank_against_best
 
-__all__ = ["ranking", "ranking_markdown", "tries_markdown", "INTERVALS_NOTE", "N_BOOT_REPORT"]
+__all__ = ["ranking", "ranking_markdown", "tries_markdown", "lm_far_losses", "lm_ratio", "seed_inputs",
+           "INTERVALS_NOTE", "N_BOOT_REPORT"]
 
 #: Bootstrap resamples of the report's intervals.
 N_BOOT_REPORT = 1000
@@ -48,6 +49,45 @@ INTERVALS_NOTE = (
     "A difference whose interval contains 0 is a tie. A scheme needs "
     f"{MIN_SEEDS} fitted seeds to be ranked on a task."
 )
+
+
+def lm_far_losses(run: dict, L: int, n: int) -> tuple[float | None, float | None, bool]:
+    """The two losses behind one run's LM far-position ratio at evaluation length ``n``: bits per byte on the last
+    quarter of each window of ``n`` bytes and on the last quarter of windows of the training length ``L``
+    (:func:`relpos.tasks.lm.far_loss`), and True; or, for results without position buckets, the whole-window
+    bits per byte at ``n`` and at ``L``, and False. A loss is None where its length was not measured.
+
+    The one place that chooses between the far positions and the whole-window fallback: :func:`lm_ratio` (the
+    verdict) and :func:`seed_inputs` (the ranking, for results without per-window scores) both read it.
+    """
+    from relpos.tasks.lm import far_loss
+
+    rows = run.get("position_loss") or []
+    f, b = far_loss(rows, n, field="bpb"), far_loss(rows, L, field="bpb")
+    if f is not None and b is not None:
+        return f, b, True
+    return metric_at(run, n, "bpb"), metric_at(run, L, "bpb"), False
+
+
+def lm_ratio(run: dict, L: int, n: int) -> tuple[float, bool]:
+    """The verdict's LM number of one run at evaluation length ``n``: bits per byte on the last quarter of each
+    window of ``n`` bytes over bits per byte on the last quarter of windows of the training length ``L``
+    (:func:`relpos.tasks.lm.far_loss`), and True; or the whole-window ratio and False for results without
+    position buckets (:func:`lm_far_losses`). NaN where a length was not measured (or was read through
+    untrained table rows).
+
+    The whole-window ratio is biased toward 1: most bytes of a long window sit at distances seen in training.
+
+    >>> rows = [{"eval_len": n, "bucket_start": s, "bucket_end": s + n // 4, "bpb": b}
+    ...         for n, bs in ((4, (1, 1, 1, 2)), (16, (1, 1, 1, 4))) for s, b in zip(range(0, n, n // 4), bs)]
+    >>> run = {"metrics": [{"eval_len": 4, "bpb": 1.25}, {"eval_len": 16, "bpb": 1.75}], "position_loss": rows}
+    >>> lm_ratio(run, 4, 16)
+    (2.0, True)
+    """
+    f, b, far = lm_far_losses(run, L, n)
+    if f is None or b is None or not b:
+        return math.nan, far
+    return f / b, far
 
 
 def _algo_key(run: dict, n: int) -> tuple[str, str]:
@@ -71,12 +111,7 @@ def seed_inputs(run: dict, task: str) -> tuple[dict | None, bool]:
         fw, bw = _far_windows(run, far), _far_windows(run, base)
         if fw is not None and bw is not None:
             return {"far": fw, "base": bw, "_far": far}, True
-        from relpos.tasks.lm import far_loss
-
-        rows = run.get("position_loss") or []
-        f, b = far_loss(rows, far, field="bpb"), far_loss(rows, base, field="bpb")
-        if f is None or b is None:  # no position buckets: whole windows
-            f, b = metric_at(run, far, "bpb"), metric_at(run, base, "bpb")
+        f, b, _ = lm_far_losses(run, base, far)
         if f is None or b is None:
             return None, False
         return {"far": [f], "base": [b], "_far": far}, False

@@ -37,8 +37,9 @@ import statistics
 from collections import defaultdict
 
 from relpos.experiments.fitting import fitted_views, metric_at
+from relpos.experiments.ranking import lm_ratio
 
-__all__ = ["verdict", "verdict_markdown", "verdict_text", "is_smoke_test", "SMOKE_NOTE"]
+__all__ = ["verdict", "verdict_markdown", "verdict_text", "is_smoke_test", "lm_ratio", "SMOKE_NOTE"]
 
 SMOKE_NOTE = (
     "SMOKE TEST: the `ci` preset trains for a few steps only, so its models have not fitted and its numbers "
@@ -65,32 +66,6 @@ def _ms(xs: list[float]) -> tuple[float, float, int]:
     if not xs:
         return math.nan, math.nan, 0
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
-
-
-def lm_ratio(run: dict, L: int, n: int) -> tuple[float, bool]:
-    """The verdict's LM number of one run at evaluation length ``n``: bits per byte on the last quarter of each
-    window of ``n`` bytes over bits per byte on the last quarter of windows of the training length ``L``
-    (:func:`relpos.tasks.lm.far_loss`), and True; or the whole-window ratio and False for results without
-    position buckets. NaN where a length was not measured (or was read through untrained table rows).
-
-    The whole-window ratio is biased toward 1: most bytes of a long window sit at distances seen in training.
-
-    >>> rows = [{"eval_len": n, "bucket_start": s, "bucket_end": s + n // 4, "bpb": b}
-    ...         for n, bs in ((4, (1, 1, 1, 2)), (16, (1, 1, 1, 4))) for s, b in zip(range(0, n, n // 4), bs)]
-    >>> run = {"metrics": [{"eval_len": 4, "bpb": 1.25}, {"eval_len": 16, "bpb": 1.75}], "position_loss": rows}
-    >>> lm_ratio(run, 4, 16)
-    (2.0, True)
-    """
-    from relpos.tasks.lm import far_loss
-
-    rows = run.get("position_loss") or []
-    f, b = far_loss(rows, n, field="bpb"), far_loss(rows, L, field="bpb")
-    far = f is not None and b is not None
-    if not far:
-        f, b = metric_at(run, n, "bpb"), metric_at(run, L, "bpb")
-    if f is None or b is None or not b:
-        return math.nan, far
-    return f / b, far
 
 
 def verdict(results: dict) -> dict:
