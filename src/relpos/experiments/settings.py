@@ -15,7 +15,9 @@ they were. On top of them, each concern is one typed object:
 Reading ``cfg.training.lr`` is reading ``cfg.lr``, and ``cfg.training.lr = 1e-3`` sets it (the objects are
 views of the flat fields, never copies that could drift); ``cfg.training = TrainingSettings(...)`` replaces
 the whole concern; :meth:`ExperimentConfig.from_parts` builds a configuration from the five objects (the
-presets are written that way).
+presets are written that way). Each field's default here is the flat field's default in
+:class:`~relpos.experiments.config.ExperimentConfig` (config imports this module, so the values are written
+twice; tests/experiments/test_settings.py fails when one side changes alone).
 
 Training versus evaluation: everything but :class:`EvaluationSettings` decides how a model is trained (the
 evaluation lengths too: they size learned position tables and the randomized-position range), so a results
