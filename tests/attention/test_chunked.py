@@ -218,15 +218,20 @@ def _saved_elements(fn) -> int:
 def test_saved_memory_is_linear_in_n(name):
     """What the backward keeps is a few (N, D) tensors, not an (N, N) one."""
     B, H, N, D = 1, 2, 1024, 16
-    enc = build(name, n_heads=H, head_dim=D, causal=True, max_len=N)
+    small_span = {"position_buckets": 32, "max_relative_positions": 64} if name == "deberta" else {}
+    enc = build(name, n_heads=H, head_dim=D, causal=True, max_len=N, **small_span)
     q, k, v = _inputs(B, H, N, N, D)
 
     def step(impl):
         return lambda: relpos.attention(q, k, v, enc, causal=True, impl=impl)
 
     linear, quadratic = B * H * N * D, B * H * N * N  # quadratic = 64 x linear here
+    # a per-call score state (DeBERTa: q and k against the reachable table rows) is O(N rows), rows <= 2S
+    state = enc.score_state(q, k, torch.arange(N)[None], torch.arange(N)[None], 1.0)
+    kept = sum(t.numel() for t in state.tensors) if state is not None else 0
+    assert kept <= 2 * B * H * N * 2 * getattr(enc, "span", 0) and kept <= B * H * N * N / 8
     assert _saved_elements(step("dense")) >= quadratic / 2  # the check can fail
-    assert _saved_elements(step("chunked")) < 12 * linear
+    assert _saved_elements(step("chunked")) < 12 * linear + kept
 
 
 @pytest.mark.parametrize("bias_init", [0.0, -3.0])

@@ -270,3 +270,37 @@ def test_matches_hugging_face_share_att_key():
     enc.bind_content_projections(attn.query_proj, attn.key_proj)
     assert all(p is not attn.query_proj.weight for p in enc.parameters())  # held by reference only
     _hf_vs_relpos(encoder, attn, enc, seed=1)
+
+
+# ------------------------------------------- issue 34: rows reached, per-call state, its gradient
+
+
+@given(q0=st.integers(-40, 40), nq=st.integers(1, 30), k0=st.integers(-40, 40), nk=st.integers(1, 30),
+       buckets=st.sampled_from([0, 4, 8]))
+def test_row_range_is_exactly_the_rows_position_index_reaches(q0, nq, k0, nk, buckets):
+    enc = DeBERTa(n_heads=H, head_dim=D, position_buckets=buckets, max_relative_positions=16)
+    qpos, kpos = torch.arange(q0, q0 + nq)[None], torch.arange(k0, k0 + nk)[None]
+    idx = enc.position_index(qpos, kpos)
+    assert enc.row_range(qpos, kpos) == (int(idx.min()), int(idx.max()))
+
+
+def test_short_sequences_project_only_the_rows_they_reach():
+    enc = _enc(position_buckets=64, max_relative_positions=128)  # 2S = 128 rows
+    q, k, _ = _qkv(B=1, Nq=5, Nk=5)
+    state = enc.score_state(q, k, torch.arange(5)[None], torch.arange(5)[None], 0.5)
+    assert [t.shape[-1] for t in state.tensors] == [9, 9]  # offsets -4..4, not 128 rows
+
+
+def test_score_with_backward_equals_autograd_of_score_with():
+    enc = _enc()
+    q, k, _ = _qkv(B=2, Nq=6, Nk=9, seed=3)
+    qpos, kpos = torch.arange(3, 9)[None], torch.arange(9)[None]
+    state = enc.score_state(q, k, qpos, kpos, 0.7)
+    leaves = [t.detach().requires_grad_(True) for t in state.tensors]
+    out = enc.score_with(type(state)(tuple(leaves), state.axes, state.meta), qpos, kpos)
+    ds = torch.randn_like(out)
+    want = torch.autograd.grad(out, leaves, ds)
+    got = [torch.zeros_like(t) for t in leaves]
+    assert enc.score_with_backward(type(state)(tuple(got), state.axes, state.meta), qpos, kpos, ds)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)

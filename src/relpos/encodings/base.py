@@ -49,7 +49,7 @@ from relpos.validation import MAX_POSITIONS, MAX_TABLE, check_bool, check_int
 Site = Literal["embedding", "qk", "bias", "score", "value"]
 SITES: tuple[str, ...] = ("embedding", "qk", "bias", "score", "value")
 
-__all__ = ["Encoding", "Dims", "Site", "SITES", "ClippedTables", "RelativeKeys"]
+__all__ = ["Encoding", "Dims", "Site", "SITES", "ClippedTables", "RelativeKeys", "ScoreState"]
 
 
 
@@ -91,6 +91,29 @@ class RelativeKeys:
     u: Tensor | None
     v: Tensor | None
     keys: Callable[[Tensor], Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreState:
+    """What every block of one attention call shares for a ``"score"`` term (see
+    :meth:`Encoding.score_state`).
+
+    Attributes:
+        tensors: computed once per call, with autograd to q, k and the scheme's parameters.
+        axes: per tensor, ``"q"`` if its dim -2 runs over the call's query rows, ``"k"``
+            over its keys, None if neither; blocked engines slice those dims to the block.
+        meta: plain values (offsets, sizes).
+    """
+
+    tensors: tuple[Tensor, ...]
+    axes: tuple[str | None, ...]
+    meta: dict
+
+    def block(self, tensors, a: int, b: int, C: int) -> "ScoreState":
+        """``tensors`` (this state's, or leaves made from them) sliced to query rows ``[a, b)`` and keys ``[0, C)``."""
+        sl = {"q": slice(a, b), "k": slice(0, C), None: slice(None)}
+        return ScoreState(tuple(t[..., sl[ax], :] if ax else t for t, ax in zip(tensors, self.axes)),
+                          self.axes, self.meta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,6 +325,29 @@ class Encoding(nn.Module):
             ``(B, H, Nq, Nk)``.
         """
         raise NotImplementedError(f"scheme {self.name!r} must implement score()")
+
+    def score_state(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> ScoreState | None:
+        """Capability: the part of :meth:`score` shared by every block of one attention call.
+
+        Schemes whose score multiplies q or k with a position table once for all
+        offsets (DeBERTa's ``q Kr^T`` and ``k Qr^T``) return those products here,
+        built once for the whole call (arguments as in :meth:`score`); blocked engines
+        then call :meth:`score_with` per block on the state sliced to it
+        (:meth:`ScoreState.block`), and the state's gradient flows back once per call.
+        ``None`` (the default): no shared state, engines call :meth:`score` per block.
+        """
+        return None
+
+    def score_with(self, state: ScoreState, qpos: Tensor, kpos: Tensor) -> Tensor:
+        """:meth:`score` of one block from the call's :meth:`score_state` sliced to that block
+        (``qpos (B|1, R)``, ``kpos (B|1, C)``: the block's positions). Returns ``(B, H, R, C)``."""
+        raise NotImplementedError(f"scheme {self.name!r} has no score_state")
+
+    def score_with_backward(self, grads: ScoreState, qpos: Tensor, kpos: Tensor, ds: Tensor) -> bool:
+        """Optional: add the gradient of :meth:`score_with` for upstream gradient ``ds (B, H, R, C)``
+        into ``grads`` (the state's gradient tensors sliced to the block, written in place) and
+        return True; the default returns False and engines differentiate :meth:`score_with` instead."""
+        return False
 
     def value(self, p: Tensor, qpos: Tensor, kpos: Tensor) -> Tensor:
         """Term added to the attention output, from the attention weights.

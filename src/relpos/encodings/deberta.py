@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from relpos.distance import deberta_log_bucket
-from relpos.encodings.base import Encoding
+from relpos.encodings.base import Encoding, ScoreState
 from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
 __all__ = ["DeBERTa"]
@@ -242,19 +242,38 @@ class DeBERTa(Encoding):
             r = deberta_log_bucket(r, bucket_size=self.position_buckets, max_position=self.max_relative_positions)
         return (r + self.span).clamp(0, 2 * self.span - 1)
 
-    def _table(self, dtype: torch.dtype) -> Tensor:
+    def row_range(self, qpos: Tensor, kpos: Tensor) -> tuple[int, int]:
+        """First and last table row that :meth:`position_index` can give for these positions.
+
+        The row is monotone in ``i - j``, so the extreme offsets decide: ``O(N)``, no
+        ``N x N`` index. Position-dependent work then covers only rows ``lo..hi``
+        (at most ``Nq + Nk - 1`` of the ``2S``; all of them once offsets reach the span).
+        """
+        if qpos.numel() == 0 or kpos.numel() == 0:
+            return 0, 2 * self.span - 1
+        r = torch.stack([qpos.min() - kpos.max(), qpos.max() - kpos.min()]).view(1, 2)
+        if self.position_buckets > 0:
+            r = deberta_log_bucket(r, bucket_size=self.position_buckets, max_position=self.max_relative_positions)
+        lo, hi = (r + self.span).clamp(0, 2 * self.span - 1).view(2).tolist()
+        return int(lo), int(hi)
+
+    def _table(self, dtype: torch.dtype, rows: slice | None = None) -> Tensor:
         p = self.rel_embeddings.to(dtype)  # (2S, C)
+        if rows is not None:
+            p = p[rows]  # LayerNorm is per row: slicing first gives the same rows
         if self.norm is not None:
             p = F.layer_norm(p, (self.d_model,), self.norm.weight.to(dtype), self.norm.bias.to(dtype), self.norm.eps)
         return p
 
-    def position_vectors(self, dtype: torch.dtype = torch.float32) -> tuple[Tensor | None, Tensor | None]:
-        """Projected position vectors ``(Kr, Qr)``, each ``(H, 2S, D)`` or None if unused.
+    def position_vectors(self, dtype: torch.dtype = torch.float32,
+                         rows: slice | None = None) -> tuple[Tensor | None, Tensor | None]:
+        """Projected position vectors ``(Kr, Qr)``, each ``(H, 2S, D)`` (``(H, len(rows), D)``
+        for a slice of the table's rows) or None if unused.
 
         Raises:
             RuntimeError: ``share_att_key=True`` and no content projections were bound.
         """
-        p = self._table(dtype)  # (2S, C)
+        p = self._table(dtype, rows)  # (2S, C)
         if self.share_att_key:
             if self._content_projections is None:
                 raise RuntimeError(
@@ -271,22 +290,54 @@ class DeBERTa(Encoding):
 
     # ------------------------------------------------------------ fast path
 
-    def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
-        B, H, Nq, D = q.shape
-        Nk = k.shape[2]
+    def score_state(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> ScoreState:
+        """``scale q Kr^T`` ``(B, H, Nq, rows)`` and ``scale k Qr^T`` ``(B, H, Nk, rows)`` over the
+        table rows ``lo..hi`` the call can reach (:meth:`row_range`): ``O(N rows)`` memory,
+        projected and multiplied once per call; :meth:`score_with` gathers them per block."""
         cdt = torch.promote_types(q.dtype, torch.float32)
-        kr, qr = self.position_vectors(cdt)  # (H, 2S, D) each
-        idx = self.position_index(qpos, kpos)  # (B|1, Nq, Nk)
+        lo, hi = self.row_range(qpos, kpos)
+        kr, qr = self.position_vectors(cdt, slice(lo, hi + 1))  # (H, rows, D) each
+        tensors, axes = [], []
+        if kr is not None:
+            tensors.append(torch.matmul(q.to(cdt), kr.transpose(-1, -2)) * scale)  # (B, H, Nq, rows)
+            axes.append("q")
+        if qr is not None:
+            tensors.append(torch.matmul(k.to(cdt), qr.transpose(-1, -2)) * scale)  # (B, H, Nk, rows)
+            axes.append("k")
+        return ScoreState(tuple(tensors), tuple(axes), {"lo": lo})
+
+    def score_with(self, state: ScoreState, qpos: Tensor, kpos: Tensor) -> Tensor:
+        it = iter(state.tensors)
+        c2p = next(it) if "c2p" in self.terms else None  # (B, H, Nq, rows)
+        p2c = next(it) if "p2c" in self.terms else None  # (B, H, Nk, rows)
+        ref = c2p if c2p is not None else p2c
+        B, H = ref.shape[:2]
+        Nq, Nk = qpos.shape[-1], kpos.shape[-1]
+        idx = self.position_index(qpos, kpos) - state.meta["lo"]  # (B|1, Nq, Nk), rows of the slice
         idx = idx[:, None].expand(B, H, Nq, Nk)
         out = None
-        if kr is not None:
-            c2p = q.to(cdt) @ kr.transpose(-1, -2)  # (B, H, Nq, 2S)
-            out = c2p.gather(-1, idx)  # (B, H, Nq, Nk)
-        if qr is not None:
-            p2c = (k.to(cdt) @ qr.transpose(-1, -2)).transpose(-1, -2)  # (B, H, 2S, Nk)
-            t = p2c.gather(-2, idx)  # (B, H, Nq, Nk)
+        if c2p is not None:
+            out = c2p.gather(-1, idx)  # (B, H, Nq, Nk): q_i . Kr[delta(i, j)]
+        if p2c is not None:
+            t = p2c.transpose(-1, -2).gather(-2, idx)  # (B, H, Nq, Nk): k_j . Qr[delta(i, j)]
             out = t if out is None else out + t
-        return scale * out
+        return out
+
+    def score_with_backward(self, grads: ScoreState, qpos: Tensor, kpos: Tensor, ds: Tensor) -> bool:
+        """The gathers' gradient, scattered straight into the state's gradient (no zero-filled temporaries)."""
+        it = iter(grads.tensors)
+        gc2p = next(it) if "c2p" in self.terms else None
+        gp2c = next(it) if "p2c" in self.terms else None
+        B, H, Nq, Nk = ds.shape
+        idx = (self.position_index(qpos, kpos) - grads.meta["lo"])[:, None].expand(B, H, Nq, Nk)
+        if gc2p is not None:
+            gc2p.scatter_add_(-1, idx, ds)
+        if gp2c is not None:
+            gp2c.transpose(-1, -2).scatter_add_(-2, idx, ds)
+        return True
+
+    def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
+        return self.score_with(self.score_state(q, k, qpos, kpos, scale), qpos, kpos)
 
     # ------------------------------------------------------------ reference
 

@@ -1,7 +1,8 @@
 """Memory-efficient attention for every scheme (``impl="chunked"``).
 
-Extra memory grows with ``N x block`` (or ``N x D``), never ``N x N``, in the
-forward *and* the backward pass: every engine is a
+Extra memory grows with ``N x block`` (or ``N x D``; ``N x rows`` for a scheme's
+per-call score state, e.g. DeBERTa's ``q Kr^T`` over at most ``2S`` table rows), never
+``N x N``, in the forward *and* the backward pass: every engine is a
 :class:`torch.autograd.Function` that saves only ``q, k, v``, the output and one
 log-sum-exp per row, and recomputes position terms block by block in backward.
 Gradients reach every learned tensor of the scheme (tables, slopes, MLPs, and

@@ -18,6 +18,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from relpos.attention import Request
+from relpos.encodings.base import Encoding, ScoreState
 from relpos.attention.chunked.kernels import (
     add_grads,
     compute_dtype,
@@ -55,8 +56,9 @@ def _leaf_tensors(t: Tensor) -> list[Tensor]:
     return out
 
 
-def _probe_leaves(req: Request, q: Tensor, k: Tensor, gen_bias: bool) -> list[Tensor]:
-    """Leaves the scheme's per-block terms depend on (found on a 1 x 1 probe)."""
+def _probe_leaves(req: Request, q: Tensor, k: Tensor, gen_bias: bool, score: bool) -> list[Tensor]:
+    """Leaves the scheme's per-block terms depend on (found on a 1 x 1 probe); ``score=False``
+    when the score's dependencies arrive as a per-call :class:`~relpos.encodings.base.ScoreState`."""
     enc = req.encoding
     leaves: list[Tensor] = []
     with torch.enable_grad():
@@ -64,7 +66,7 @@ def _probe_leaves(req: Request, q: Tensor, k: Tensor, gen_bias: bool) -> list[Te
         outs = []
         if gen_bias:
             outs.append(enc.bias(qp, kp))
-        if "score" in enc.acts_on:
+        if score and "score" in enc.acts_on:
             outs.append(enc.score(q[:, :, :1].detach(), k[:, :, :1].detach(), qp, kp, req.scale))
         if "value" in enc.acts_on:
             B, H = q.shape[:2]
@@ -83,15 +85,19 @@ def run(req: Request, q: Tensor, k: Tensor, tvals: Tensor | None, lo: int) -> Te
     """``q, k``: rotated; ``tvals (H, L)``: the Toeplitz bias on offsets ``lo..`` or None."""
     enc = req.encoding
     gen_bias = "bias" in enc.acts_on and tvals is None
-    leaves = _probe_leaves(req, q, k, gen_bias) if (gen_bias or enc.acts_on & {"score", "value"}) else []
-    cfg = _BlockCfg(req, lo, gen_bias, len(leaves))
-    return _BlockFn.apply(cfg, q, k, req.v, tvals, *leaves)
+    # a score with per-call state (projected tables): built once here, autograd to the parameters
+    # outside the Function, each block reads it (ScoreState); its gradient comes back once
+    state = enc.score_state(q, k, req.qpos, req.kpos, req.scale) if "score" in enc.acts_on else None
+    leaves = (_probe_leaves(req, q, k, gen_bias, state is None)
+              if (gen_bias or enc.acts_on & {"score", "value"}) else [])
+    cfg = _BlockCfg(req, lo, gen_bias, len(leaves), state)
+    return _BlockFn.apply(cfg, q, k, req.v, tvals, *leaves, *(state.tensors if state is not None else ()))
 
 
 class _BlockCfg:
     """Static description of one call of the ``"blocks"`` engine."""
 
-    def __init__(self, req: Request, lo: int, gen_bias: bool, n_leaves: int) -> None:
+    def __init__(self, req: Request, lo: int, gen_bias: bool, n_leaves: int, state=None) -> None:
         enc = req.encoding
         B, H, Nq, Nk, D = req.shape
         self.enc = enc
@@ -107,6 +113,10 @@ class _BlockCfg:
         self.has_score = "score" in enc.acts_on
         self.has_value = "value" in enc.acts_on
         self.n_leaves = n_leaves
+        self.state = None if state is None else ScoreState((), state.axes, state.meta)  # tensors: inputs after the leaves
+        # the scheme adds its state's gradient itself (Encoding.score_with_backward overridden)
+        self.manual_score_grad = state is not None and (
+            type(enc).score_with_backward is not Encoding.score_with_backward)
         self.cd = compute_dtype(req.q.dtype)
         itemsize = torch.finfo(self.cd).bits // 8
         self.rows = rows_per_block(B * H, Nk, itemsize)
@@ -156,10 +166,25 @@ def _block_base(cfg: _BlockCfg, qb: Tensor, kr: Tensor, tvals: Tensor | None, a:
     return s
 
 
+def _score(cfg: _BlockCfg, st, qb: Tensor, kr: Tensor, qp: Tensor, kp: Tensor) -> Tensor:
+    """The scheme's score on one block: from the per-call state (already sliced) when the scheme has one."""
+    if cfg.state is None:
+        return cfg.enc.score(qb, kr, qp, kp, cfg.scale)
+    return cfg.enc.score_with(ScoreState(tuple(st), cfg.state.axes, cfg.state.meta), qp, kp)
+
+
+def _block_state(cfg: _BlockCfg, tensors, a: int, b: int, C: int) -> tuple:
+    """The per-call score state's tensors (or their gradients) sliced to one block (views)."""
+    if cfg.state is None:
+        return ()
+    return cfg.state.block(tensors, a, b, C).tensors
+
+
 class _BlockFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, cfg: _BlockCfg, q, k, v, tvals, *leaves):
+    def forward(ctx, cfg: _BlockCfg, q, k, v, tvals, *rest):
         enc, cd = cfg.enc, cfg.cd
+        leaves, st = rest[: cfg.n_leaves], rest[cfg.n_leaves :]
         qc, kc, vc = q.to(cd), k.to(cd), v.to(cd)
         tv = None if tvals is None else tvals.to(cd)
         B, H, Nq = cfg.B, cfg.H, cfg.Nq
@@ -189,7 +214,7 @@ class _BlockFn(torch.autograd.Function):
             if cfg.gen_bias:
                 s += enc.bias(qp, kp).to(cd)
             if cfg.has_score:
-                s += enc.score(qb, kr, qp, kp, cfg.scale).to(cd)
+                s += _score(cfg, _block_state(cfg, st, a, b, C), qb, kr, qp, kp).to(cd)
             _mask_block(s, cfg, a, b, C)
             m = s.amax(-1, keepdim=True)
             empty = m == -math.inf  # rows with no allowed key
@@ -208,7 +233,7 @@ class _BlockFn(torch.autograd.Function):
         ctx.cfg = cfg
         ctx.in_dtypes = (q.dtype, k.dtype, v.dtype)
         ctx.tvals_dtype = None if tvals is None else tvals.dtype
-        ctx.save_for_backward(qc, kc, vc, tv, out, lse, *leaves)
+        ctx.save_for_backward(qc, kc, vc, tv, out, lse, *leaves, *st)
         return out.to(q.dtype)
 
     @staticmethod
@@ -216,7 +241,9 @@ class _BlockFn(torch.autograd.Function):
     def backward(ctx, dout):
         cfg: _BlockCfg = ctx.cfg
         enc, cd = cfg.enc, cfg.cd
-        qc, kc, vc, tv, out, lse, *leaves = ctx.saved_tensors
+        qc, kc, vc, tv, out, lse, *rest = ctx.saved_tensors
+        leaves, st = rest[: cfg.n_leaves], rest[cfg.n_leaves :]
+        dstate = [torch.zeros_like(t) for t in st]  # gradient of the per-call score state
         need_q, need_k, need_v = ctx.needs_input_grad[1:4]
         need_t = ctx.needs_input_grad[4]
         do = dout.to(cd)
@@ -238,11 +265,16 @@ class _BlockFn(torch.autograd.Function):
                 with torch.enable_grad():  # evaluated once: its value now, its gradient below
                     bb = enc.bias(qp, kp)  # (B|1, H, R, C)
                 s += bb.detach().to(cd)
-            if cfg.has_score:
+            if cfg.has_score and cfg.manual_score_grad:  # the scheme writes the state's gradient itself
+                sc = _score(cfg, _block_state(cfg, st, a, b, C), qb, kr, qp, kp)
+                s += sc.to(cd)
+                sc = None
+            elif cfg.has_score:
                 with torch.enable_grad():
                     qleaf = qb.detach().requires_grad_(True)
                     kleaf = kr.detach().requires_grad_(True)
-                    sc = enc.score(qleaf, kleaf, qp, kp, cfg.scale)
+                    stl = [t.detach().requires_grad_(True) for t in _block_state(cfg, st, a, b, C)]
+                    sc = _score(cfg, stl, qleaf, kleaf, qp, kp)
                 s += sc.detach().to(cd)
             _mask_block(s, cfg, a, b, C)
             lb = lse[:, :, a:b, None]
@@ -275,13 +307,18 @@ class _BlockFn(torch.autograd.Function):
                 gb = ds if bb.shape[0] == B else ds.sum(0, keepdim=True)
                 g = torch.autograd.grad(bb, leaves, gb.to(bb.dtype), allow_unused=True)
                 add_grads(dleaves, g)
+            if cfg.has_score and cfg.manual_score_grad:
+                enc.score_with_backward(cfg.state.block(dstate, a, b, C), qp, kp, ds)
             if sc is not None:
-                g = torch.autograd.grad(sc, [qleaf, kleaf, *leaves], ds.to(sc.dtype), allow_unused=True)
+                g = torch.autograd.grad(sc, [qleaf, kleaf, *leaves, *stl], ds.to(sc.dtype), allow_unused=True)
                 if g[0] is not None and need_q:
                     dq[:, :, a:b] += g[0].to(cd)
                 if g[1] is not None and need_k:
                     dk[:, :, :C] += g[1].to(cd)
-                add_grads(dleaves, g[2:])
+                add_grads(dleaves, g[2 : 2 + len(leaves)])
+                for acc, blk in zip(_block_state(cfg, dstate, a, b, C), g[2 + len(leaves) :]):
+                    if blk is not None:
+                        acc += blk
         q_dt, k_dt, v_dt = ctx.in_dtypes
         grads = [
             None,
@@ -294,5 +331,6 @@ class _BlockFn(torch.autograd.Function):
             if g is not None:
                 g = g.to(leaves[i].dtype)
             grads.append(g)
+        grads += [g.to(st[i].dtype) for i, g in enumerate(dstate)]
         return tuple(grads)
 
