@@ -1,0 +1,235 @@
+"""A measured lower limit for the four slow schemes: how far is relpos from the cost of its own approach?
+
+Issue 34 sets targets at N = 2048, forward+backward, against position-free causal
+SDPA: Transformer-XL and FIRE <= 1.5x, DeBERTa and CoPE <= 3x. Where relpos misses,
+this script bounds the miss: the *floor* of the approach taken (the scheme's position
+term computed block by block beside a fused attention kernel) is the sum of
+
+1. position-free causal SDPA, forward+backward (content attention must be done anyway,
+   and the fused kernel with its block skipping is the fastest way this machine has); and
+2. the position term alone, forward and backward, over the causal blocks of query rows
+   (``--rows`` per block, keys ``0..`` the block's last row), with the cheapest
+   formulation this library knows for it, timed by itself:
+
+   * Transformer-XL: ``(q + v) . r`` as one ``(rows, rows + keys)`` matmul per block
+     against the relative keys on the block's offsets, and the two matmuls of its
+     backward (``dq`` and ``dr``);
+   * FIRE: the scheme's MLP bias on the block's ``(rows, keys)`` pairs, forward and
+     autograd backward (the MLP on ``N^2 / 2`` normalised distances is the term);
+   * DeBERTa: ``q Kr^T`` and ``k Qr^T`` once per call (with their backward), then per
+     block the two gathers and the two scatters of their gradient;
+   * CoPE: the scheme's score on the block (gates ``sigmoid(q k)``, their suffix sum,
+     the interpolated position logits), forward and autograd backward.
+
+The floor leaves out everything that joins the two (adding the term to the logits,
+the extra softmax passes a non-fused kernel makes), so no implementation of the
+approach can go below it; ``relpos / floor`` is what relpos spends above it.
+Timing: one thread, process CPU time, the three cases of a scheme interleaved per
+round, median of ``--rounds`` rounds after a warm-up.
+
+Usage::
+
+    python benchmarks/slow_schemes.py                      # N = 2048, 3 rounds, causal
+    python benchmarks/slow_schemes.py --n 1024 --rounds 5 --out /tmp/slow
+
+Writes ``benchmarks/results/slow_schemes.json`` and ``.md`` and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMES = ("transformer-xl", "fire", "deberta", "cope")
+TARGETS = {"transformer-xl": 1.5, "fire": 1.5, "deberta": 3.0, "cope": 3.0}
+
+
+def _blocks(N: int, rows: int):
+    for a in range(0, N, rows):
+        b = min(N, a + rows)
+        yield a, b, b  # causal: keys 0..b-1
+
+
+def _term_txl(enc, q, rows):
+    """Relative-key products per block and their two backward matmuls."""
+    from relpos.distance import offsets_range
+
+    B, H, N, D = q.shape
+    rk = enc.relative_keys()
+    offs = offsets_range(N, N, 0)
+    with torch.no_grad():
+        rtab = rk.keys(offs)  # (H, 2N - 1, D)
+    qv = q.detach() + rk.v.detach()[None, :, None, :]
+    lo = -(N - 1)
+
+    def step():
+        for a, b, C in _blocks(N, rows):
+            R, W = b - a, (b - a) + C - 1
+            d_min = -(b - 1)
+            seg = rtab[:, d_min - lo: d_min - lo + W]  # (H, W, D)
+            pd = torch.matmul(qv[:, :, a:b], seg.transpose(-1, -2))  # forward (B, H, R, W)
+            z = pd  # stands for dS laid out by offset (same shape)
+            torch.matmul(z, seg)  # dq
+            torch.matmul(z.transpose(-1, -2), qv[:, :, a:b])  # dr
+    return step
+
+
+def _term_autograd(fn, N, rows, leaves):
+    """``fn(a, b, C)`` per block, forward then backward with a fixed upstream gradient."""
+
+    def step():
+        for t in leaves:
+            t.grad = None
+        for a, b, C in _blocks(N, rows):
+            out = fn(a, b, C)
+            out.backward(torch.ones_like(out))
+    return step
+
+
+def _term_fire(enc, q, rows):
+    N = q.shape[2]
+    pos = torch.arange(N)[None]
+    leaves = [p for p in enc.parameters() if p.requires_grad]
+    return _term_autograd(lambda a, b, C: enc.bias(pos[:, a:b], pos[:, :C]), N, rows, leaves)
+
+
+def _term_cope(enc, q, k, scale, rows):
+    N = q.shape[2]
+    pos = torch.arange(N)[None]
+    leaves = [q, k] + [p for p in enc.parameters() if p.requires_grad]
+    return _term_autograd(lambda a, b, C: enc.score(q[:, :, a:b], k[:, :, :C], pos[:, a:b], pos[:, :C], scale),
+                          N, rows, leaves)
+
+
+def _term_deberta(enc, q, k, scale, rows):
+    N = q.shape[2]
+    pos = torch.arange(N)[None]
+    leaves = [q, k] + [p for p in enc.parameters() if p.requires_grad]
+
+    def step():
+        for t in leaves:
+            t.grad = None
+        state = enc.score_state(q, k, pos, pos, scale)
+        st = [t.detach() for t in state.tensors]
+        grads = [torch.zeros_like(t) for t in st]
+        whole = type(state)(tuple(st), state.axes, state.meta)
+        gwhole = type(state)(tuple(grads), state.axes, state.meta)
+        for a, b, C in _blocks(N, rows):
+            s = enc.score_with(whole.block(st, a, b, C), pos[:, a:b], pos[:, :C])
+            enc.score_with_backward(gwhole.block(grads, a, b, C), pos[:, a:b], pos[:, :C], s)
+        torch.autograd.backward(list(state.tensors), grads)
+    return step
+
+
+def measure(N: int, rounds: int, rows: int, log=print) -> dict:
+    import relpos
+    from relpos.bench.spec import BenchSpec
+    from relpos.bench.steps import make_encoding
+
+    torch.set_num_threads(1)
+    torch.set_flush_denormal(True)
+    spec = BenchSpec(memory=False)
+    H, D = spec.heads, spec.head_dim
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, H, N, D, generator=g, requires_grad=True) for _ in range(3))
+    go = torch.randn(1, H, N, D, generator=g)
+    rows_out = []
+    for name in SCHEMES:
+        enc = make_encoding(name, spec, N)
+        params = [p for p in enc.parameters() if p.requires_grad]
+        scale = enc.attention_scale(D) if hasattr(enc, "attention_scale") else D ** -0.5
+
+        def sdpa():
+            for t in (q, k, v):
+                t.grad = None
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(go)
+
+        def rel(enc=enc, params=params):
+            for t in [q, k, v, *params]:
+                t.grad = None
+            relpos.attention(q, k, v, enc, causal=True, impl="auto").backward(go)
+
+        term = {"transformer-xl": lambda: _term_txl(enc, q, rows), "fire": lambda: _term_fire(enc, q, rows),
+                "deberta": lambda: _term_deberta(enc, q, k, scale, rows),
+                "cope": lambda: _term_cope(enc, q, k, scale, rows)}[name]()
+        cases = {"sdpa": sdpa, "relpos": rel, "term": term}
+        for f in cases.values():  # warm-up
+            f()
+        times: dict[str, list[float]] = {c: [] for c in cases}
+        for r in range(rounds):
+            order = list(cases)[r % 3:] + list(cases)[:r % 3]
+            for c in order:
+                t0 = time.process_time()
+                cases[c]()
+                times[c].append((time.process_time() - t0) * 1000)
+        med = {c: statistics.median(ts) for c, ts in times.items()}
+        floor = med["sdpa"] + med["term"]
+        row = {"scheme": name, "N": N, "sdpa_ms": round(med["sdpa"], 1), "relpos_ms": round(med["relpos"], 1),
+               "term_ms": round(med["term"], 1), "floor_ms": round(floor, 1),
+               "relpos_x": round(med["relpos"] / med["sdpa"], 2), "floor_x": round(floor / med["sdpa"], 2),
+               "relpos_over_floor": round(med["relpos"] / floor, 2), "target_x": TARGETS[name],
+               "met": med["relpos"] / med["sdpa"] <= TARGETS[name], "times_ms": times}
+        log(f"{name:15s} relpos {row['relpos_x']:.2f}x  floor {row['floor_x']:.2f}x  relpos/floor "
+            f"{row['relpos_over_floor']:.2f}  (sdpa {row['sdpa_ms']} ms)")
+        rows_out.append(row)
+    return {"rows": rows_out}
+
+
+def markdown(doc: dict) -> str:
+    lines = ["# The four slow schemes against the floor of their approach", "",
+             f"Command: `{doc['command']}`", "",
+             f"{doc['machine']}; one thread, process CPU time, median of {doc['rounds']} interleaved rounds; "
+             f"N = {doc['N']}, B = 1, H = 8, D = 64, float32, causal, forward+backward; blocks of "
+             f"{doc['block_rows']} query rows. Load average at the start / end: {doc['load_start']} / {doc['load_end']}.",
+             "", "*floor* = position-free causal SDPA + the position term alone (see the script's docstring); "
+             "multiples of SDPA.", "",
+             "| scheme | relpos | target | met | floor | relpos / floor | SDPA ms | term ms | relpos ms |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for r in doc["rows"]:
+        lines.append(f"| {r['scheme']} | {r['relpos_x']:.2f}x | {r['target_x']}x | {'yes' if r['met'] else '**no**'} "
+                     f"| {r['floor_x']:.2f}x | {r['relpos_over_floor']:.2f} | {r['sdpa_ms']} | {r['term_ms']} "
+                     f"| {r['relpos_ms']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=2048, help="sequence length (default 2048)")
+    p.add_argument("--rounds", type=int, default=3, help="timed interleaved rounds (default 3)")
+    p.add_argument("--rows", type=int, default=128, help="query rows per block of the floor's term (default 128)")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="results folder")
+    args = p.parse_args(argv)
+    if args.n < 16 or args.rounds < 1 or args.rows < 1:
+        print("slow_schemes.py: --n must be >= 16, --rounds >= 1 and --rows >= 1", file=sys.stderr)
+        return 2
+    import os
+
+    load0 = [round(x, 2) for x in os.getloadavg()]
+    t0 = time.time()
+    doc = measure(args.n, args.rounds, args.rows)
+    import relpos
+
+    doc.update({"command": "python benchmarks/slow_schemes.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
+                           f"relpos {getattr(relpos, '__version__', '?')}",
+                "N": args.n, "rounds": args.rounds, "block_rows": args.rows, "seconds": round(time.time() - t0, 1),
+                "load_start": load0, "load_end": [round(x, 2) for x in os.getloadavg()]})
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "slow_schemes.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "slow_schemes.md").write_text(markdown(doc))
+    print(markdown(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
