@@ -233,3 +233,22 @@ def test_bad_calls_raise():
         enc.rotate(torch.randn(1, 2, 3, 8), torch.arange(4)[None], is_query=True, seq_len=4)
     with pytest.raises(ValueError, match="scaling"):
         enc.set_scaling("yarnish")
+
+
+# ------------------------------------------- issue 34: the rotation as one autograd node
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+@pytest.mark.parametrize("r", [8, 6])
+def test_rotate_pairs_gradients_are_the_transposed_rotation(pairing, r):
+    from relpos.encodings.rope import rotate_pairs
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    cos, sin = (torch.randn(1, 5, r // 2, dtype=torch.float64, generator=g) for _ in range(2))
+    assert torch.autograd.gradcheck(lambda t: rotate_pairs(t, cos, sin, r, pairing), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: rotate_pairs(t, cos, sin, r, pairing), (x,))
+    # tables that carry a gradient take the plain-ops path, with the same values
+    cl, sl = cos.clone().requires_grad_(True), sin.clone().requires_grad_(True)
+    torch.testing.assert_close(rotate_pairs(x, cl, sl, r, pairing), rotate_pairs(x, cos, sin, r, pairing))
+    assert torch.autograd.gradcheck(lambda c, s: rotate_pairs(x.detach(), c, s, r, pairing), (cl, sl))

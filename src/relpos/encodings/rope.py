@@ -101,26 +101,55 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, r: int, pairing: str) -> T
         pairing: ``"half"`` or ``"interleaved"``.
     Returns:
         ``(B, H, N, D)`` in ``x``'s dtype.
+
+    With tables that need no gradient (every built-in scheme) this is one autograd
+    node whose backward is the transposed map (the same rotation with ``-sin``):
+    no slices, concatenations or zero-filled gradients of them.
     """
     cdtype = torch.promote_types(x.dtype, torch.float32)
     c = cos[:, None].to(cdtype)  # (B|1, 1, N, r/2)
     s = sin[:, None].to(cdtype)
-    xr = x[..., :r].to(cdtype)
-    h = r // 2
-    if pairing == "half":
-        x1, x2 = xr[..., :h], xr[..., h:]
-    else:
-        x1, x2 = xr[..., 0::2], xr[..., 1::2]
+    if not (c.requires_grad or s.requires_grad) and c.shape[0] in (1, x.shape[0]):
+        return _RotatePairs.apply(x, c, s, r, pairing)
+    x1, x2 = _halves(x.to(cdtype), r, pairing)  # tables with gradients: plain ops, autograd records them
     o1 = x1 * c - x2 * s
     o2 = x1 * s + x2 * c
+    rot = torch.cat((o1, o2), dim=-1) if pairing == "half" else torch.stack((o1, o2), dim=-1).flatten(-2)
+    rot = rot.to(x.dtype)
+    return rot if r == x.shape[-1] else torch.cat((rot, x[..., r:]), dim=-1)
+
+
+def _halves(t: Tensor, r: int, pairing: str) -> tuple[Tensor, Tensor]:
+    h = r // 2
     if pairing == "half":
-        out = torch.cat((o1, o2), dim=-1)
-    else:
-        out = torch.stack((o1, o2), dim=-1).flatten(-2)
-    out = out.to(x.dtype)
-    if r == x.shape[-1]:
-        return out
-    return torch.cat((out, x[..., r:]), dim=-1)
+        return t[..., :h], t[..., h:r]
+    return t[..., 0:r:2], t[..., 1:r:2]
+
+
+class _RotatePairs(torch.autograd.Function):
+    """:func:`rotate_pairs` with constant tables: forward rotates into one new tensor, backward
+    rotates the gradient back (the transpose of ``[[c, -s], [s, c]]`` is the same map with ``-s``)."""
+
+    @staticmethod
+    def forward(ctx, x, c, s, r, pairing):
+        ctx.save_for_backward(c, s)
+        ctx.r, ctx.pairing, ctx.x_dtype = r, pairing, x.dtype
+        xc = x.to(c.dtype)
+        x1, x2 = _halves(xc, r, pairing)
+        out = torch.empty(x.shape, dtype=c.dtype, device=x.device)
+        o1, o2 = _halves(out, r, pairing)
+        torch.mul(x1, c, out=o1)
+        o1.addcmul_(x2, s, value=-1)
+        torch.mul(x1, s, out=o2)
+        o2.addcmul_(x2, c)
+        if r < x.shape[-1]:
+            out[..., r:] = xc[..., r:]
+        return out.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        c, s = ctx.saved_tensors
+        return _RotatePairs.apply(g, c, -s, ctx.r, ctx.pairing).to(ctx.x_dtype), None, None, None, None
 
 
 def _check_positive(name: str, v, *, lo_exclusive: float = 0.0) -> float:
