@@ -50,6 +50,16 @@ def test_quick_run_schema(tmp_path, capsys):
     assert "### auto against the fastest implementation" in md
 
 
+def test_short_cases_get_more_rounds_than_repeats(tmp_path):
+    """Cells of a few ms are timed in more rounds (up to MORE_ROUNDS x repeats), long ones in ``repeats``."""
+    from relpos.bench import runner
+
+    doc, _ = _bench(tmp_path, "--schemes", "t5", "--impls", "dense", "--lengths", "16", "--modes", "fwd",
+                    "--no-memory", "--repeats", "2")
+    (rec,) = doc["records"]
+    assert rec["runs"] == runner.MORE_ROUNDS * 2  # a tiny cell: the round robin is far under GROUP_S
+
+
 def test_masks_run_both_in_one_document(tmp_path):
     doc, md = _bench(tmp_path, "--schemes", "t5,cope", "--impls", "dense,auto", "--lengths", "16", "--modes", "fwd",
                      "--masks", "causal,bidirectional", "--no-memory")

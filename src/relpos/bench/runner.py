@@ -10,6 +10,7 @@ median.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import platform
 import statistics
@@ -26,6 +27,10 @@ __all__ = ["Record", "run_bench", "merge_docs", "machine_info", "SLOW_S", "peer_
 
 #: A case whose warm-up run takes longer than this many seconds is timed by that run alone.
 SLOW_S = 2.0
+#: Short cases get more rounds: a length's round robin repeats until about this many seconds
+#: of timed work (at most ``MORE_ROUNDS`` x ``repeats`` rounds), so the medians of small, noisy
+#: cells (N = 256: a few ms each) rest on many samples.
+GROUP_S, MORE_ROUNDS = 20.0, 5
 
 _ROUND = ("median_ms", "baseline_ms", "ratio", "peak_mib", "baseline_peak_mib", "warmup_ms", "wall_ms", "cpu_ms",
           "baseline_wall_ms", "wall_ratio")
@@ -146,11 +151,15 @@ def _time_group(N: int, group: list[Case], spec: BenchSpec, records: dict, log, 
             slow[c.key] = (w, cpu)
     walls = {c.key: [] for c, _ in runnable}
     cpus = {c.key: [] for c, _ in runnable}
-    log(f"N={N}: {len(runnable)} cases, {len(slow)} timed once (over {SLOW_S:g} s), {spec.repeats} rounds for the rest")
+    round_s = sum(records[c.key].warmup_ms or 0.0 for c, _ in runnable[len(modes):] if c.key not in slow) / 1000
+    rounds = spec.repeats
+    if round_s > 0 and deadline is None:
+        rounds = max(spec.repeats, min(MORE_ROUNDS * spec.repeats, math.ceil(GROUP_S / round_s)))
+    log(f"N={N}: {len(runnable)} cases, {len(slow)} timed once (over {SLOW_S:g} s), {rounds} rounds for the rest")
     for key, (w, cpu) in slow.items():
         walls[key].append(w)
         cpus[key].append(cpu)
-    for r in range(spec.repeats):
+    for r in range(rounds):
         if r > 0 and deadline is not None and time.monotonic() > deadline:
             log(f"  time budget reached: N={N} keeps {r} round(s)")
             break
