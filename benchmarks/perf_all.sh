@@ -1,0 +1,24 @@
+#!/bin/bash
+# Every committed performance result of issue 34 in one run, from one commit, on one machine:
+#   benchmarks/perf_all.sh OUT      (run from a clean export of the commit; ~40 min of one core)
+# writes OUT/attention.{json,md} (every scheme x dense/chunked/auto, N = 256/1024/2048, causal and
+# bidirectional, fwd and fwd+bwd), OUT/attention-peers.{json,md} (every peer at N = 2048, both masks),
+# OUT/train_step.{json,md} and OUT/slow_schemes.{json,md}; OUT/perf_all.log has the commit and the times.
+set -euo pipefail
+OUT=${1:?usage: benchmarks/perf_all.sh OUT}
+mkdir -p "$OUT"
+export OMP_NUM_THREADS=1
+PY=${PYTHON:-python}
+log() { echo "$(date -u +%FT%TZ) $*" | tee -a "$OUT/perf_all.log"; }
+log "commit $(git rev-parse HEAD 2>/dev/null || cat COMMIT 2>/dev/null || echo unknown); load $(cut -d' ' -f1-3 /proc/loadavg)"
+log "attention grid"
+$PY -m relpos.cli bench --lengths 256,1024,2048 --masks causal,bidirectional --no-memory --repeats 3 \
+  --name attention --out "$OUT" > "$OUT/attention.log" 2>&1
+log "peers"
+$PY -m relpos.cli bench --impls peers --lengths 2048 --masks causal,bidirectional --no-memory --repeats 3 \
+  --name attention-peers --out "$OUT" > "$OUT/attention-peers.log" 2>&1
+log "slow schemes"
+$PY benchmarks/slow_schemes.py --out "$OUT" > "$OUT/slow_schemes.log" 2>&1
+log "train step"
+$PY benchmarks/train_step.py --no-compile --out "$OUT" > "$OUT/train_step.log" 2>&1
+log "done; load $(cut -d' ' -f1-3 /proc/loadavg)"
