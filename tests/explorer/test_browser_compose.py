@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import relpos
-from tests.explorer.test_browser import browser, num, server, view  # noqa: F401 - fixtures
+from tests.explorer.browser_support import browser, num, server, view  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.browser
 

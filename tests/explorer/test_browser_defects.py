@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from relpos import distance
-from tests.explorer.test_browser import MINUS, browser, num, server, view  # noqa: F401 - fixtures
+from tests.explorer.browser_support import MINUS, browser, num, server, view  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.browser
 

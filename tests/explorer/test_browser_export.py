@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from relpos.explorer import export_html
-from tests.explorer.test_browser import _open_context, _t5, browser, cell_readout, num, server  # noqa: F401
+from tests.explorer.browser_support import _open_context, _t5, browser, cell_readout, num, server  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -50,7 +50,7 @@ def test_exported_page_offline_at_another_length_and_scheme_and_compose(browser,
     and the compose view works from file:// with zero network requests."""
     from relpos import distance
     from relpos.explorer import export_html
-    from tests.explorer.test_browser import _open_context
+    from tests.explorer.browser_support import _open_context
 
     lines = []
     path = export_html(server.explorer, tmp_path / "explorer.html", progress=lambda d, t: lines.append((d, t)))

@@ -8,7 +8,7 @@ import torch
 from relpos.explorer import Explorer
 from relpos.explorer.server import make_server, serve_in_thread
 from tests.explorer.conftest import _REAL
-from tests.explorer.test_browser import _open_context, browser, num, server, view  # noqa: F401 - fixtures
+from tests.explorer.browser_support import _open_context, browser, num, server, view  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.browser
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.explorer.test_browser import browser, cell_readout, num  # noqa: F401 - fixtures
+from tests.explorer.browser_support import browser, cell_readout, num  # noqa: F401 - fixtures
 from tests.explorer.test_browser_issue33 import _chart_ready, learner, row_probs, select_cell, shipped_server  # noqa: F401
 
 pytestmark = pytest.mark.browser
