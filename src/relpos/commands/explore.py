@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", action="append", default=[], metavar="DIR",
                    help="a relpos compare output folder (or its results.json) for the extrapolation view; repeatable")
     p.add_argument("--checkpoint", action="append", default=[], metavar="DIR",
-                   help="a checkpoint folder (relpos train) for the attention-map view; repeatable")
+                   help="a checkpoint folder (relpos train); views 0 and 5 open on the first; repeatable")
     p.add_argument("--export", metavar="FILE.html",
                    help="write one self-contained HTML file with a snapshot of the data, then exit")
     p.add_argument("--verbose", action="store_true", help="log every request")

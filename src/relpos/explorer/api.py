@@ -132,7 +132,7 @@ class Explorer:
             model, cfg = ckpt.load(c)
             model.eval()
             self.checkpoints.append(_Checkpoint(_label(c), str(c), model, cfg, extra=models_mod.read_extra(c)))
-        # the trained models relpos ships come after the user's own: views 0 and 5 open on one of them
+        # the trained models relpos ships come after the user's own: views 0 and 5 open on one of them ...
         self.default_model: int | None = None
         for d in (models_mod.shipped_model_dirs() if shipped_models else []):
             from relpos import checkpoint as ckpt
@@ -143,6 +143,10 @@ class Explorer:
                 self.default_model = len(self.checkpoints)
             self.checkpoints.append(_Checkpoint(d.name, str(d), model, cfg, shipped=True,
                                                 extra=models_mod.read_extra(d)))
+        # ... unless the user gave their own (``relpos explore --checkpoint``): then views 0 and 5 open on the
+        # first of those. Without shipped models view 0 opens on initial values (None) and view 5 on checkpoint 0.
+        if self.default_model is not None and any(not c.shipped for c in self.checkpoints):
+            self.default_model = 0
         self._routes: dict[str, Callable[[dict], dict]] = {"info": self.info}
         for mod in VIEW_MODULES:
             self._routes[mod.ROUTE] = (lambda m: lambda params: m.answer(self, params))(mod)
@@ -257,6 +261,7 @@ class Explorer:
                  "recipe": c.extra.get("recipe")}
                 for i, c in enumerate(self.checkpoints)
             ],
-            # views 0 and 5 open on this checkpoint (a shipped trained model), or None: view 0 on initial values
+            # views 0 and 5 open on this checkpoint (the user's first --checkpoint, else the shipped default
+            # model), or None (no model ships): view 0 on initial values
             "default_model": self.default_model,
         }

@@ -6,7 +6,8 @@ made by ``python -m relpos.explorer.make_models`` (the command, recipe, corpus, 
 measured time are in each ``config.json``'s ``extra``). Only models that passed the fit gate are
 written, so every shipped model is fitted.
 
-Views 0 and 5 open on :data:`DEFAULT_MODEL` when it ships.
+Views 0 and 5 open on :data:`DEFAULT_MODEL` when it ships (on the user's own first checkpoint when
+``relpos explore --checkpoint`` gives one).
 """
 
 from __future__ import annotations
