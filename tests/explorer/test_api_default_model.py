@@ -59,3 +59,20 @@ def test_without_shipped_models_view_0_opens_on_initial_values(checkpoint_dir):
         assert ex.info({})["default_model"] is None
         assert ex.get("compose", {"text": "The cat"})["model"] is None
     assert ex.get("attention", {"text": "abc"})["checkpoint"] == "tiny-alibi"
+
+
+def test_a_checkpoint_not_over_bytes_is_refused_by_name(tmp_path, capsys):
+    """A copy-task model (12 tokens) would fail on the bytes of the learner's text: refused at start, one line."""
+    from relpos import checkpoint
+    from relpos.cli import main
+    from relpos.model import ModelConfig, TransformerLM
+
+    cfg = ModelConfig(scheme="t5", vocab_size=12, d_model=16, n_layers=1, n_heads=2, max_len=64)
+    d = tmp_path / "copy-model"
+    checkpoint.save(d, TransformerLM(cfg), cfg)
+    with pytest.raises(ValueError, match=r"--checkpoint .*copy-model: a model over 12 tokens.*vocab_size 256"):
+        Explorer(checkpoints=[d], shipped_models=False)
+    rc = main(["explore", "--checkpoint", str(d), "--export", str(tmp_path / "page.html")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "vocab_size 256" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "page.html").exists()

@@ -130,6 +130,10 @@ class Explorer:
             from relpos import checkpoint as ckpt
 
             model, cfg = ckpt.load(c)
+            if getattr(cfg, "vocab_size", 256) != 256:  # views 0 and 5 feed it the bytes of a text
+                raise ValueError(f"--checkpoint {c}: a model over {cfg.vocab_size} tokens; the explorer reads text "
+                                 "as bytes and needs vocab_size 256 (a byte-level language model, e.g. from "
+                                 "relpos compare's lm task or relpos train)")
             model.eval()
             self.checkpoints.append(_Checkpoint(_label(c), str(c), model, cfg, extra=models_mod.read_extra(c)))
         # the trained models relpos ships come after the user's own: views 0 and 5 open on one of them ...
