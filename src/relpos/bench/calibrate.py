@@ -10,9 +10,10 @@ scheme or request (padding, explicit positions) that has no row of its own.
 
 How one cell is measured (process CPU time, one thread, B = 1, H = 8, D = 64,
 float32 unless the spec says otherwise): both implementations once untimed, then
-interleaved timed runs (dense, chunked, dense, ...). After the first timed pair a
-cell where one side is more than :data:`CLEAR` times slower is decided; closer
-cells get up to ``rounds`` pairs and the medians decide. From
+interleaved timed runs (dense, chunked, chunked, dense, ...). A cell whose first two
+timed pairs both have the same side more than :data:`CLEAR` times slower is decided
+(one pair alone was fooled by a slow first call); other cells get up to ``rounds``
+pairs and the medians decide. From
 :data:`DENSE_SKIP_N` on, ``dense`` (``N x N`` memory) is measured only where it
 won at the previous length, and never where one ``(B, H, N, N)`` tensor exceeds
 :data:`DENSE_MAX_BYTES`; such cells are ``chunked``, with ``"dense_skipped"``
@@ -36,7 +37,7 @@ __all__ = ["calibrate", "cells_from_records", "records_from_log", "LENGTHS", "CL
 
 #: Lengths measured by default (the table's N buckets).
 LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
-#: A cell whose first timed pair differs by more than this factor is decided at once.
+#: A cell whose first two timed pairs both differ by more than this factor (same winner) is decided.
 CLEAR = 1.5
 #: From this N on, dense is timed only where it won at the previous length.
 DENSE_SKIP_N = 4096
@@ -74,9 +75,9 @@ def _pair(scheme: str, N: int, mode: str, spec: BenchSpec, rounds: int, skip: st
     for r in range(rounds):
         for name in (("dense", "chunked") if r % 2 == 0 else ("chunked", "dense")):
             times[name].append(timed(steps[name], spec)[clock])
-        d, c = times["dense"][0], times["chunked"][0]
-        if r == 0 and max(d, c) > CLEAR * min(d, c):
-            break
+        if r == 1 and all(max(d, c) > CLEAR * min(d, c) for d, c in zip(times["dense"], times["chunked"])) \
+                and (times["dense"][0] < times["chunked"][0]) == (times["dense"][1] < times["chunked"][1]):
+            break  # two pairs agree by a clear margin (one pair alone can be a slow first call)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"N": N, "pick": min(med, key=med.get), "runs": len(times["chunked"]),
             "chunked_ms": round(med["chunked"], 2), "dense_ms": round(med["dense"], 2)}
