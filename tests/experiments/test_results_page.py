@@ -1,0 +1,227 @@
+"""The generator of docs/results.md (issue 30): every published claim is a rule on the JSON that flips when the
+data contradicts it, rows with one fitted seed never enter a ranking, missing folders get one line, the page is
+re-derived from the files it ships, and nothing relpos did not write is overwritten."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from relpos.experiments import results_claims as claims
+from relpos.experiments.ranking import ranking
+from relpos.experiments.results_page import MARKER, PageInputs, inputs_from_folders, inputs_from_json_dir, main, \
+    page_markdown
+
+L, N, W, E = 16, 64, 40, 60  # LM: training / longest length, test windows; algorithmic examples per length
+BASE = ["nope", "sinusoidal", "t5", "alibi", "rope"]
+CORPUS = {"name": "python-stdlib", "python": "3.11.7", "sha256": "ab" * 32, "leak_window": 64, "unit": "bytes",
+          "splits": {"train": {"documents": 5, "bytes": 1234567}, "val": {"documents": 2, "bytes": 2345,
+                     "leaked_windows": 17}, "test": {"documents": 3, "bytes": 3456, "leaked_windows": 29}}}
+
+
+def _fit(ok=True):
+    return {"fit": {"fitted": ok, "target": 0.95, "lr": 2e-3,
+                    "lr_tries": [{"lr": 2e-3, "score": 1.0, "fitted": ok, "chosen": True}]}}
+
+
+def _label(scheme, variant):
+    return scheme + {None: "", "randomized": "+rand", "randomized-sampled": "+rand-sampled"}[variant]
+
+
+def lm_run(scheme, seed, ratio, fitted=True, variant=None):
+    """An LM row whose far-position ratio at N over L is ``ratio`` (per-window losses with seeded noise)."""
+    rng = np.random.default_rng(seed * 101 + len(scheme))
+    rows, per = [], {}
+    for n, far in ((L, 2.0), (N, 2.0 * ratio)):
+        for s in range(0, n, n // 4):
+            last = s == 3 * n // 4
+            rows.append({"eval_len": n, "bucket_start": s, "bucket_end": s + n // 4, "bpb": far if last else 2.0,
+                         "loss": 1.0})
+            if last:
+                v = far * (1 + 0.02 * rng.standard_normal(W))
+                per[f"position/{n}/{s}/value"] = list(v * far / v.mean())  # exactly ``far`` on average
+    return {"scheme": scheme, "variant": variant, "label": _label(scheme, variant), "task": "lm", "seed": seed,
+            "train_len": L, "job": f"lm/{scheme}/seed{seed}", "position_loss": rows, "fixed_target": [],
+            "metrics": [{"eval_len": L, "bpb": 2.0}, {"eval_len": N, "bpb": 2.0 * ratio}], "per_example": per,
+            "train": _fit(fitted), "validation": {"score": 1.0}, "span": None}
+
+
+def algo_run(task, scheme, seed, at_2L, at_L=1.0, fitted=True, variant=None):
+    """An algorithmic row: exact match and per-token accuracy ``at_L`` at L and ``at_2L`` at 1.5L and 2L."""
+    k = int(round(at_2L * E))
+    v = [1.0] * k + [0.0] * (E - k)
+    return {"scheme": scheme, "variant": variant, "label": _label(scheme, variant), "task": task, "seed": seed,
+            "train_len": L, "job": f"{task}/{scheme}/seed{seed}", "position_loss": [], "fixed_target": [],
+            "metrics": [{"eval_len": n, "accuracy": a, "token_accuracy": a, "count": E}
+                        for n, a in ((L, at_L), (3 * L // 2, at_2L), (2 * L, k / E))],
+            "per_example": {f"accuracy/{2 * L}/-1/token": v, f"accuracy/{2 * L}/-1/value": v},
+            "train": _fit(fitted), "validation": {"score": 1.0 if fitted else 0.5}}
+
+
+def results(runs, randomized=()):
+    return {"version": 1, "fingerprint": "0123456789abcdef", "corpus": CORPUS,
+            "config": {"preset": "full", "schemes": BASE, "tasks": sorted({r["task"] for r in runs}),
+                       "seeds": [0, 1, 2], "randomized": list(randomized)},
+            "runs": runs, "failures": []}
+
+
+def lm_results(**ratio):
+    r = {"nope": 1.1, "sinusoidal": 2.0, "t5": 1.2, "alibi": 1.0, "rope": 2.2} | ratio
+    return results([lm_run(s, seed, r[s] + 0.01 * seed) for s in BASE for seed in range(3)])
+
+
+def algo_results(tasks=("copy", "reverse"), rand=None, **acc):
+    a = {"nope": 0.8, "t5": 0.6, "alibi": 0.3, "sinusoidal": 0.1, "rope": 0.2} | acc
+    runs = [algo_run(t, s, seed, a[s]) for t in tasks for s in BASE for seed in range(3)]
+    if rand is not None:
+        runs += [algo_run(t, "rope", seed, rand, variant="randomized-sampled") for t in tasks for seed in range(3)]
+        runs += [algo_run(t, "rope", seed, 0.2, variant="randomized") for t in tasks for seed in range(3)]
+    return results(runs, ["rope"] if rand is not None else [])
+
+
+# ------------------------------------------------------------------ the claims flip with the data
+
+
+@pytest.mark.parametrize("ratios, want", [
+    ({}, claims.HOLDS),
+    ({"alibi": 1.5}, claims.FAILS),            # ALiBi degrades
+    ({"sinusoidal": 1.0}, claims.FAILS),       # sinusoidal does not
+    ({"rope": 1.02}, claims.FAILS),            # RoPE does not
+])
+def test_press_rule_flips_with_the_data(ratios, want):
+    f = claims.press(lm_results(**ratios))
+    assert f.verdict == want, f.evidence
+    # the number quoted is the mean of the per-seed far-position ratios, computed here from the windows
+    res = lm_results(**ratios)
+    per_seed = [statistics.fmean(r["per_example"][f"position/{N}/48/value"])
+                / statistics.fmean(r["per_example"][f"position/{L}/12/value"])
+                for r in res["runs"] if r["label"] == "alibi"]
+    assert f"{statistics.fmean(per_seed):.2f} [" in f.evidence[0]
+
+
+def test_press_is_not_measured_with_one_fitted_seed():
+    res = lm_results()
+    for r in res["runs"]:
+        if r["label"] == "alibi" and r["seed"]:
+            r["train"] = _fit(False)
+    f = claims.press(res)
+    assert f.verdict == claims.UNMEASURED and "alibi (1 fitted seed)" in f.evidence[0]
+
+
+@pytest.mark.parametrize("acc, want", [
+    ({}, claims.HOLDS),
+    ({"nope": 0.1}, claims.FAILS),             # NoPE clearly behind the best
+    ({"t5": 0.05}, claims.FAILS),              # T5 not second
+])
+def test_kazemnejad_rule_flips_with_the_data(acc, want):
+    res = algo_results(**acc)
+    assert claims.kazemnejad(res, ranking(res)).verdict == want
+
+
+@pytest.mark.parametrize("rand, want", [(0.7, claims.HOLDS), (0.05, claims.FAILS)])
+def test_ruoss_rule_flips_with_the_data(rand, want):
+    res = algo_results(rand=rand)
+    f = claims.ruoss(res, ranking(res))
+    assert f.verdict == want, f.evidence
+    assert claims.ruoss(algo_results(), None).verdict == claims.UNMEASURED  # nothing randomized
+
+
+@pytest.mark.parametrize("best, want", [(0.5, claims.HOLDS), (0.97, claims.FAILS)])
+def test_deletang_rule_flips_with_the_data(best, want):
+    runs = [algo_run("parity", s, seed, best if s == "alibi" else 0.5) for s in BASE for seed in range(3)]
+    f = claims.deletang(results(runs))
+    assert f.verdict == want
+    assert f"best exact match at 2L alibi {best:.2f}" in f.evidence[0]
+
+
+def test_a_row_with_one_fitted_seed_never_enters_the_ranking():
+    res = algo_results(tasks=("copy",), nope=1.0)
+    for r in res["runs"]:
+        if r["label"] == "nope" and r["seed"]:
+            r["train"], r["validation"] = _fit(False), {"score": 0.5}
+    rk = ranking(res)
+    assert "nope" not in rk["per_task"]["copy"]["rank"] and rk["per_task"]["copy"]["best"] == "t5"
+    page = page_markdown(PageInputs(full=res))
+    assert "not ranked (1/3 fitted)" in page
+    assert claims.kazemnejad(res, rk).verdict == claims.UNMEASURED
+
+
+# ------------------------------------------------------------------ the page
+
+
+def _tables(page: str, heading: str) -> list[list[str]]:
+    sec = page.split(heading, 1)[1].split("\n## ", 1)[0]
+    return [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in sec.splitlines() if ln.startswith("| ")]
+
+
+def test_fitted_fractions_and_banner_are_counted_from_the_json():
+    res = algo_results()
+    res["runs"] += lm_results()["runs"]
+    res["runs"][0]["train"], res["runs"][0]["validation"] = _fit(False), {"score": 0.5}
+    page = page_markdown(PageInputs(full=res))
+    assert page.startswith(MARKER + "\n")
+    rows = _tables(page, "## Fitted fractions")
+    tasks = rows[0][1:]
+    for row in rows[2:-1]:
+        for t, cell in zip(tasks, row[1:]):
+            rs = [r for r in res["runs"] if r["task"] == t and r["label"] == row[0]]
+            assert cell == f"{sum(r['train']['fit']['fitted'] for r in rs)}/{len(rs)}"
+    assert rows[-1][0] == "all rows"
+    assert "`abababababababab`" in page and "1,234,567 / 2,345 / 3,456 bytes" in page
+    assert "**0** after cleaning (17 from validation, 29 from test cut out before)" in page
+
+
+def test_missing_folders_each_give_one_line():
+    page = page_markdown(PageInputs())
+    for line in ("No `full` results: this section waits for them.", "No `full` results: nothing is ranked yet.",
+                 "No scale-check results yet (`relpos compare --preset scale`).",
+                 "No `default` results: this section waits for them.",
+                 "No protocol-2 verdict table was given (`--previous`).", "- the `full` preset: no results."):
+        assert line in page
+    for f in claims.findings(None, None):
+        assert f.verdict == claims.UNMEASURED
+
+
+def _folder(path: Path, res: dict) -> Path:
+    path.mkdir(parents=True)
+    (path / "results.json").write_text(json.dumps(res))
+    return path
+
+
+def test_the_page_is_rederived_from_the_shipped_files_and_never_overwrites_a_foreign_file(tmp_path):
+    full = algo_results(rand=0.7)
+    full["runs"] += lm_results()["runs"]
+    f = _folder(tmp_path / "full", full)
+    d = _folder(tmp_path / "default", lm_results())
+    out, jd = tmp_path / "docs" / "results.md", tmp_path / "docs" / "results" / "protocol3"
+    argv = ["--full", str(f), "--default", str(d), "--out", str(out), "--json-dir", str(jd)]
+    out.parent.mkdir()
+    out.write_text("# a page someone wrote\n")
+    assert main(argv) == 2 and out.read_text() == "# a page someone wrote\n" and not jd.exists()
+    assert main(argv + ["--force"]) == 0
+    page = out.read_text()
+    inp, _ = inputs_from_folders(f, None, d)
+    assert page == page_markdown(inp, "results/protocol3/") == page_markdown(inputs_from_json_dir(jd),
+                                                                              "results/protocol3/")
+    assert main(argv) == 0 and out.read_text() == page  # its own page: rewritten, the same
+    (jd / "times.json").unlink()
+    (jd / "times.json").write_text("not ours\n")
+    (jd / "page-files.json").write_text("[]")
+    assert main(argv) == 2 and (jd / "times.json").read_text() == "not ours\n"
+    assert main(argv + ["--full", str(tmp_path / "nowhere")]) == 2
+
+
+def test_the_shipped_protocol3_json_reads_into_a_page():
+    """The schema of real results: the default preset's shipped JSON as a stand-in for the full preset."""
+    p = Path(__file__).resolve().parents[2] / "docs" / "results" / "protocol3" / "default-results.json"
+    res = json.loads(p.read_text())
+    page = page_markdown(PageInputs(full=res, default=res))
+    assert f"`{res['corpus']['sha256'][:16]}`" in page
+    assert "Nothing is ranked: no scheme has 2 fitted seeds" in page  # one seed
+    m = re.search(r"held: (.*?); degraded", page)
+    assert m and "alibi x" in m.group(1)
