@@ -342,11 +342,11 @@ def changes(previous: dict | None, results: dict | None, rk: dict | None) -> lis
     lens = sorted({m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r["metrics"]})
     old_col = next((c for c in previous["columns"] if re.fullmatch(r"LM 16x/1x|LM \d+x/1x", c) and "16" in c), None)
     new_lm = {s: value(results, "lm", s)[0] for s in base} if lens else {}
-    old_order = sorted((s for s in base if _num(previous["rows"][s].get("MRR")) is not None),
-                       key=lambda s: -_num(previous["rows"][s]["MRR"]))
-    new_order = [lab for lab, m, _ in (rk or {}).get("order", []) if lab in base and math.isfinite(m)]
+    old_mrr = {s: m for s in base if (m := _num(previous["rows"][s].get("MRR"))) is not None}
+    new_mrr = {lab: m for lab, m, _ in (rk or {}).get("order", []) if lab in base and math.isfinite(m)}
+    place = lambda d, s: 1 + sum(v > d[s] + 1e-12 for v in d.values()) if s in d else "-"  # noqa: E731
     out = ["| scheme | old LM ratio (whole window, protocol 2) | new LM far-position ratio | LM verdict old -> new | "
-           "old overall place | new overall place |", "|---|---:|---:|---|---:|---:|"]
+           "old overall place (MRR) | new overall place (MRR) |", "|---|---:|---:|---|---:|---:|"]
     moved = []
     for s in base:
         o = _num(previous["rows"][s].get(old_col)) if old_col else None
@@ -355,9 +355,10 @@ def changes(previous: dict | None, results: dict | None, rk: dict | None) -> lis
         ov, nv = word(o), word(n.est if n else None)
         if "-" not in (ov, nv) and ov != nv:
             moved.append(f"{s} ({ov} -> {nv})")
-        op = old_order.index(s) + 1 if s in old_order else "-"
-        np_ = new_order.index(s) + 1 if s in new_order else "-"
-        out.append(f"| {s} | {'-' if o is None else f'{o:.2f}'} | {fmt_iv(n)} | {ov} -> {nv} | {op} | {np_} |")
-    head = [f"LM verdicts that changed (held when the ratio is <= {HOLD_RATIO}): "
-            + (", ".join(moved) if moved else "none") + ".", ""]
+        out.append(f"| {s} | {'-' if o is None else f'{o:.2f}'} | {fmt_iv(n)} | {ov} -> {nv} | {place(old_mrr, s)} | "
+                   f"{place(new_mrr, s)} |")
+    head = [f"Against the protocol-2 page's verdict table (`protocol2-verdict.json`; its whole-window LM ratio, "
+            f"column `{old_col or '?'}`; schemes shared by both pages; a place is 1 + the number "
+            f"of schemes with a higher mean reciprocal rank, so ties share it). LM verdicts that changed (held when "
+            f"the ratio is <= {HOLD_RATIO}): " + (", ".join(moved) if moved else "none") + ".", ""]
     return head + out
