@@ -30,7 +30,9 @@ from relpos.experiments import results_claims as claims
 from relpos.experiments.ranking import INTERVALS_NOTE, ranking, ranking_markdown, tries_markdown
 from relpos.experiments.report import _tasks, markdown_tables, shown_runs
 from relpos.experiments.stats import CONFIDENCE, MIN_SEEDS
-from relpos.experiments.verdict import HOLD_ACC, HOLD_RATIO, _table as verdict_table, verdict
+from relpos.experiments.fitting import fitted_views
+from relpos.experiments.verdict import HOLD_ACC, HOLD_RATIO, SMOKE_NOTE, _table as verdict_table, is_smoke_test, \
+    verdict
 
 __all__ = ["MARKER", "PageInputs", "inputs_from_folders", "inputs_from_json_dir", "page_markdown", "write_page",
            "main", "SCALE_HOLDS_RHO"]
@@ -174,7 +176,8 @@ def _banner(inp: PageInputs, links: str) -> list[str]:
                         f"`{res['fingerprint']}`, {len(res['runs'])} evaluated rows)")
     if inp.scale_cells:
         what.append(f"{len(inp.scale_cells)} cell(s) of the scale check (`scale-*-results.json`)")
-    return [f"> **Protocol 3.** Generated from " + ("; ".join(what) or "no results") + f". Raw numbers: [{links}]"
+    smoke = [f"> **{SMOKE_NOTE}**", ">"] if any(r and is_smoke_test(r) for r in (inp.full, inp.default)) else []
+    return smoke + [f"> **Protocol 3.** Generated from " + ("; ".join(what) or "no results") + f". Raw numbers: [{links}]"
             f"({links}); regenerate with the command under [Reproducing](#reproducing).", ">",
             "> " + _corpus(inp)[0], ""]
 
@@ -249,8 +252,9 @@ def _fitted(res: dict, rk: dict) -> list[str]:
 
 def _ranked(res: dict, rk: dict) -> list[str]:
     if not any(pt["best"] for pt in rk["per_task"].values()):
-        return [f"Nothing is ranked: no scheme has {MIN_SEEDS} fitted seeds on any task (these results have "
-                f"seeds {sorted({r['seed'] for r in res['runs']})}).", ""]
+        fit = sum(k for k, _ in rk["fitted"].values())
+        return [f"Nothing is ranked: no scheme has {MIN_SEEDS} fitted seeds on any task (seeds "
+                f"{sorted({r['seed'] for r in res['runs']})}; {fit} of {len(res['runs'])} rows fitted).", ""]
     md = ranking_markdown(res, rk).replace("## Ranking (base schemes, paired bootstrap)\n\n", "")
     return md.replace("### RoPE scalings", "### RoPE scalings").splitlines() + [""]
 
@@ -339,8 +343,13 @@ def _missing(inp: PageInputs) -> list[str]:
         if want - have:
             out.append(f"- `{name}`: tasks without results yet: {', '.join(sorted(want - have))}.")
         seeds = res["config"].get("seeds") or []
-        if len(seeds) < 3:
+        if len(seeds) < MIN_SEEDS:
             out.append(f"- `{name}`: {len(seeds)} seed(s): nothing in it is ranked or has an interval.")
+        elif len(seeds) < 3:
+            out.append(f"- `{name}`: {len(seeds)} seeds, fewer than the three the protocol asks for.")
+        unfit = [ok for ok in fitted_views(res["runs"])].count(False)
+        if unfit:
+            out.append(f"- `{name}`: {unfit} of {len(res['runs'])} rows not fitted (left out of every ranking).")
         if res.get("failures"):
             out.append(f"- `{name}`: {len(res['failures'])} failed run(s): "
                        + ", ".join(f"`{f['job']}`" for f in res["failures"]) + ".")
