@@ -12,7 +12,7 @@ PY=${PYTHON:-python}
 log() { echo "$(date -u +%FT%TZ) $*" | tee -a "$OUT/perf_all.log"; }
 log "commit $(git rev-parse HEAD 2>/dev/null || cat COMMIT 2>/dev/null || echo unknown); load $(cut -d' ' -f1-3 /proc/loadavg)"
 log "attention grid"
-$PY -m relpos.cli bench --lengths 256,1024,2048 --masks causal,bidirectional --no-memory --repeats 3 \
+$PY -m relpos.cli bench --lengths 256,1024,2048 --masks causal,bidirectional --no-memory --repeats 5 \
   --name attention --out "$OUT" > "$OUT/attention.log" 2>&1
 log "peers"
 $PY -m relpos.cli bench --impls peers --lengths 2048 --masks causal,bidirectional --no-memory --repeats 3 \
