@@ -276,7 +276,7 @@ def deletang(results: dict | None) -> Finding:
                 ev.append("parity: not in these results.")
             continue
         gen, scored, best = [], 0, None
-        for lab in sorted(_base(results)):
+        for lab in sorted({r["label"] for r in results["runs"] if r["task"] == t}):  # scalings are encodings too
             at_L, n = _accuracy(results, t, lab, 1.0)
             at_2L, n2 = _accuracy(results, t, lab, 2.0)
             if min(n, n2) < MIN_SEEDS or not math.isfinite(at_L):
@@ -290,9 +290,10 @@ def deletang(results: dict | None) -> Finding:
             ev.append(f"{t}: no scheme has {MIN_SEEDS} fitted seeds.")
             continue
         iv, _ = value(results, t, best[0])
+        top = (f"best exact match at 2L {best[0]} {best[1]:.2f} (its per-token accuracy {fmt_iv(iv)})"
+               if best[1] > 0 else "every one scores 0.00 exact match at 2L")
         line = (f"{t}: {scored} scheme(s) scored; " + (f"generalise: {', '.join(gen)}" if gen else "none generalises")
-                + f"; best exact match at 2L {best[0]} {best[1]:.2f} (per-token accuracy {fmt_iv(iv)})"
-                + (f"; chance {PARITY_CHANCE}." if t == "parity" else "."))
+                + f"; {top}" + (f"; chance {PARITY_CHANCE}." if t == "parity" else "."))
         ev.append(line)
         if t == "parity":
             verdict = FAILS if gen else HOLDS
