@@ -182,10 +182,16 @@ def _banner(inp: PageInputs, links: str) -> list[str]:
             "> " + _corpus(inp)[0], ""]
 
 
-def _read_first() -> list[str]:
+def _read_first(res: dict | None) -> list[str]:
     from relpos.tasks.lm import FAR_FRACTION
 
     q = f"last {FAR_FRACTION:.0%}"
+    cfg = (res or {}).get("config") or {}
+    algo = {r["train_len"]: sorted({m["eval_len"] for m in r["metrics"]}) for r in (res or {}).get("runs", [])
+            if r["task"] not in claims.NOT_ALGORITHMIC}  # training length -> evaluated lengths
+    facts = sorted({f"{n / tl:g}x" for tl, ns in algo.items() for n in ns}, key=lambda x: float(x[:-1]))
+    at = f"at {', '.join(facts)} L" if facts else "at multiples of L"
+    target = (cfg.get("fit") or {}).get("target", 0.95)
     return ["## Read first", "",
             f"* **Language modelling: the far-position ratio.** Bits per byte on the {q} of each test window at the "
             f"longest evaluation length, over bits per byte on the {q} of windows at the training length L: the same "
@@ -194,10 +200,10 @@ def _read_first() -> list[str]:
             "same final bytes given the longest context against a context of L) are shown beside it, never in its "
             f"place. A scheme *holds* when its far-position ratio is <= {HOLD_RATIO}.",
             "* **Algorithmic tasks.** Exact match (every answer token right, greedy decoding) and per-token accuracy "
-            f"on test examples at 1x-4x L; the ranking reads per-token accuracy at 2L; a scheme *holds* when its "
+            f"on test examples {at}; the ranking reads per-token accuracy at 2L; a scheme *holds* when its "
             f"exact match at 2L is >= {HOLD_ACC:.0%} of its exact match at L.",
             "* **Fitted first.** A run counts only when it fitted its training distribution (validation exact match "
-            "at L >= 0.95; for language modelling a validation loss that flattened within the budget). Validation "
+            f"at L >= {target}; for language modelling a validation loss that flattened within the budget). Validation "
             "chooses the learning rate and gates the fit; every reported number reads the test split.",
             f"* **Intervals.** {INTERVALS_NOTE}", ""]
 
@@ -362,7 +368,7 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
     """The whole page (``links``: the JSON folder relative to the page)."""
     rk = ranking(inp.full) if inp.full else None
     full = inp.full
-    L = [MARKER, "", "# Results: train short, test long", ""] + _banner(inp, links) + _read_first()
+    L = [MARKER, "", "# Results: train short, test long", ""] + _banner(inp, links) + _read_first(inp.full or inp.default)
     L += ["## Verdict", ""] + (_headline(full, rk) if full else []) + _verdict(full, "full")
     L += ["## Ranking of the base schemes", ""]
     L += (_ranked(full, rk) if full else ["No `full` results: nothing is ranked yet.", ""])
