@@ -154,7 +154,8 @@ def _corpus(inp: PageInputs) -> list[str]:
         return ["Corpus: no corpus identity recorded in these results."]
     ident = ident[0] if isinstance(ident, list) else ident
     unit, sp = ident.get("unit", "bytes"), ident.get("splits") or {}
-    sizes = " / ".join(f"{_n(sp.get(s, {}).get(unit if unit != 'bytes' else 'bytes', 0))}" for s in ("train", "val", "test"))
+    key = "bytes" if unit == "bytes" else "tokens"
+    sizes = " / ".join(_n(sp.get(s, {}).get(key, 0)) for s in ("train", "val", "test"))
     docs = " / ".join(str(sp.get(s, {}).get("documents", "?")) for s in ("train", "val", "test"))
     cut = ", ".join(f"{_n(sp[s].get('leaked_windows', 0))} from {name}" for s, name in (("val", "validation"),
                                                                                           ("test", "test")) if s in sp)
@@ -177,7 +178,7 @@ def _banner(inp: PageInputs, links: str) -> list[str]:
     if inp.scale_cells:
         what.append(f"{len(inp.scale_cells)} cell(s) of the scale check (`scale-*-results.json`)")
     smoke = [f"> **{SMOKE_NOTE}**", ">"] if any(r and is_smoke_test(r) for r in (inp.full, inp.default)) else []
-    return smoke + [f"> **Protocol 3.** Generated from " + ("; ".join(what) or "no results") + f". Raw numbers: [{links}]"
+    return smoke + ["> **Protocol 3.** Generated from " + ("; ".join(what) or "no results") + f". Raw numbers: [{links}]"
             f"({links}); regenerate with the command under [Reproducing](#reproducing).", ">",
             "> " + _corpus(inp)[0], ""]
 
@@ -368,7 +369,8 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
     """The whole page (``links``: the JSON folder relative to the page)."""
     rk = ranking(inp.full) if inp.full else None
     full = inp.full
-    L = [MARKER, "", "# Results: train short, test long", ""] + _banner(inp, links) + _read_first(inp.full or inp.default)
+    L = [MARKER, "", "# Results: train short, test long", ""] + _banner(inp, links)
+    L += _read_first(inp.full or inp.default)
     L += ["## Verdict", ""] + (_headline(full, rk) if full else []) + _verdict(full, "full")
     L += ["## Ranking of the base schemes", ""]
     L += (_ranked(full, rk) if full else ["No `full` results: nothing is ranked yet.", ""])
