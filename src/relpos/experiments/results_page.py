@@ -81,9 +81,15 @@ def _cpu(folder: Path, res: dict | None) -> dict | None:
 
     if not res or not (folder / "results.sqlite").is_file():
         return None
+    from datetime import datetime
+
     with Store(folder / "results.sqlite", create=False) as st:
-        jobs = len(st.jobs(res["fingerprint"]))
-    return {"cpu_seconds": _cpu_seconds(folder, res["fingerprint"]), "jobs": jobs, "fingerprint": res["fingerprint"]}
+        jobs = st.jobs(res["fingerprint"])
+    ends = [(datetime.fromisoformat(j["finished_at"]).timestamp(), (j["train_seconds"] or 0) + (j["eval_seconds"] or 0))
+            for j in jobs if j.get("finished_at")]
+    span = max(e for e, _ in ends) - min(e - d for e, d in ends) if ends else None
+    return {"cpu_seconds": _cpu_seconds(folder, res["fingerprint"]), "jobs": len(jobs), "fingerprint": res["fingerprint"],
+            "span_seconds": span}
 
 
 def inputs_from_folders(full=None, scale=None, default=None, previous: dict | None = None) -> tuple[PageInputs, dict]:
@@ -266,6 +272,16 @@ def _ranked(res: dict, rk: dict) -> list[str]:
     return md.replace("### RoPE scalings", "### RoPE scalings").splitlines() + [""]
 
 
+def _partial_cells(inp: PageInputs) -> list[str]:
+    out = []
+    for name, res in inp.scale_cells.items():
+        want = len(res["config"].get("schemes") or []) * len(res["config"].get("seeds") or [])
+        have = len([r for r in res["runs"] if not r.get("variant")])
+        if have < want:
+            out.append(f"{name} has {have} of its {want} runs")
+    return out
+
+
 def _scale(inp: PageInputs) -> list[str]:
     s = inp.scale_summary
     if not s:
@@ -275,12 +291,7 @@ def _scale(inp: PageInputs) -> list[str]:
     from relpos.experiments.scale import cells as all_cells
 
     body = scale_markdown(s).split("\n", 2)[2].splitlines()  # without its title
-    part = []
-    for name, res in inp.scale_cells.items():
-        want = len(res["config"].get("schemes") or []) * len(res["config"].get("seeds") or [])
-        have = len([r for r in res["runs"] if not r.get("variant")])
-        if have < want:
-            part.append(f"{name} has {have} of its {want} runs")
+    part = _partial_cells(inp)
     out = [f"Cells with results: {len(s['cells'])} of {len(all_cells())}" + (f" ({'; '.join(part)})" if part else "")
            + "." + ("" if s.get("complete") and not part else " The check is not complete: read it as provisional."),
            ""]
@@ -321,21 +332,25 @@ def _time(inp: PageInputs) -> list[str]:
         t = inp.times.get(name)
         res = getattr(inp, name)
         if res is None:
-            rows.append(f"| {name} | - | - | no results |")
+            rows.append(f"| {name} | - | - | - | no results |")
         elif t is None:
-            rows.append(f"| {name} | {len(res['runs'])} | - | no store: CPU time not recorded |")
+            rows.append(f"| {name} | {len(res['runs'])} | - | - | no store: CPU time not recorded |")
         else:
-            rows.append(f"| {name} (`{t['fingerprint']}`) | {t['jobs']} | {t['cpu_seconds'] / 3600:.2f} | |")
+            sp = t.get("span_seconds")
+            rows.append(f"| {name} (`{t['fingerprint']}`) | {t['jobs']} | {t['cpu_seconds'] / 3600:.2f} | "
+                        + ("-" if sp is None else f"{sp / 60:.1f} min" if sp < 7200 else f"{sp / 3600:.1f} h")
+                        + " | |")
     sc = {k: v for k, v in inp.times.items() if k.startswith("scale/")}
     if sc:
         tot = sum(v["cpu_seconds"] or 0 for v in sc.values())
-        rows.append(f"| scale ({len(sc)} of 6 cells) | {sum(v['jobs'] for v in sc.values())} | {tot / 3600:.2f} | "
+        rows.append(f"| scale ({len(sc)} of 6 cells) | {sum(v['jobs'] for v in sc.values())} | {tot / 3600:.2f} | - | "
                     + ", ".join(f"{k[6:]} {v['cpu_seconds'] / 3600:.2f}" for k, v in sc.items()) + " |")
     else:
-        rows.append("| scale | - | - | no results |")
+        rows.append("| scale | - | - | - | no results |")
     return ["Process CPU time of every job (each training try and its evaluation), summed from each folder's "
-            "store (`cpu_seconds`; `times.json`). Wall time on 2 cores with two workers is about half of it.", "",
-            "| preset | jobs | CPU-hours | per cell |", "|---|---:|---:|---|", *rows, ""]
+            "store (`cpu_seconds`; `times.json`). Span: from the first job's start to the last job's end (the wall "
+            "time of a folder filled by one invocation; a folder filled across sessions includes the gaps).", "",
+            "| preset | jobs | CPU-hours | span | per cell |", "|---|---:|---:|---:|---|", *rows, ""]
 
 
 def _missing(inp: PageInputs) -> list[str]:
@@ -361,7 +376,11 @@ def _missing(inp: PageInputs) -> list[str]:
             out.append(f"- `{name}`: {len(res['failures'])} failed run(s): "
                        + ", ".join(f"`{f['job']}`" for f in res["failures"]) + ".")
     if inp.scale_summary and not inp.scale_summary.get("complete"):
-        out.append(f"- the scale check: {6 - len(inp.scale_summary['cells'])} of 6 cells not done.")
+        from relpos.experiments.scale import cells as all_cells
+
+        out.append(f"- the scale check: {len(all_cells()) - len(inp.scale_summary['cells'])} of {len(all_cells())} "
+                   "cells without results.")
+    out += [f"- the scale check: {p}." for p in _partial_cells(inp)]
     return (out or ["- nothing the generator can detect."]) + [""]
 
 
