@@ -235,3 +235,16 @@ def test_the_time_table_reads_the_stores_cpu_seconds():
     assert rows[1] == ["default", "-", "-", "-", "no results"]
     assert rows[2] == ["full (`fff`)", "3", "1.50", "10.0 min", ""]
     assert rows[3] == ["scale (2 of 6 cells)", "48", "1.50", "-", "d64-L64 0.50, d128-L64 1.00"]
+
+
+def test_a_learned_table_read_past_its_rows_gives_no_number():
+    """results.json nulls the bucket losses past L of a learned absolute table but keeps their per-window
+    scores; the claims never read them."""
+    res = lm_results()
+    for r in res["runs"]:
+        if r["label"] == "alibi":
+            for p in r["position_loss"]:
+                if p["eval_len"] == N:
+                    p.update(bpb=None, loss=None, untrained_rows=True)
+    assert claims.value(res, "lm", "alibi") == (None, 0)
+    assert claims.press(res).verdict == claims.UNMEASURED
