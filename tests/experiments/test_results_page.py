@@ -248,3 +248,18 @@ def test_a_learned_table_read_past_its_rows_gives_no_number():
                     p.update(bpb=None, loss=None, untrained_rows=True)
     assert claims.value(res, "lm", "alibi") == (None, 0)
     assert claims.press(res).verdict == claims.UNMEASURED
+
+
+def test_what_changed_reads_the_old_verdict_table_and_names_the_flips():
+    old = ("# old\n\n## Verdict\n\n- notes\n\n| scheme | fitted | LM 16x/1x | copy 2L | MRR |\n|---|---|---:|---:|---:|\n"
+           "| alibi | lm 3/3 | 0.98±0.00 | 0.10 | 1.00 |\n| t5 | lm 3/3 | 1.01±0.01 | 0.00 | 0.50 |\n"
+           "| rope | lm 3/3 | 2.50±0.09 | 0.00 | 0.20 |\n\n## Next\n")
+    prev = claims.previous_from_page(old)
+    assert prev["rows"]["t5"]["LM 16x/1x"] == "1.01±0.01"
+    res = lm_results()  # t5 1.2: was held at 1.01, now degraded
+    lines = claims.changes(prev, res, ranking(res))
+    assert "LM verdicts that changed (held when the ratio is <= 1.05): t5 (held -> degraded)." in lines[0]
+    row = next(ln for ln in lines if ln.startswith("| t5 |"))
+    assert row.startswith("| t5 | 1.01 | 1.21 [") and "held -> degraded" in row
+    with pytest.raises(ValueError, match="no '## Verdict'"):
+        claims.previous_from_page("# nothing\n")

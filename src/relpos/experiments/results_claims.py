@@ -364,4 +364,19 @@ def changes(previous: dict | None, results: dict | None, rk: dict | None) -> lis
             f"column `{old_col or '?'}`; schemes shared by both pages; a place is 1 + the number "
             f"of schemes with a higher mean reciprocal rank, so ties share it). LM verdicts that changed (held when "
             f"the ratio is <= {HOLD_RATIO}): " + (", ".join(moved) if moved else "none") + ".", ""]
-    return head + out
+    algo = []
+    for t in sorted({r["task"] for r in results["runs"]} - set(NOT_ALGORITHMIC)):
+        col = f"{t} 2L"
+        old = {k: v for k in base if (v := _num(previous["rows"][k].get(col))) is not None}
+        new = {k: v for k in base if math.isfinite(v := _accuracy(results, t, k, 2.0)[0])
+               and _accuracy(results, t, k, 2.0)[1] >= MIN_SEEDS}
+        if not old or not new:
+            continue
+        bo, bn = max(old.values()), max(new.values())
+        def who(d, b):
+            at = [k for k, v in sorted(d.items()) if v == b]
+            return "every scheme" if len(at) == len(d) > 1 else ", ".join(at)
+
+        algo.append(f"- {t}, exact match at 2L (each page's own L): best {bo:.2f} ({who(old, bo)}) -> {bn:.2f} "
+                    f"({who(new, bn)}).")
+    return head + out + ([""] + algo if algo else [])
