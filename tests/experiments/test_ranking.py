@@ -50,3 +50,19 @@ def test_lm_ratio_without_a_length_is_nan_and_ranking_has_no_input():
     run["position_loss"] = [p for p in run["position_loss"] if p["eval_len"] == L]
     assert math.isnan(lm_ratio(run, L, N)[0])
     assert seed_inputs(run, "lm") == (None, False)
+
+
+def test_a_learned_table_read_past_its_trained_rows_never_enters_the_ranking():
+    """results.json blanks such losses but keeps per-window scores: the ranking must not read those."""
+    run = _run((L, N))
+    for r in run["position_loss"] + run["metrics"]:
+        if r["eval_len"] == N:
+            r.update(bpb=None, loss=None, untrained_rows=True)
+    from relpos.experiments.stats import per_example_key
+
+    run["per_example"] = {per_example_key("position", r["eval_len"], r["bucket_start"]): [1.0, 1.0]
+                          for r in run["position_loss"]}  # still present, as results.json keeps them
+    assert seed_inputs(run, "lm") == (None, False)
+    trained = _run((L, N))
+    trained["per_example"] = run["per_example"]
+    assert seed_inputs(trained, "lm")[1] is True  # the same run on trained rows enters, with its per-window scores

@@ -108,6 +108,9 @@ def seed_inputs(run: dict, task: str) -> tuple[dict | None, bool]:
         if not lens or lens[-1] == L:
             return None, False
         far, base = lens[-1], L
+        rows = [*(run.get("metrics") or []), *(run.get("position_loss") or [])]
+        if any(r.get("untrained_rows") and r.get("eval_len") == far for r in rows):
+            return None, False  # read through a learned table's untrained rows: no score (per-window ones stay)
         fw, bw = _far_windows(run, far), _far_windows(run, base)
         if fw is not None and bw is not None:
             return {"far": fw, "base": bw, "_far": far}, True
