@@ -223,3 +223,17 @@ def test_the_verdicts_lm_number_is_the_far_position_ratio_not_the_window_mean():
     assert any("without position buckets" in n and "nope" in n for n in v["notes"])
     text = verdict_text(res)
     assert "LM far 16x/1x" in text and "300/700" in text
+
+
+def test_lm_columns_follow_the_lengths_measured_as_in_the_scale_preset():
+    """Evaluated to 8x only (the scale preset): the columns are 4x and 8x, and the note reads 8x, the length the
+    ranking reads, never an empty 16x column."""
+    res = {"config": {"preset": "scale"}, "runs": [
+        _run(lab, "lm", s, True, {64: 2.0, 256: 2.0 * f4, 512: 2.0 * f8}) for s in range(3)
+        for lab, f4, f8 in (("flat", 1.0, 1.0), ("late", 1.02, 1.30))]}
+    v = verdict(res)
+    assert v["lm_factors"] == [4, 8]
+    assert v["rows"]["late"]["lm"][8][0] == pytest.approx(1.3)
+    assert any("late x1.30" in n for n in v["notes"])
+    md = verdict_markdown(res)
+    assert "LM far 8x/1x" in md and "16x" not in md.split("## Ranking")[0]

@@ -55,6 +55,22 @@ UNRANKED = ("passkey",)
 HOLD_RATIO = 1.05
 #: Fraction of its in-distribution accuracy a scheme keeps at 2x L to "hold".
 HOLD_ACC = 0.9
+#: Multiples of the training length the LM columns show (and the longest measured one when it is neither,
+#: e.g. the scale preset's 8x), so the notes and the columns read the length the ranking reads.
+LM_FACTORS = (4, 16)
+
+
+def lm_factors(lens, L: int) -> list[int]:
+    """The LM column factors for evaluation lengths ``lens``: those of :data:`LM_FACTORS` that were measured,
+    plus the longest measured multiple (all of :data:`LM_FACTORS` when nothing past ``L`` was measured).
+
+    >>> lm_factors([64, 128, 256, 512], 64), lm_factors([64, 256, 1024], 64), lm_factors([64], 64)
+    ([4, 8], [4, 16], [4, 16])
+    """
+    mult = {n // L for n in lens if L and n % L == 0 and n > L}
+    if not mult:
+        return list(LM_FACTORS)
+    return sorted({f for f in LM_FACTORS if f in mult} | {max(mult)})
 
 
 def is_smoke_test(results: dict) -> bool:
@@ -101,7 +117,7 @@ def verdict(results: dict) -> dict:
                 src = fit or rs
                 key = "lm" if fit else "lm_provisional"
                 lens = sorted({m["eval_len"] for r in src for m in r["metrics"]})
-                for f in (4, 16):
+                for f in lm_factors(lens, L):
                     if L * f in lens:
                         ratios = [lm_ratio(r, L, L * f) for r in src]
                         row[key][f] = _ms([x for x, _ in ratios])
@@ -129,7 +145,10 @@ def verdict(results: dict) -> dict:
 
     rk = _protocol_ranking(results)
     ranking = [(lab, mrr, {t: rk["per_task"][t]["rank"].get(lab) for t in rk["tasks"]}) for lab, mrr, _ in rk["order"]]
-    return {"rows": rows, "tasks": tasks, "ranking": ranking, "notes": _notes(rows, tasks), "protocol_ranking": rk}
+    lm_lens = sorted({m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r.get("metrics") or []})
+    lm_L = next((r["train_len"] for r in results["runs"] if r["task"] == "lm"), None)
+    return {"rows": rows, "tasks": tasks, "ranking": ranking, "notes": _notes(rows, tasks), "protocol_ranking": rk,
+            "lm_factors": lm_factors(lm_lens, lm_L) if lm_L else list(LM_FACTORS)}
 
 
 def _notes(rows: dict, tasks: list[str]) -> list[str]:
@@ -198,8 +217,9 @@ def _table(results: dict, v: dict | None = None) -> tuple[list[str], list[list[s
     v = v or verdict(results)
     tasks = v["tasks"]
     header = ["scheme", "fitted"]
+    factors = v.get("lm_factors") or list(LM_FACTORS)
     if "lm" in tasks:
-        header += ["LM far 4x/1x", "LM far 16x/1x", "span med/max"]
+        header += [f"LM far {f}x/1x" for f in factors] + ["span med/max"]
     algo = [t for t in tasks if t != "lm"]
     for t in algo:
         header += [f"{t} 1.5L", f"{t} 2L"]
@@ -217,10 +237,10 @@ def _table(results: dict, v: dict | None = None) -> tuple[list[str], list[list[s
             span = "-" if row["span"] is None else (f"{row['span_median']:.0f}/{row['span']:.0f}"
                                                     + (" (local)" if row["local"] else ""))
             if row["lm"]:
-                cells += [_f(row["lm"].get(4)), _f(row["lm"].get(16)), span]
+                cells += [_f(row["lm"].get(f)) for f in factors] + [span]
             else:
                 prov = row["lm_provisional"]
-                cells += [_paren(_f(prov.get(4))), _paren(_f(prov.get(16))), _paren(span)]
+                cells += [_paren(_f(prov.get(f))) for f in factors] + [_paren(span)]
         for t in algo:
             acc = row["acc"].get(t, {})
             cells += [_f(acc.get("1.5x")), _f(acc.get("2x"))]
@@ -245,7 +265,7 @@ def verdict_markdown(results: dict) -> str:
             "the ranking below: paired bootstrap intervals, ties when an interval contains 0), from fitted runs "
             "only; views of RoPE and randomized positions follow, unranked (MRR `-`). `±` is the "
             "standard deviation over fitted seeds. LM columns are far-position ratios: bits per byte on the last quarter of each "
-            "window at 4x and 16x the training length over bits per byte on the last quarter of windows at 1x (the "
+            f"window at {' and '.join(f'{f}x' for f in v['lm_factors'])} the training length over bits per byte on the last quarter of windows at 1x (the "
             "same relative positions; 1.00 = no degradation; the whole-window ratio, biased toward 1, is in the "
             "far-positions table); in parentheses: from runs or views that are not fitted (not ranked). "
             "`span` is the effective attention span in bytes at the longest "
