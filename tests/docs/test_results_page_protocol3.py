@@ -49,20 +49,54 @@ def test_the_default_presets_table_reproduces_from_its_json():
         assert num(cells[5]) == pytest.approx(row["cost"], abs=0.005)
 
 
-def test_the_scale_checks_first_cell_reproduces_from_its_json():
+CELLS = ("d64-L64", "d128-L64", "d256-L64")
+
+
+def _cell(c: str) -> dict:
+    return json.loads((DOCS / "results" / "protocol3" / f"scale-{c}-results.json").read_text())
+
+
+def _far(res: dict, lab: str) -> list[float]:
+    return [lm_ratio(r, 64, 512)[0] for r in res["runs"] if r["task"] == "lm" and r["label"] == lab]
+
+
+def test_the_scale_checks_cells_reproduce_from_their_json():
     from relpos.experiments.ranking import ranking
 
-    res = json.loads((DOCS / "results" / "protocol3" / "scale-d64-L64-results.json").read_text())
-    rk = ranking(res)["per_task"]["lm"]
-    rows = _rows(_section("### The scale check, first cell"))
-    assert len(rows) == 8
-    for lab, cells in rows.items():
-        ratios = [lm_ratio(r, 64, 512)[0] for r in res["runs"] if r["task"] == "lm" and r["label"] == lab]
-        assert cells[0] == f"{statistics.fmean(ratios):.2f}±{statistics.stdev(ratios):.2f}"
-        assert int(cells[3]) == rk["rank"][lab]
-        if lab == rk["best"]:
-            assert cells[2] == f"best ({rk['scores'][lab]:.3f})"
+    res = {c: _cell(c) for c in CELLS}
+    rk = {c: ranking(res[c])["per_task"]["lm"] for c in CELLS}
+    section = _section("### The scale check at L = 64")
+    tables = section.split("\n\n| scheme |")
+    rows = _rows("| scheme |" + tables[1])
+    assert set(rows) >= {"alibi", "kerple-log", "transformer-xl", "nope", "t5", "fire", "rope", "sinusoidal"}
+    for lab in ("alibi", "kerple-log", "transformer-xl", "nope", "t5", "fire", "rope", "sinusoidal"):
+        for c, cell in zip(CELLS, rows[lab]):
+            v = _far(res[c], lab)
+            assert cell == f"{statistics.fmean(v):.2f}±{statistics.stdev(v):.2f} ({rk[c]['rank'][lab]})"
+    assert rows["fitted runs"] == ["24/24"] * 3
+    # the largest cell in detail: differences from the best with their paired-bootstrap intervals
+    detail = _rows("| scheme |" + tables[2])
+    k = rk["d256-L64"]
+    for lab, cells in detail.items():
+        v = _far(res["d256-L64"], lab)
+        assert cells[0] == f"{statistics.fmean(v):.2f}±{statistics.stdev(v):.2f}" and int(cells[2]) == k["rank"][lab]
+        if lab == k["best"]:
+            assert cells[1] == f"best ({k['scores'][lab]:.3f})"
         else:
-            iv = rk["vs_best"][lab]
-            assert cells[2].startswith(f"{iv.est:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]")
-            assert cells[2].endswith("tie") == bool(rk["tie"][lab])
+            iv = k["vs_best"][lab]
+            assert cells[1].startswith(f"{iv.est:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]")
+            assert cells[1].endswith("tie") == bool(k["tie"][lab])
+
+
+def test_the_scale_checks_rho_reproduces_from_the_shipped_cells(tmp_path):
+    """Spearman's rho with its interval, recomputed by relpos.experiments.scale from the shipped files alone."""
+    from relpos.experiments.scale import scale_summary
+
+    for c in CELLS:
+        (tmp_path / c).mkdir()
+        (tmp_path / c / "results.json").write_text(json.dumps(_cell(c)))
+    rho = {(r["a"], r["b"]): r for r in scale_summary(tmp_path)["rho"] if "rho" in r}
+    section = " ".join(_section("### The scale check at L = 64").split())
+    for (a, b), r in rho.items():
+        want = rf"\*\*{r['rho']:.2f} \[{r['lo']:.2f}, {r['hi']:.2f}\]\*\* for (d_model )?{a} against {b}\b"
+        assert re.search(want, section), want
