@@ -1,0 +1,110 @@
+"""The inputs of the results page (:mod:`relpos.experiments.results_page`): read from results folders, or
+read back from the files the page ships beside it (so the page is re-derivable from them alone)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+__all__ = ["PageInputs", "inputs_from_folders", "inputs_from_json_dir", "POSITION_PLOT", "ACCURACY_PLOT"]
+
+#: The per-position plot the page shows (written by ``relpos compare`` into each folder).
+POSITION_PLOT = "lm_loss_by_position.png"
+#: The algorithmic tasks' accuracy plot, shown when the folder has it.
+ACCURACY_PLOT = "accuracy_vs_length.png"
+
+@dataclasses.dataclass
+class PageInputs:
+    """Everything the page reads. ``times``: preset -> {"cpu_seconds", "jobs", "fingerprint"} (and per scale cell)."""
+
+    full: dict | None = None
+    default: dict | None = None
+    scale_cells: dict[str, dict] = dataclasses.field(default_factory=dict)
+    scale_summary: dict | None = None
+    times: dict = dataclasses.field(default_factory=dict)
+    previous: dict | None = None
+    plot: str | None = None  # file name of the per-position plot inside the JSON folder
+    accuracy_plot: str | None = None  # and of the algorithmic accuracy plot
+
+
+# ------------------------------------------------------------------ reading
+
+
+def _results(folder: str | Path | None) -> dict | None:
+    if folder is None:
+        return None
+    f = Path(folder) / "results.json"
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+def _cpu(folder: Path, res: dict | None) -> dict | None:
+    """CPU seconds and job count of a folder's store (every training try and evaluation), or None."""
+    from relpos.experiments.scale import _cpu_seconds
+    from relpos.experiments.store import Store
+
+    if not res or not (folder / "results.sqlite").is_file():
+        return None
+    from datetime import datetime
+
+    with Store(folder / "results.sqlite", create=False) as st:
+        jobs = st.jobs(res["fingerprint"])
+    ends = [(datetime.fromisoformat(j["finished_at"]).timestamp(), (j["train_seconds"] or 0) + (j["eval_seconds"] or 0))
+            for j in jobs if j.get("finished_at")]
+    span = max(e for e, _ in ends) - min(e - d for e, d in ends) if ends else None
+    return {"cpu_seconds": _cpu_seconds(folder, res["fingerprint"]), "jobs": len(jobs), "fingerprint": res["fingerprint"],
+            "span_seconds": span}
+
+
+def inputs_from_folders(full=None, scale=None, default=None, previous: dict | None = None) -> tuple[PageInputs, dict]:
+    """The page's inputs from results folders, and ``{name in the JSON folder: source path or object}`` to ship."""
+    from relpos.experiments.scale import cell_dir, cells, scale_summary
+
+    inp, ship = PageInputs(previous=previous), {}
+    for name, folder in (("full", full), ("default", default)):
+        res = _results(folder)
+        if res is None:
+            continue
+        setattr(inp, name, res)
+        ship[f"{name}-results.json"] = Path(folder) / "results.json"
+        if (t := _cpu(Path(folder), res)) is not None:
+            inp.times[name] = t
+    for attr, name in (("plot", POSITION_PLOT), ("accuracy_plot", ACCURACY_PLOT)):
+        if inp.full is not None and (Path(full) / name).is_file():
+            setattr(inp, attr, f"full-{name}")
+            ship[f"full-{name}"] = Path(full) / name
+    if scale is not None and Path(scale).is_dir():
+        for d, L in cells():
+            cd = cell_dir(scale, d, L)
+            res = _results(cd)
+            if res is None:
+                continue
+            inp.scale_cells[cd.name] = res
+            ship[f"scale-{cd.name}-results.json"] = cd / "results.json"
+            if (t := _cpu(cd, res)) is not None:
+                inp.times[f"scale/{cd.name}"] = t
+        if inp.scale_cells:
+            inp.scale_summary = json.loads(json.dumps(scale_summary(scale)))  # tuples as lists, as when read back
+            ship["scale-summary.json"] = inp.scale_summary
+    ship["times.json"] = inp.times
+    if previous is not None:
+        ship["protocol2-verdict.json"] = previous
+    return inp, ship
+
+
+def inputs_from_json_dir(json_dir: str | Path) -> PageInputs:
+    """The page's inputs from the files :func:`write_page` shipped (the page re-derived from them alone)."""
+    d = Path(json_dir)
+    read = lambda n: json.loads((d / n).read_text()) if (d / n).is_file() else None  # noqa: E731
+    cells = {}
+    for f in sorted(d.glob("scale-*-results.json")):
+        cells[f.name[len("scale-"):-len("-results.json")]] = json.loads(f.read_text())
+    from relpos.experiments.scale import cell_dir, cells as all_cells
+
+    order = [cell_dir("", a, b).name for a, b in all_cells()]
+    cells = {k: cells[k] for k in sorted(cells, key=lambda k: order.index(k) if k in order else len(order))}
+    return PageInputs(full=read("full-results.json"), default=read("default-results.json"), scale_cells=cells,
+                      scale_summary=read("scale-summary.json"), times=read("times.json") or {},
+                      previous=read("protocol2-verdict.json"),
+                      plot=f"full-{POSITION_PLOT}" if (d / f"full-{POSITION_PLOT}").is_file() else None,
+                      accuracy_plot=f"full-{ACCURACY_PLOT}" if (d / f"full-{ACCURACY_PLOT}").is_file() else None)
