@@ -2,8 +2,9 @@
 
 For each sequence length ``N`` the configurations of that ``N`` -- position-free
 ``scaled_dot_product_attention`` (the baseline), every ``(scheme, impl)`` and the
-peers -- are timed *interleaved* (round robin, ``repeats`` rounds after the
-warm-up), so drifts in machine load hit all of them alike; each record keeps the
+peers -- are timed *interleaved* (``repeats`` rounds after the
+warm-up, in a new seeded order every round), so drifts in machine load and the
+effects of what ran just before hit all of them alike; each record keeps the
 median.
 """
 
@@ -13,6 +14,7 @@ import dataclasses
 import math
 import os
 import platform
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -163,7 +165,13 @@ def _time_group(N: int, group: list[Case], spec: BenchSpec, records: dict, log, 
         if r > 0 and deadline is not None and time.monotonic() > deadline:
             log(f"  time budget reached: N={N} keeps {r} round(s)")
             break
-        for c, step in runnable:
+        # a new order every round (seeded, so runs repeat): each case follows different predecessors (what ran
+        # just before -- another implementation's allocations, its cache footprint -- shifted a case by up to
+        # 20 % when one implementation always ran right after another)
+        order = list(runnable)
+        if r:
+            random.Random(r).shuffle(order)
+        for c, step in order:
             if c.key not in slow:
                 w, cpu = timed(step, spec)
                 walls[c.key].append(w)
