@@ -35,7 +35,9 @@ def test_quick_run_schema(tmp_path, capsys):
         assert r["mode"] in bench.MODES and r["N"] == 24
         if r["status"] == "ok":
             assert r["median_ms"] > 0 and r["baseline_ms"] > 0
-            assert r["ratio"] == pytest.approx(r["median_ms"] / r["baseline_ms"], rel=0.01)
+            # times are stored rounded to 0.001 ms: at these tiny sizes that alone moves the quotient by > 1 %
+            tol = 0.0005 * (1 + r["ratio"]) / r["baseline_ms"] + 0.002
+            assert r["ratio"] == pytest.approx(r["median_ms"] / r["baseline_ms"], rel=0.01, abs=tol)
     by = {(r["scheme"], r["impl"], r["mode"]): r for r in recs}
     assert by[("t5", "auto", "fwd+bwd")]["chosen"] in ("dense", "chunked")
     # flex on CPU: inference only; value terms never

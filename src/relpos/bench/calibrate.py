@@ -74,6 +74,8 @@ def _pair(scheme: str, N: int, mode: str, spec: BenchSpec, rounds: int, skip: st
     times: dict[str, list[float]] = {k: [] for k in steps}
     for r in range(rounds):
         for name in (("dense", "chunked") if r % 2 == 0 else ("chunked", "dense")):
+            if spec.settle:
+                steps[name]()  # untimed: the timed run follows a run of the same implementation
             times[name].append(timed(steps[name], spec)[clock])
         if r == 1 and all(max(d, c) > CLEAR * min(d, c) for d, c in zip(times["dense"], times["chunked"])) \
                 and (times["dense"][0] < times["chunked"][0]) == (times["dense"][1] < times["chunked"][1]):

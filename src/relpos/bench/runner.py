@@ -173,6 +173,8 @@ def _time_group(N: int, group: list[Case], spec: BenchSpec, records: dict, log, 
             random.Random(r).shuffle(order)
         for c, step in order:
             if c.key not in slow:
+                if spec.settle:
+                    step()  # untimed: the timed run follows a run of the same case
                 w, cpu = timed(step, spec)
                 walls[c.key].append(w)
                 cpus[c.key].append(cpu)

@@ -33,6 +33,10 @@ class BenchSpec:
         memory_jobs: memory processes at a time.
         device: ``cpu`` or ``cuda``.
         clock: ``cpu`` (process CPU time) or ``wall``.
+        settle: run each case once untimed right before each of its timed runs, so a timed run
+            follows a run of the same case (steady state, as in a training loop) whatever the
+            order; without it, what ran before (another implementation's allocations) shifted
+            ``dense`` by up to 2x at N = 1024.
     """
 
     batch: int = 1
@@ -47,6 +51,7 @@ class BenchSpec:
     memory_jobs: int = 3
     device: str = "cpu"
     clock: str = "cpu"
+    settle: bool = True
 
     def torch_dtype(self) -> torch.dtype:
         """The torch dtype of :attr:`dtype`.

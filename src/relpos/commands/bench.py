@@ -57,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clock", choices=["auto", "cpu", "wall"], default="auto",
                    help="what median_ms measures: process CPU time (steady on a shared machine; used by default "
                         "with one thread) or wall-clock time (default with several threads); both are recorded")
+    p.add_argument("--no-settle", action="store_true",
+                   help="time each case right after whatever ran before it (default: an untimed run of the same "
+                        "case first, so every timed run is in steady state)")
     p.add_argument("--no-flush-denormal", action="store_true",
                    help="keep subnormal floats (default flushes them: torch.set_flush_denormal(True))")
     p.add_argument("--no-memory", action="store_true", help="skip the per-configuration peak-memory subprocesses")
@@ -96,6 +99,7 @@ def _spec(args: argparse.Namespace):
         dtype=args.dtype, repeats=repeats, threads=args.threads, flush_denormal=not args.no_flush_denormal,
         memory=not args.no_memory and args.device == "cpu", memory_jobs=args.memory_jobs, device=args.device,
         clock=args.clock if args.clock != "auto" else ("cpu" if args.threads == 1 and args.device == "cpu" else "wall"),
+        settle=not args.no_settle,
     )
     spec.torch_dtype()  # validates
     return spec
