@@ -41,13 +41,39 @@ def browser():
         b.close()
 
 
+@contextlib.contextmanager
+def serving(ex: Explorer):
+    """``ex`` served on a free local port for the block, shut down after."""
+    srv = make_server(ex)
+    serve_in_thread(srv)
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def explorer_as_shipped(*, checkpoints=(), bundled_results: bool = False) -> Explorer:
+    """An Explorer over the models relpos really ships (and, with ``bundled_results``, its documented results),
+    as ``relpos explore`` starts; the test session otherwise patches both out (tests/explorer/conftest.py)."""
+    from relpos.explorer import api as api_mod
+    from relpos.explorer import models as models_mod
+    from tests.explorer.conftest import _REAL
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(models_mod, "shipped_model_dirs", _REAL["models"])
+    if bundled_results:
+        mp.setattr(api_mod, "bundled_results", _REAL["bundled"])
+    try:
+        return Explorer(checkpoints=list(checkpoints))
+    finally:
+        mp.undo()
+
+
 @pytest.fixture(scope="module")
 def server(results_dir, checkpoint_dir):
-    srv = make_server(Explorer(results=[results_dir], checkpoints=[checkpoint_dir]))
-    serve_in_thread(srv)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(Explorer(results=[results_dir], checkpoints=[checkpoint_dir])) as srv:
+        yield srv
 
 
 class Watch:
@@ -93,23 +119,33 @@ def _open_context(browser, width=1280, height=800):
     return ctx, page, watch
 
 
-@pytest.fixture
-def view(browser, server):
-    """Open the page at a view: ``page, watch = view("bias")``; checks requests and console after the test."""
-    opened = []
+class Pages:
+    """The pages one test opens: each waits until the explorer is ready; :meth:`close` checks them all."""
 
-    def go(name: str, *, width=1280, height=800):
-        ctx, page, watch = _open_context(browser, width, height)
-        opened.append((ctx, watch))
-        page.goto(server.url + "#" + name)
+    def __init__(self, browser) -> None:
+        self.browser, self.opened = browser, []
+
+    def open(self, url: str, *, width=1280, height=800):
+        ctx, page, watch = _open_context(self.browser, width, height)
+        self.opened.append((ctx, watch))
+        page.goto(url)
         page.wait_for_selector("body[data-ready=true]")
         return page, watch
 
-    yield go
-    for ctx, watch in opened:
-        ctx.close()
-        watch.check()
-        assert watch.requests, "the page made no requests at all"
+    def close(self, *, require_requests: bool = False) -> None:
+        for ctx, watch in self.opened:
+            ctx.close()
+            watch.check()
+            if require_requests:
+                assert watch.requests, "the page made no requests at all"
+
+
+@pytest.fixture
+def view(browser, server):
+    """Open the page at a view: ``page, watch = view("bias")``; checks requests and console after the test."""
+    pages = Pages(browser)
+    yield lambda name, *, width=1280, height=800: pages.open(server.url + "#" + name, width=width, height=height)
+    pages.close(require_requests=True)
 
 
 def cell_readout(page, canvas: str, readout: str, i: int, j: int) -> str:
@@ -131,17 +167,14 @@ def cell_readout(page, canvas: str, readout: str, i: int, j: int) -> str:
 @contextlib.contextmanager
 def _own_server(browser, fragment: str):
     """A page on a fresh server (no results, no checkpoint) opened at ``#fragment``; closed after."""
-    srv = make_server(Explorer())
-    serve_in_thread(srv)
-    ctx, page, watch = _open_context(browser)
-    try:
-        page.goto(srv.url + "#" + fragment)
-        page.wait_for_selector("body[data-ready=true]")
-        yield page
-    finally:
-        ctx.close()
-        srv.shutdown()
-        srv.server_close()
+    with serving(Explorer()) as srv:
+        ctx, page, watch = _open_context(browser)
+        try:
+            page.goto(srv.url + "#" + fragment)
+            page.wait_for_selector("body[data-ready=true]")
+            yield page
+        finally:
+            ctx.close()
     watch.check()
 
 

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from relpos.explorer import Explorer
-from relpos.explorer.server import make_server, serve_in_thread
-from tests.explorer.browser_support import _open_context, browser  # noqa: F401 - fixtures
-from tests.explorer.conftest import _REAL
+from tests.explorer.browser_support import _open_context, browser, explorer_as_shipped, serving  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -16,21 +13,11 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def user_server(checkpoint_dir):
     """A server as `relpos explore --checkpoint DIR` starts: the user's checkpoint, then the shipped models."""
-    from relpos.explorer import models as models_mod
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(models_mod, "shipped_model_dirs", _REAL["models"])
-    try:
-        ex = Explorer(checkpoints=[checkpoint_dir])
-    finally:
-        mp.undo()
+    ex = explorer_as_shipped(checkpoints=[checkpoint_dir])
     if not any(c.shipped for c in ex.checkpoints):
         pytest.skip("no shipped model in relpos/explorer/data/models (python -m relpos.explorer.make_models)")
-    srv = make_server(ex)
-    serve_in_thread(srv)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(ex) as srv:
+        yield srv
 
 
 @pytest.mark.parametrize("first", ["attn", "compose"])

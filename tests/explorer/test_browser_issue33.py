@@ -5,10 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from relpos.explorer import Explorer
-from relpos.explorer.server import make_server, serve_in_thread
-from tests.explorer.conftest import _REAL
-from tests.explorer.browser_support import _open_context, browser, num, server, view  # noqa: F401 - fixtures
+from tests.explorer.browser_support import (  # noqa: F401 - fixtures
+    Pages,
+    _open_context,
+    browser,
+    explorer_as_shipped,
+    num,
+    server,
+    serving,
+    view,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -16,41 +22,20 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def shipped_server():
     """A server as `relpos explore` starts with no arguments: the shipped models and documented results."""
-    from relpos.explorer import api as api_mod
-    from relpos.explorer import models as models_mod
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(models_mod, "shipped_model_dirs", _REAL["models"])
-    mp.setattr(api_mod, "bundled_results", _REAL["bundled"])
-    try:
-        ex = Explorer()
-    finally:
-        mp.undo()
+    ex = explorer_as_shipped(bundled_results=True)
     if ex.default_model is None:
         pytest.skip("no shipped model in relpos/explorer/data/models (python -m relpos.explorer.make_models)")
-    srv = make_server(ex)
-    serve_in_thread(srv)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(ex) as srv:
+        yield srv
 
 
 @pytest.fixture
 def learner(browser, shipped_server):
     """Open the page with no arguments (no hash): ``page, watch = learner()``."""
-    opened = []
-
-    def go(*, lang: str = "en", hash_: str = ""):
-        ctx, page, watch = _open_context(browser)
-        opened.append((ctx, watch))
-        page.goto(shipped_server.url + (f"?lang={lang}" if lang != "en" else "") + hash_)
-        page.wait_for_selector("body[data-ready=true]")
-        return page, watch
-
-    yield go
-    for ctx, watch in opened:
-        ctx.close()
-        watch.check()
+    pages = Pages(browser)
+    yield lambda *, lang="en", hash_="": pages.open(
+        shipped_server.url + (f"?lang={lang}" if lang != "en" else "") + hash_)
+    pages.close()
 
 
 def select_cell(page, i: int, j: int, key: str = "logits") -> None:
