@@ -108,9 +108,7 @@ def seeds_of(results: dict, task: str, lab: str) -> dict[int, dict]:
     out = {}
     for r, ok in zip(results["runs"], fitted_views(results["runs"])):
         if ok and r["task"] == task and r["label"] == lab:
-            if any(p.get("untrained_rows") for p in r.get("position_loss") or []):
-                continue  # a learned table read past its trained rows: no number (its per-window scores stay out)
-            inp, _ = seed_inputs(r, task)
+            inp, _ = seed_inputs(r, task)  # None for a learned table read past its trained rows
             if inp is not None:
                 inp.pop("_far", None)
                 out[r["seed"]] = inp
