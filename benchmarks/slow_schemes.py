@@ -11,9 +11,10 @@ term computed block by block beside a fused attention kernel) is the sum of
    (``--rows`` per block, keys ``0..`` the block's last row), with the cheapest
    formulation this library knows for it, timed by itself:
 
-   * Transformer-XL: ``(q + v) . r`` as one ``(rows, rows + keys)`` matmul per block
-     against the relative keys on the block's offsets, and the two matmuls of its
-     backward (``dq`` and ``dr``);
+   * Transformer-XL: the projected sinusoid ``W_R R`` on the offsets a causal call sees
+     (``d <= 0``) and its gradient, ``(q + v) . r`` as one ``(rows, rows + keys)`` matmul
+     per block against those relative keys, and the two matmuls of its backward (``dq``
+     and ``dr``);
    * FIRE: the scheme's MLP bias on the block's ``(rows, keys)`` pairs, forward and
      autograd backward (the MLP on ``N^2 / 2`` normalised distances is the term);
    * DeBERTa: ``q Kr^T`` and ``k Qr^T`` once per call (with their backward), then per
@@ -24,6 +25,15 @@ term computed block by block beside a fused attention kernel) is the sum of
 The floor leaves out everything that joins the two (adding the term to the logits,
 the extra softmax passes a non-fused kernel makes), so no implementation of the
 approach can go below it; ``relpos / floor`` is what relpos spends above it.
+
+*Floor with dS.* Every term's gradient needs the logits' gradient ``dS = P (dP - delta)``,
+which PyTorch's fused kernel forms inside and does not return. So the approach pays one
+of: SDPA's own backward plus forming dS beside it (recompute the logits and ``dP = dO v^T``
+per block: two matmuls), or SDPA's forward plus a backward that forms dS and derives
+dq, dk, dv from it (relpos's block backward, position-free). The cheaper of the two
+replaces SDPA in the floor; *bounded* means this floor is above the target. A fused
+kernel that exposed dS (a C++ extension or a compiled kernel; not built) could reach
+the plain floor instead.
 Timing: one thread, process CPU time, the three cases of a scheme interleaved per
 round, median of ``--rounds`` rounds after a warm-up.
 
@@ -60,18 +70,22 @@ def _blocks(N: int, rows: int):
 
 
 def _term_txl(enc, q, rows):
-    """Relative-key products per block and their two backward matmuls."""
+    """The projected sinusoid ``W_R R`` on the past offsets and its gradient, the relative-key products per
+    block and their two backward matmuls."""
     from relpos.distance import offsets_range
 
     B, H, N, D = q.shape
     rk = enc.relative_keys()
     offs = offsets_range(N, N, 0)
-    with torch.no_grad():
-        rtab = rk.keys(offs)  # (H, 2N - 1, D)
     qv = q.detach() + rk.v.detach()[None, :, None, :]
     lo = -(N - 1)
 
     def step():
+        for p in enc.parameters():
+            p.grad = None
+        past = rk.keys(offs[offs <= 0])  # (H, N, D): W_R R on the offsets a causal call can see
+        rtab = torch.cat([past.detach(), past.new_zeros(H, N - 1, D)], 1)  # future offsets: zero keys
+        drt = torch.zeros_like(rtab)
         for a, b, C in _blocks(N, rows):
             R, W = b - a, (b - a) + C - 1
             d_min = -(b - 1)
@@ -79,8 +93,57 @@ def _term_txl(enc, q, rows):
             pd = torch.matmul(qv[:, :, a:b], seg.transpose(-1, -2))  # forward (B, H, R, W)
             z = pd  # stands for dS laid out by offset (same shape)
             torch.matmul(z, seg)  # dq
-            torch.matmul(z.transpose(-1, -2), qv[:, :, a:b])  # dr
+            drt[:, d_min - lo: d_min - lo + W] += torch.matmul(z.transpose(-1, -2), qv[:, :, a:b]).sum(0)  # dr
+        past.backward(drt[:, :N])  # W_R's gradient
     return step
+
+
+def _ds_cases(q, k, v, go, scale, rows):
+    """Two ways to obtain what every term's gradient needs and SDPA does not expose: the logits' gradient dS.
+
+    ``ds``: beside SDPA's own backward, per causal block recompute the logits and ``dP = dO v^T``
+    and form ``dS = P * (dP - delta)`` (two matmuls and three elementwise passes). ``own``: SDPA's
+    fused forward, then a backward that forms dS itself and derives dq, dk, dv from it (five matmuls
+    per block; relpos's :func:`block_backward`). ``min(sdpa + ds, own)`` is the content attention's
+    cost once dS is needed.
+    """
+    from relpos.attention.chunked.kernels import block_backward, exp_, flash_ops
+
+    flash, _ = flash_ops()
+    N, D = q.shape[2], q.shape[3]
+    q, k, v = q.detach(), k.detach(), v.detach()
+    with torch.no_grad():
+        out, lse = flash(q, k, v, 0.0, True, scale=scale)
+        delta = (go * out).sum(-1)  # (B, H, N)
+
+    def ds():  # returns dS per block (B, H, R, C); entries above the diagonal are not masked (not needed)
+        blocks = []
+        for a, b, C in _blocks(N, rows):
+            s = torch.matmul(q[:, :, a:b], k[:, :, :C].transpose(-1, -2)).mul_(scale).sub_(lse[:, :, a:b, None])
+            p = exp_(s)  # (B, H, R, C)
+            dp = torch.matmul(go[:, :, a:b], v[:, :, :C].transpose(-1, -2)).sub_(delta[:, :, a:b, None])
+            blocks.append(p.mul_(dp))  # dS
+        return blocks
+
+    def own():
+        o, l = flash(q, k, v, 0.0, True, scale=scale)
+        dl = (go * o).sum(-1)
+        B, H = q.shape[:2]
+        dq, dk, dv = (torch.zeros_like(x) for x in (q, k, v))
+        for a, b, C in _blocks(N, rows):
+            R = b - a
+            s = (-l[:, :, a:b, None]).expand(B, H, R, C).contiguous()
+            s[:, :, :, a:].masked_fill_(torch.ones(R, R, dtype=torch.bool).triu_(1), float("-inf"))  # causal square
+            s = s.view(B * H, R, C)
+            buf = q.new_empty(B * H, R, C)
+            gq, gk, gv = block_backward(s, q[:, :, a:b].reshape(B * H, R, D), k[:, :, :C].reshape(B * H, C, D),
+                                        v[:, :, :C].reshape(B * H, C, D), go[:, :, a:b].reshape(B * H, R, D),
+                                        dl[:, :, a:b, None].reshape(B * H, R, 1), scale, buf)
+            dq[:, :, a:b] += gq.view(B, H, R, D)
+            dk[:, :, :C] += gk.view(B, H, C, D)
+            dv[:, :, :C] += gv.view(B, H, C, D)
+        return dq, dk, dv
+    return ds, own
 
 
 def _term_autograd(fn, N, rows, leaves):
@@ -130,7 +193,7 @@ def _term_deberta(enc, q, k, scale, rows):
     return step
 
 
-def measure(N: int, rounds: int, rows: int, log=print) -> dict:
+def measure(N: int, rounds: int, rows: int, log=print, schemes=SCHEMES) -> dict:
     import relpos
     from relpos.bench.spec import BenchSpec
     from relpos.bench.steps import make_encoding
@@ -143,7 +206,7 @@ def measure(N: int, rounds: int, rows: int, log=print) -> dict:
     q, k, v = (torch.randn(1, H, N, D, generator=g, requires_grad=True) for _ in range(3))
     go = torch.randn(1, H, N, D, generator=g)
     rows_out = []
-    for name in SCHEMES:
+    for name in schemes:
         enc = make_encoding(name, spec, N)
         params = [p for p in enc.parameters() if p.requires_grad]
         scale = enc.attention_scale(D) if hasattr(enc, "attention_scale") else D ** -0.5
@@ -161,25 +224,32 @@ def measure(N: int, rounds: int, rows: int, log=print) -> dict:
         term = {"transformer-xl": lambda: _term_txl(enc, q, rows), "fire": lambda: _term_fire(enc, q, rows),
                 "deberta": lambda: _term_deberta(enc, q, k, scale, rows),
                 "cope": lambda: _term_cope(enc, q, k, scale, rows)}[name]()
-        cases = {"sdpa": sdpa, "relpos": rel, "term": term}
+        ds, own = _ds_cases(q, k, v, go, scale, rows)
+        cases = {"sdpa": sdpa, "relpos": rel, "term": term, "ds": ds, "own": own}
         for f in cases.values():  # warm-up
             f()
         times: dict[str, list[float]] = {c: [] for c in cases}
         for r in range(rounds):
-            order = list(cases)[r % 3:] + list(cases)[:r % 3]
+            order = list(cases)[r % len(cases):] + list(cases)[:r % len(cases)]
             for c in order:
                 t0 = time.process_time()
                 cases[c]()
                 times[c].append((time.process_time() - t0) * 1000)
         med = {c: statistics.median(ts) for c, ts in times.items()}
         floor = med["sdpa"] + med["term"]
+        content_ds = min(med["sdpa"] + med["ds"], med["own"])  # content attention once dS is needed
+        floor_ds = content_ds + med["term"]
         row = {"scheme": name, "N": N, "sdpa_ms": round(med["sdpa"], 1), "relpos_ms": round(med["relpos"], 1),
                "term_ms": round(med["term"], 1), "floor_ms": round(floor, 1),
                "relpos_x": round(med["relpos"] / med["sdpa"], 2), "floor_x": round(floor / med["sdpa"], 2),
                "relpos_over_floor": round(med["relpos"] / floor, 2), "target_x": TARGETS[name],
+               "ds_ms": round(med["ds"], 1), "own_ms": round(med["own"], 1), "floor_ds_ms": round(floor_ds, 1),
+               "floor_ds_x": round(floor_ds / med["sdpa"], 2), "relpos_over_floor_ds": round(med["relpos"] / floor_ds, 2),
+               "bounded": floor_ds / med["sdpa"] > TARGETS[name],
                "met": med["relpos"] / med["sdpa"] <= TARGETS[name], "times_ms": times}
-        log(f"{name:15s} relpos {row['relpos_x']:.2f}x  floor {row['floor_x']:.2f}x  relpos/floor "
-            f"{row['relpos_over_floor']:.2f}  (sdpa {row['sdpa_ms']} ms)")
+        log(f"{name:15s} relpos {row['relpos_x']:.2f}x  floor {row['floor_x']:.2f}x  with dS "
+            f"{row['floor_ds_x']:.2f}x  relpos/floor(dS) {row['relpos_over_floor_ds']:.2f}  (sdpa {row['sdpa_ms']} ms, "
+            f"ds {row['ds_ms']}, own {row['own_ms']})")
         rows_out.append(row)
     return {"rows": rows_out}
 
@@ -190,14 +260,19 @@ def markdown(doc: dict) -> str:
              f"{doc['machine']}; one thread, process CPU time, median of {doc['rounds']} interleaved rounds; "
              f"N = {doc['N']}, B = 1, H = 8, D = 64, float32, causal, forward+backward; blocks of "
              f"{doc['block_rows']} query rows. Load average at the start / end: {doc['load_start']} / {doc['load_end']}.",
-             "", "*floor* = position-free causal SDPA + the position term alone (see the script's docstring); "
-             "multiples of SDPA.", "",
-             "| scheme | relpos | target | met | floor | relpos / floor | SDPA ms | term ms | relpos ms |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+             "", "*floor* = position-free causal SDPA + the position term alone; *floor with dS* = the same with the "
+             "content attention's cost once the logits' gradient dS is formed, which every term's gradient needs "
+             "and SDPA does not expose (the cheaper of SDPA + forming dS, and SDPA's forward + a backward that forms "
+             "dS itself); see the script's docstring. Multiples of SDPA. *bounded*: the floor with dS is above "
+             "the target, so no implementation of this approach can meet it.", "",
+             "| scheme | relpos | target | met | floor | floor with dS | relpos / floor with dS | result "
+             "| SDPA ms | term ms | dS ms | own bwd ms | relpos ms |",
+             "|---|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in doc["rows"]:
+        result = "met" if r["met"] else ("bounded" if r["bounded"] else "**not bounded**")
         lines.append(f"| {r['scheme']} | {r['relpos_x']:.2f}x | {r['target_x']}x | {'yes' if r['met'] else '**no**'} "
-                     f"| {r['floor_x']:.2f}x | {r['relpos_over_floor']:.2f} | {r['sdpa_ms']} | {r['term_ms']} "
-                     f"| {r['relpos_ms']} |")
+                     f"| {r['floor_x']:.2f}x | {r['floor_ds_x']:.2f}x | {r['relpos_over_floor_ds']:.2f} | {result} "
+                     f"| {r['sdpa_ms']} | {r['term_ms']} | {r['ds_ms']} | {r['own_ms']} | {r['relpos_ms']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -206,8 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=2048, help="sequence length (default 2048)")
     p.add_argument("--rounds", type=int, default=3, help="timed interleaved rounds (default 3)")
     p.add_argument("--rows", type=int, default=128, help="query rows per block of the floor's term (default 128)")
+    p.add_argument("--schemes", default=",".join(SCHEMES), help="comma-separated subset (default: all four)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="results folder")
     args = p.parse_args(argv)
+    schemes = tuple(x for x in args.schemes.split(",") if x)
+    if not schemes or set(schemes) - set(SCHEMES):
+        print(f"slow_schemes.py: --schemes must be a subset of {','.join(SCHEMES)}", file=sys.stderr)
+        return 2
     if args.n < 16 or args.rounds < 1 or args.rows < 1:
         print("slow_schemes.py: --n must be >= 16, --rounds >= 1 and --rows >= 1", file=sys.stderr)
         return 2
@@ -215,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load0 = [round(x, 2) for x in os.getloadavg()]
     t0 = time.time()
-    doc = measure(args.n, args.rounds, args.rows)
+    doc = measure(args.n, args.rounds, args.rows, schemes=schemes)
     import relpos
 
     doc.update({"command": "python benchmarks/slow_schemes.py " + " ".join(argv if argv is not None else sys.argv[1:]),

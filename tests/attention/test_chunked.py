@@ -76,6 +76,20 @@ def test_many_blocks_cached_decoding(small_blocks, name):
     _check(enc, q, k, v, causal=True, q_offset=9)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_relkey_reused_ds_buffer_with_a_shorter_last_block(monkeypatch, causal):
+    """relkey's backward reuses one dS buffer across blocks; a last block of fewer rows (2 of 4) reads it
+    at other columns, so the buffer must be re-zeroed there (a stale entry corrupts dq and W_R's gradient)."""
+    monkeypatch.setattr(chunked, "FORCE_ROWS", 4)
+    enc = build("transformer-xl", n_heads=2, causal=causal)
+    q, k, v = _inputs(2, 2, 14, 14, 8, seed=7)
+    assert chunked.engine_for(_req(enc, q, k, v, causal=causal)) == "relkey"
+    _check(enc, q, k, v, causal=causal)
+    if causal:
+        q2, k2, v2 = _inputs(1, 2, 10, 19, 8, seed=8)
+        _check(enc, q2, k2, v2, causal=True, q_offset=9)
+
+
 @pytest.mark.parametrize("name", ["t5", "shaw-kv", "transformer-xl", "fire", "alibi"])
 def test_many_blocks_padding_and_positions(small_blocks, name):
     enc = build(name, n_heads=2, causal=True)

@@ -35,7 +35,13 @@ def run(req: Request, q: Tensor, k: Tensor, tvals: Tensor | None, lo: int) -> Te
     B, H, Nq, Nk, D = req.shape
     rk = req.encoding.relative_keys()
     offs = offsets_range(Nq, Nk, req.q_offset).to(q.device)
-    rtab = rk.keys(offs)  # (H, L, D) float32, autograd to the scheme's parameters
+    if req.causal and int(offs[-1]) > 0:
+        # Offsets d > 0 are never visible: project only d <= 0 (half the W_R R rows for self-attention) and
+        # give the future offsets, which the blocks read beside the diagonal and then mask, zero keys.
+        past = rk.keys(offs[offs <= 0])  # (H, L0, D)
+        rtab = torch.cat([past, past.new_zeros(past.shape[0], int(offs[-1]), past.shape[2])], 1)  # (H, L, D)
+    else:
+        rtab = rk.keys(offs)  # (H, L, D) float32, autograd to the scheme's parameters
     qu = q if rk.u is None else q + rk.u.to(q.dtype)[None, :, None, :]
     qv = q if rk.v is None else q + rk.v.to(q.dtype)[None, :, None, :]
     return _RelKeyFn.apply(_RelKeyCfg(req, lo), qu, qv, k, req.v, rtab)
@@ -112,14 +118,22 @@ class _RelKeyFn(torch.autograd.Function):
         dqu, dqv, dk, dv = (torch.zeros_like(x) for x in (qu, qv, k, v))
         drt = torch.zeros_like(rt)
         G = max(1, min(H, cfg.heads_per_block))
+        # dS by offset: one buffer, re-zeroed only when a block's R changes or its C shrinks: while (R, C) grow,
+        # each block overwrites every entry the previous one wrote (row t starts at column R - 1 - t), so the
+        # rest stays zero. Before: a fresh (R, R + C - 1) zero buffer per block.
+        zbuf = qu.new_empty(B * G, min(cfg.rows, Nq), min(cfg.rows, Nq) + cfg.keys(Nq) - 1)
         for h0 in range(0, H, G):
             hs = slice(h0, min(H, h0 + G))
             g = hs.stop - hs.start
             rth = rt[hs]
+            last = (0, 0)  # (R, C) of the previous block; R = 0 zeroes the buffer first
             for a in range(0, Nq, cfg.rows):
                 b = min(Nq, a + cfg.rows)
                 R, C = b - a, cfg.keys(b)
                 W = R + C - 1
+                if R != last[0] or C < last[1]:
+                    zbuf[: B * g].zero_()
+                last = (R, C)
                 pd, view = _relkey_pd(cfg, qv[:, hs, a:b], rth, a, b, C)
                 s = torch.empty(B, g, R, C, dtype=qu.dtype, device=qu.device)
                 torch.sub(view, lse[:, hs, a:b, None], out=s)
@@ -127,7 +141,7 @@ class _RelKeyFn(torch.autograd.Function):
                 kb = k[:, hs, :C].reshape(B * g, C, D)
                 vb = v[:, hs, :C].reshape(B * g, C, Dv)
                 gb = dout[:, hs, a:b].reshape(B * g, R, Dv)
-                z = pd.new_zeros(B * g, R, W)  # dS laid out by offset, like pd
+                z = zbuf[: B * g, :R, :W]  # dS laid out by offset, like pd
                 gq, gk, gv = block_backward(s.view(B * g, R, C), qb, kb, vb, gb,
                                             delta[:, hs, a:b, None].reshape(B * g, R, 1), cfg.scale,
                                             skewed(z, R, C, anti=False))

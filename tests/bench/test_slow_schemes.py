@@ -1,0 +1,57 @@
+"""``benchmarks/slow_schemes.py``: its floor's pieces compute what they stand for, and the table end to end."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from tests.bench.scripts import load_script
+
+
+def _inputs(N=40, H=2, D=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v, go = (torch.randn(1, H, N, D, generator=g, dtype=torch.float64) for _ in range(4))
+    return q, k, v, go
+
+
+def test_floor_pieces_form_the_true_ds_and_gradients():
+    """``ds`` forms the logits' gradient of causal attention and ``own`` SDPA's gradients, block by block."""
+    mod = load_script("slow_schemes")
+    q, k, v, go = _inputs()
+    N, D = q.shape[2], q.shape[3]
+    scale = D ** -0.5
+    ds, own = mod._ds_cases(q, k, v, go, scale, rows=16)  # blocks of 16, 16, 8 rows
+    # reference: autograd through the logits of causal softmax attention
+    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+    logits = (qr @ kr.transpose(-1, -2) * scale).masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), -torch.inf)
+    logits.retain_grad()
+    (logits.softmax(-1) @ vr).backward(go)
+    got = ds()
+    assert [b.shape[-2:] for b in got] == [(16, 16), (16, 32), (8, 40)]
+    lower = torch.ones(N, N, dtype=torch.bool).tril()
+    for (a, b, C), blk in zip(mod._blocks(N, 16), got):
+        keep = lower[a:b, :C]
+        torch.testing.assert_close(blk[..., keep], logits.grad[:, :, a:b, :C][..., keep])
+    for mine, ref in zip(own(), (qr.grad, kr.grad, vr.grad)):
+        torch.testing.assert_close(mine, ref)
+
+
+def test_table_and_bound(tmp_path):
+    mod = load_script("slow_schemes")
+    assert mod.main(["--n", "64", "--rounds", "1", "--rows", "16", "--schemes", "transformer-xl,cope",
+                     "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "slow_schemes.json").read_text())
+    rows = {r["scheme"]: r for r in doc["rows"]}
+    assert list(rows) == ["transformer-xl", "cope"]
+    for r in rows.values():
+        assert r["floor_ds_ms"] >= r["term_ms"] and r["floor_ds_x"] > 0
+        assert r["bounded"] == (r["floor_ds_x"] > r["target_x"])
+    md = (tmp_path / "slow_schemes.md").read_text()
+    assert "| transformer-xl |" in md and "floor with dS" in md
+
+
+def test_schemes_are_checked(capsys):
+    mod = load_script("slow_schemes")
+    assert mod.main(["--schemes", "t5"]) == 2
+    assert "--schemes" in capsys.readouterr().err
