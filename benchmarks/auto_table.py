@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             "commands": commands + [command],
             "machine": bench.machine_info(spec),
             "load": {"loadavg_start": load0, "loadavg_now": os.getloadavg(),
-                     "note": "2-core machine shared with other jobs (load average 5-10 during the run); "
+                     "note": "load averages as measured (the machine may be shared); "
                              "process CPU time, one thread, the two implementations interleaved per cell"},
             "shape": {"batch": spec.batch, "heads": spec.heads, "head_dim": spec.head_dim, "dtype": spec.dtype},
             "lengths": sorted({int(r["N"]) for r in allrecs} | set(lengths)),
