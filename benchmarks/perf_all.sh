@@ -3,7 +3,8 @@
 #   benchmarks/perf_all.sh OUT      (run from a clean export of the commit; 39 min of one core before timing was settled, about twice that now)
 # writes OUT/attention.{json,md} (every scheme x dense/chunked/auto, N = 256/1024/2048, causal and
 # bidirectional, fwd and fwd+bwd), OUT/attention-peers.{json,md} (every peer at N = 2048, both masks),
-# OUT/train_step.{json,md} and OUT/slow_schemes.{json,md}; OUT/perf_all.log has the commit and the times.
+# OUT/train_step.{json,md}, OUT/slow_schemes.{json,md} and OUT/memory.{json,md} (peak memory at N = 2048,
+# causal, fwd+bwd: README.md's table); OUT/perf_all.log has the commit and the times.
 set -euo pipefail
 OUT=${1:?usage: benchmarks/perf_all.sh OUT}
 mkdir -p "$OUT"
@@ -21,4 +22,7 @@ log "slow schemes"
 $PY benchmarks/slow_schemes.py --out "$OUT" > "$OUT/slow_schemes.log" 2>&1
 log "train step"
 $PY benchmarks/train_step.py --no-compile --out "$OUT" > "$OUT/train_step.log" 2>&1
+log "memory (README.md's table)"
+$PY -m relpos.cli bench --lengths 2048 --masks causal --modes fwd+bwd --impls dense,chunked --repeats 1 \
+  --memory-jobs 1 --name memory --out "$OUT" > "$OUT/memory.log" 2>&1
 log "done; load $(cut -d' ' -f1-3 /proc/loadavg)"
