@@ -90,6 +90,26 @@ def test_relkey_reused_ds_buffer_with_a_shorter_last_block(monkeypatch, causal):
         _check(enc, q2, k2, v2, causal=True, q_offset=9)
 
 
+@pytest.mark.parametrize("causal, q_offset, n_keys", [(True, 0, 9), (True, 4, 13), (False, 0, 9)])
+def test_relkey_projects_only_the_offsets_a_call_can_see(monkeypatch, causal, q_offset, n_keys):
+    """Causal calls evaluate the relative keys (Transformer-XL: W_R R) on the past offsets d <= 0 only."""
+    enc = build("transformer-xl", n_heads=2, causal=causal)
+    seen = []
+    rk = enc.relative_keys()
+
+    def spy(d):
+        seen.append(d.clone())
+        return rk.keys(d)
+
+    monkeypatch.setattr(enc, "relative_keys", lambda: type(rk)(rk.u, rk.v, spy))
+    q, k, v = _inputs(1, 2, 9, n_keys, 8, seed=9)
+    relpos.attention(q, k, v, enc, causal=causal, q_offset=q_offset, impl="chunked").sum().backward()
+    (d,) = seen
+    lo = -(q_offset + 8)
+    assert d.tolist() == list(range(lo, 1 if causal else n_keys - q_offset))
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
 @pytest.mark.parametrize("name", ["t5", "shaw-kv", "transformer-xl", "fire", "alibi"])
 def test_many_blocks_padding_and_positions(small_blocks, name):
     enc = build(name, n_heads=2, causal=True)
