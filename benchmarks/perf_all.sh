@@ -1,6 +1,6 @@
 #!/bin/bash
 # Every committed performance result of issue 34 in one run, from one commit, on one machine
-#   benchmarks/perf_all.sh OUT      (run from a clean export of the commit; 39 min of one core before timing was settled, about twice that now)
+#   benchmarks/perf_all.sh OUT      (run from a clean export of the commit; 34 min of one core with settled timing, on quiet cores)
 # writes OUT/attention.{json,md} (every scheme x dense/chunked/auto, N = 256/1024/2048, causal and
 # bidirectional, fwd and fwd+bwd), OUT/attention-peers.{json,md} (every peer at N = 2048, both masks),
 # OUT/train_step.{json,md}, OUT/slow_schemes.{json,md} and OUT/memory.{json,md} (peak memory at N = 2048,

@@ -55,6 +55,10 @@ def test_auto_against_the_fastest_per_mask():
     assert rows[False]["fastest"] == "dense" and rows[False]["ratio"] == round(60.2 / 33, 3)
     assert not rows[False]["within"]
     assert rows[True]["fastest"] == "chunked" and rows[True]["within"]
+    # the pick itself: chunked (60.0) against dense (33.0) is a wrong pick; causal picks the fastest
+    assert rows[False]["pick_ratio"] == round(60 / 33, 3) and rows[False]["pick_within"] is False
+    assert rows[True]["pick_ratio"] == 1.0 and rows[True]["pick_within"] is True
     md = bench.markdown({"shape": "B=1", "baseline": "sdpa", "records": recs, "peers": []})
     assert "## Causal" in md and "## Bidirectional" in md
     assert "| deberta | **1.82** (chunked) |" in md and "| deberta | 1.02 (chunked) |" in md
+    assert "is within 1.05 of the fastest in 1 of 1 cells" in md and "fastest in 0 of 1 cells" in md  # per mask
