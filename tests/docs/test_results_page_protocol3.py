@@ -56,8 +56,8 @@ def _cell(c: str) -> dict:
     return json.loads((DOCS / "results" / "protocol3" / f"scale-{c}-results.json").read_text())
 
 
-def _far(res: dict, lab: str) -> list[float]:
-    return [lm_ratio(r, 64, 512)[0] for r in res["runs"] if r["task"] == "lm" and r["label"] == lab]
+def _far(res: dict, lab: str, L: int = 64) -> list[float]:
+    return [lm_ratio(r, L, 8 * L)[0] for r in res["runs"] if r["task"] == "lm" and r["label"] == lab]
 
 
 def test_the_scale_checks_cells_reproduce_from_their_json():
@@ -100,3 +100,31 @@ def test_the_scale_checks_rho_reproduces_from_the_shipped_cells(tmp_path):
     for (a, b), r in rho.items():
         want = rf"\*\*{r['rho']:.2f} \[{r['lo']:.2f}, {r['hi']:.2f}\]\*\* for (d_model )?{a} against {b}\b"
         assert re.search(want, section), want
+
+
+CELLS_256 = ("d64-L256", "d128-L256")
+
+
+def test_the_scale_checks_cells_at_256_reproduce_from_their_json(tmp_path):
+    """The L = 256 table (mean ± SD (paired rank), fitted runs) and its rho, from the shipped files alone."""
+    from relpos.experiments.ranking import ranking
+    from relpos.experiments.scale import scale_summary
+
+    res = {c: _cell(c) for c in CELLS_256}
+    rk = {c: ranking(res[c])["per_task"]["lm"] for c in CELLS_256}
+    section = _section("### The scale check at L = 256")
+    rows = _rows("| scheme |" + section.split("\n\n| scheme |")[1])
+    labels = ("alibi", "kerple-log", "transformer-xl", "nope", "t5", "fire", "rope", "sinusoidal")
+    assert set(rows) >= set(labels)
+    for lab in labels:
+        for c, cell in zip(CELLS_256, rows[lab]):
+            v = _far(res[c], lab, 256)
+            assert cell == f"{statistics.fmean(v):.2f}±{statistics.stdev(v):.2f} ({rk[c]['rank'][lab]})"
+    assert rows["fitted runs"] == ["24/24"] * 2
+    for c in CELLS_256:
+        (tmp_path / c).mkdir()
+        (tmp_path / c / "results.json").write_text(json.dumps(res[c]))
+    (r,) = [r for r in scale_summary(tmp_path)["rho"] if "rho" in r]
+    assert (r["train_len"], r["a"], r["b"], r["moved"]) == (256, 64, 128, {})
+    flat = " ".join(section.split())
+    assert f"**{r['rho']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]** for d_model 64 against 128" in flat
