@@ -288,7 +288,8 @@ def test_short_sequences_project_only_the_rows_they_reach():
     enc = _enc(position_buckets=64, max_relative_positions=128)  # 2S = 128 rows
     q, k, _ = _qkv(B=1, Nq=5, Nk=5)
     state = enc.score_state(q, k, torch.arange(5)[None], torch.arange(5)[None], 0.5)
-    assert [t.shape[-1] for t in state.tensors] == [9, 9]  # offsets -4..4, not 128 rows
+    # offsets -4..4, not 128 rows: c2p (B, H, Nq, rows), p2c keys last (B, H, rows, Nk)
+    assert [tuple(t.shape[-2:]) for t in state.tensors] == [(5, 9), (9, 5)] and state.axes == ("q", "k-last")
 
 
 def test_score_with_backward_equals_autograd_of_score_with():
@@ -304,3 +305,23 @@ def test_score_with_backward_equals_autograd_of_score_with():
     assert enc.score_with_backward(type(state)(tuple(got), state.axes, state.meta), qpos, kpos, ds)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
+
+
+@given(st.integers(0, 3), st.integers(65, 90), st.integers(65, 90), st.integers(0, 2), st.integers(0, 10**6),
+       st.sampled_from([0, 8, 64]), st.sampled_from([1.4, 3.0]))
+def test_position_index_by_distinct_distance_equals_the_formula_per_pair(seed, nq, nk, batch, offset, buckets,
+                                                                          spread):
+    """Above 4,096 pairs the rows are looked up per distinct distance i - j; every pair gets the formula's row,
+    for contiguous, gapped and per-example positions (the lookup is skipped where the distances spread wide)."""
+    enc = _enc(position_buckets=buckets, max_relative_positions=16 if buckets != 64 else 128)
+    g = torch.Generator().manual_seed(seed)
+    B = max(batch, 1)
+    if batch == 0:  # contiguous, shared across the batch
+        qpos, kpos = torch.arange(offset, offset + nq)[None], torch.arange(nk)[None]
+    else:  # sorted with gaps, one row per example
+        qpos = torch.sort(torch.randint(0, int(spread * nq), (B, nq), generator=g), -1).values + offset
+        kpos = torch.sort(torch.randint(0, int(spread * nk), (B, nk), generator=g), -1).values
+    assert nq * nk > 4096
+    got = enc.position_index(qpos, kpos)
+    want = enc._rows_of(qpos[:, :, None] - kpos[:, None, :])
+    assert got.shape == want.shape and torch.equal(got, want)

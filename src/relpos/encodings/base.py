@@ -101,7 +101,8 @@ class ScoreState:
     Attributes:
         tensors: computed once per call, with autograd to q, k and the scheme's parameters.
         axes: per tensor, ``"q"`` if its dim -2 runs over the call's query rows, ``"k"``
-            over its keys, None if neither; blocked engines slice those dims to the block.
+            over its keys, ``"k-last"`` if its last dim runs over the keys, None if none;
+            blocked engines slice those dims to the block.
         meta: plain values (offsets, sizes).
     """
 
@@ -112,8 +113,8 @@ class ScoreState:
     def block(self, tensors, a: int, b: int, C: int) -> "ScoreState":
         """``tensors`` (this state's, or leaves made from them) sliced to query rows ``[a, b)`` and keys ``[0, C)``."""
         sl = {"q": slice(a, b), "k": slice(0, C), None: slice(None)}
-        return ScoreState(tuple(t[..., sl[ax], :] if ax else t for t, ax in zip(tensors, self.axes)),
-                          self.axes, self.meta)
+        return ScoreState(tuple(t[..., :C] if ax == "k-last" else t[..., sl[ax], :] if ax else t
+                                for t, ax in zip(tensors, self.axes)), self.axes, self.meta)
 
 
 @dataclasses.dataclass(frozen=True)

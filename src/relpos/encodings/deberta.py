@@ -60,6 +60,9 @@ from relpos.distance import deberta_log_bucket
 from relpos.encodings.base import Encoding, ScoreState
 from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
+#: Pairs above which :meth:`DeBERTa.position_index` looks rows up per distinct distance.
+_TABLE_FROM = 4096
+
 __all__ = ["DeBERTa"]
 
 _TERMS = ("c2p", "p2c")
@@ -237,7 +240,17 @@ class DeBERTa(Encoding):
         Returns:
             ``(B or 1, Nq, Nk)`` int64 in ``[0, 2S)``.
         """
-        r = qpos[:, :, None] - kpos[:, None, :]  # (B|1, Nq, Nk), query minus key
+        if qpos.shape[-1] * kpos.shape[-1] > _TABLE_FROM and kpos.numel() > 0:
+            # The row depends on i - j only: evaluate it once per distinct distance (O(Nq + Nk) values),
+            # then look every pair up, instead of the log-bucket's passes over all Nq x Nk pairs.
+            lo, hi = int(qpos.min()) - int(kpos.max()), int(qpos.max()) - int(kpos.min())
+            if hi - lo < 2 * (qpos.shape[-1] + kpos.shape[-1]):
+                table = self._rows_of(torch.arange(lo, hi + 1, device=qpos.device))  # (hi - lo + 1,)
+                return table[qpos[:, :, None] - (kpos + lo)[:, None, :]]  # (B|1, Nq, Nk)
+        return self._rows_of(qpos[:, :, None] - kpos[:, None, :])  # (B|1, Nq, Nk), query minus key
+
+    def _rows_of(self, r: Tensor) -> Tensor:
+        """Table row of each distance ``r = i - j``: ``clamp(bucket(r) + S, 0, 2S - 1)``."""
         if self.position_buckets > 0:
             r = deberta_log_bucket(r, bucket_size=self.position_buckets, max_position=self.max_relative_positions)
         return (r + self.span).clamp(0, 2 * self.span - 1)
@@ -291,7 +304,7 @@ class DeBERTa(Encoding):
     # ------------------------------------------------------------ fast path
 
     def score_state(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> ScoreState:
-        """``scale q Kr^T`` ``(B, H, Nq, rows)`` and ``scale k Qr^T`` ``(B, H, Nk, rows)`` over the
+        """``scale q Kr^T`` ``(B, H, Nq, rows)`` and ``scale Qr k^T`` ``(B, H, rows, Nk)`` over the
         table rows ``lo..hi`` the call can reach (:meth:`row_range`): ``O(N rows)`` memory,
         projected and multiplied once per call; :meth:`score_with` gathers them per block."""
         cdt = torch.promote_types(q.dtype, torch.float32)
@@ -302,14 +315,16 @@ class DeBERTa(Encoding):
             tensors.append(torch.matmul(q.to(cdt), kr.transpose(-1, -2)) * scale)  # (B, H, Nq, rows)
             axes.append("q")
         if qr is not None:
-            tensors.append(torch.matmul(k.to(cdt), qr.transpose(-1, -2)) * scale)  # (B, H, Nk, rows)
-            axes.append("k")
+            # keys last, (B, H, rows, Nk): the gather reads along a row wherever the row index holds over
+            # many keys (the log buckets); the transposed layout read one table row per key
+            tensors.append(torch.matmul(qr, k.to(cdt).transpose(-1, -2)) * scale)  # (B, H, rows, Nk)
+            axes.append("k-last")
         return ScoreState(tuple(tensors), tuple(axes), {"lo": lo})
 
     def score_with(self, state: ScoreState, qpos: Tensor, kpos: Tensor) -> Tensor:
         it = iter(state.tensors)
         c2p = next(it) if "c2p" in self.terms else None  # (B, H, Nq, rows)
-        p2c = next(it) if "p2c" in self.terms else None  # (B, H, Nk, rows)
+        p2c = next(it) if "p2c" in self.terms else None  # (B, H, rows, Nk)
         ref = c2p if c2p is not None else p2c
         B, H = ref.shape[:2]
         Nq, Nk = qpos.shape[-1], kpos.shape[-1]
@@ -319,7 +334,7 @@ class DeBERTa(Encoding):
         if c2p is not None:
             out = c2p.gather(-1, idx)  # (B, H, Nq, Nk): q_i . Kr[delta(i, j)]
         if p2c is not None:
-            t = p2c.transpose(-1, -2).gather(-2, idx)  # (B, H, Nq, Nk): k_j . Qr[delta(i, j)]
+            t = p2c.gather(-2, idx)  # (B, H, Nq, Nk): k_j . Qr[delta(i, j)]
             out = t if out is None else out + t
         return out
 
@@ -333,7 +348,7 @@ class DeBERTa(Encoding):
         if gc2p is not None:
             gc2p.scatter_add_(-1, idx, ds)
         if gp2c is not None:
-            gp2c.transpose(-1, -2).scatter_add_(-2, idx, ds)
+            gp2c.scatter_add_(-2, idx, ds)
         return True
 
     def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
