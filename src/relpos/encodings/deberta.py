@@ -328,13 +328,17 @@ class DeBERTa(Encoding):
         ref = c2p if c2p is not None else p2c
         B, H = ref.shape[:2]
         Nq, Nk = qpos.shape[-1], kpos.shape[-1]
-        idx = self.position_index(qpos, kpos) - state.meta["lo"]  # (B|1, Nq, Nk), rows of the slice
-        idx = idx[:, None].expand(B, H, Nq, Nk)
+        rows = self.position_index(qpos, kpos) - state.meta["lo"]  # (B|1, Nq, Nk), rows of the slice
+        idx = rows[:, None].expand(B, H, Nq, Nk)
         out = None
         if c2p is not None:
             out = c2p.gather(-1, idx)  # (B, H, Nq, Nk): q_i . Kr[delta(i, j)]
         if p2c is not None:
-            t = p2c.gather(-2, idx)  # (B, H, Nq, Nk): k_j . Qr[delta(i, j)]
+            flat = _rows_flat(p2c)
+            if flat is None:
+                t = p2c.gather(-2, idx)  # (B, H, Nq, Nk): k_j . Qr[delta(i, j)]
+            else:  # the same entries read through a flat index along the last dim (the fast gather)
+                t = flat[0].gather(-1, _flat_index(rows, flat[1], B, H)).view(B, H, Nq, Nk)
             out = t if out is None else out + t
         return out
 
@@ -344,11 +348,16 @@ class DeBERTa(Encoding):
         gc2p = next(it) if "c2p" in self.terms else None
         gp2c = next(it) if "p2c" in self.terms else None
         B, H, Nq, Nk = ds.shape
-        idx = (self.position_index(qpos, kpos) - grads.meta["lo"])[:, None].expand(B, H, Nq, Nk)
+        rows = self.position_index(qpos, kpos) - grads.meta["lo"]  # (B|1, Nq, Nk)
+        idx = rows[:, None].expand(B, H, Nq, Nk)
         if gc2p is not None:
             gc2p.scatter_add_(-1, idx, ds)
         if gp2c is not None:
-            gp2c.scatter_add_(-2, idx, ds)
+            flat = _rows_flat(gp2c)
+            if flat is None:
+                gp2c.scatter_add_(-2, idx, ds)
+            else:
+                flat[0].scatter_add_(-1, _flat_index(rows, flat[1], B, H), ds.reshape(B, H, Nq * Nk))
         return True
 
     def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
@@ -400,3 +409,22 @@ class DeBERTa(Encoding):
             if qr is not None:  # k_j . Qr[delta(i, j)]
                 out[b] += torch.einsum("hjd,ijhd->hij", k[b], qr[idx[b]])
         return scale * out
+
+
+def _rows_flat(t: Tensor) -> tuple[Tensor, int] | None:
+    """``t (B, H, rows, C)`` (a keys-last state or a block of it, unit stride along keys) as ``(B, H, rows * S)``
+    with its row stride ``S``, to gather along the last dim; None where autograd must see the 4-D gather
+    (a non-contiguous block that requires a gradient) or the layout does not allow it."""
+    if t.is_contiguous():
+        return t.reshape(t.shape[0], t.shape[1], -1), t.shape[-1]
+    if t.stride(-1) != 1 or (t.requires_grad and torch.is_grad_enabled()):
+        return None
+    S = t.stride(-2)
+    return t.as_strided((t.shape[0], t.shape[1], t.shape[2] * S), (t.stride(0), t.stride(1), 1)), S
+
+
+def _flat_index(rows: Tensor, S: int, B: int, H: int) -> Tensor:
+    """Flat position ``row * S + j`` of each pair (``rows (B|1, Nq, Nk)``), expanded to ``(B, H, Nq * Nk)``."""
+    Nq, Nk = rows.shape[-2:]
+    lin = rows * S + torch.arange(Nk, device=rows.device)  # (B|1, Nq, Nk)
+    return lin.reshape(rows.shape[0], 1, Nq * Nk).expand(B, H, Nq * Nk)
