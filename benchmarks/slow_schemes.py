@@ -74,16 +74,26 @@ def _blocks(N: int, rows: int):
         yield a, b, b  # causal: keys 0..b-1
 
 
+def _txl_inputs(enc, q):
+    """Transformer-XL's relative keys, the causal call's offsets ``d = j - i`` (from ``lo = -(N - 1)``) and ``q + v``."""
+    from relpos.distance import offsets_range
+
+    N = q.shape[2]
+    rk = enc.relative_keys()
+    return rk, offsets_range(N, N, 0), q.detach() + rk.v.detach()[None, :, None, :], -(N - 1)
+
+
+def _txl_seg(rtab, lo, a, b, C):
+    """The relative keys of block ``[a, b) x [0, C)``: offsets ``-(b - 1) ..`` (``(H, R + C - 1, D)``)."""
+    s = -(b - 1) - lo
+    return rtab[:, s: s + (b - a) + C - 1]
+
+
 def _term_txl(enc, q, rows):
     """The projected sinusoid ``W_R R`` on the past offsets and its gradient, the relative-key products per
     block and their two backward matmuls."""
-    from relpos.distance import offsets_range
-
     B, H, N, D = q.shape
-    rk = enc.relative_keys()
-    offs = offsets_range(N, N, 0)
-    qv = q.detach() + rk.v.detach()[None, :, None, :]
-    lo = -(N - 1)
+    rk, offs, qv, lo = _txl_inputs(enc, q)
 
     def step():
         for p in enc.parameters():
@@ -92,13 +102,11 @@ def _term_txl(enc, q, rows):
         rtab = torch.cat([past.detach(), past.new_zeros(H, N - 1, D)], 1)  # future offsets: zero keys
         drt = torch.zeros_like(rtab)
         for a, b, C in _blocks(N, rows):
-            R, W = b - a, (b - a) + C - 1
-            d_min = -(b - 1)
-            seg = rtab[:, d_min - lo: d_min - lo + W]  # (H, W, D)
+            seg = _txl_seg(rtab, lo, a, b, C)  # (H, W, D)
             pd = torch.matmul(qv[:, :, a:b], seg.transpose(-1, -2))  # forward (B, H, R, W)
             z = pd  # stands for dS laid out by offset (same shape)
             torch.matmul(z, seg)  # dq
-            drt[:, d_min - lo: d_min - lo + W] += torch.matmul(z.transpose(-1, -2), qv[:, :, a:b]).sum(0)  # dr
+            _txl_seg(drt, lo, a, b, C).add_(torch.matmul(z.transpose(-1, -2), qv[:, :, a:b]).sum(0))  # dr
         past.backward(drt[:, :N])  # W_R's gradient
     return step
 
@@ -206,14 +214,11 @@ def _recompute(name, enc, q, k, scale, rows):
     q, k = q.detach(), k.detach()
     with torch.no_grad():
         if name == "transformer-xl":
-            from relpos.distance import offsets_range
-
-            rk = enc.relative_keys()
-            rtab, qv, lo = rk.keys(offsets_range(N, N, 0)), q + rk.v[None, :, None, :], -(N - 1)
+            rk, offs, qv, lo = _txl_inputs(enc, q)
+            rtab = rk.keys(offs)
 
             def fn(a, b, C):
-                seg = rtab[:, -(b - 1) - lo: -(b - 1) - lo + (b - a) + C - 1]
-                torch.matmul(qv[:, :, a:b], seg.transpose(-1, -2))
+                torch.matmul(qv[:, :, a:b], _txl_seg(rtab, lo, a, b, C).transpose(-1, -2))
         elif name == "deberta":
             state = enc.score_state(q, k, pos, pos, scale)
 

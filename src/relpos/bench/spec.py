@@ -34,9 +34,9 @@ class BenchSpec:
         device: ``cpu`` or ``cuda``.
         clock: ``cpu`` (process CPU time) or ``wall``.
         settle: run each case once untimed right before each of its timed runs, so a timed run
-            follows a run of the same case (steady state, as in a training loop) whatever the
-            order; without it, what ran before (another implementation's allocations) shifted
-            ``dense`` by up to 2x at N = 1024.
+            follows a run of the same case whatever the order. It does not make ``dense``'s large
+            buffers steady: whether glibc maps them fresh or reuses heap memory depends on the
+            process's history (benchmarks/README.md, "Page faults").
     """
 
     batch: int = 1

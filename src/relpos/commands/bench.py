@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with one thread) or wall-clock time (default with several threads); both are recorded")
     p.add_argument("--no-settle", action="store_true",
                    help="time each case right after whatever ran before it (default: an untimed run of the same "
-                        "case first, so every timed run is in steady state)")
+                        "case first, so every timed run follows a run of the same case)")
     p.add_argument("--no-flush-denormal", action="store_true",
                    help="keep subnormal floats (default flushes them: torch.set_flush_denormal(True))")
     p.add_argument("--no-memory", action="store_true", help="skip the per-configuration peak-memory subprocesses")
