@@ -345,10 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     doc = measure(args.n, args.rounds, args.rows, schemes=schemes)
     import relpos
+    from relpos import kernels
 
     doc.update({"command": "python benchmarks/slow_schemes.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                 "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
-                           f"relpos {getattr(relpos, '__version__', '?')}",
+                           f"relpos {getattr(relpos, '__version__', '?')}, kernels {kernels.status()}",
                 "N": args.n, "rounds": args.rounds, "block_rows": args.rows, "seconds": round(time.time() - t0, 1),
                 "load_start": load0, "load_end": [round(x, 2) for x in os.getloadavg()]})
     out = Path(args.out)

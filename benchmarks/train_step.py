@@ -158,7 +158,8 @@ def _in_attention(scheme: str) -> bool:
 def markdown(doc: dict) -> str:
     lines = ["# TransformerLM train-step time per scheme, against NoPE", "",
              f"Command: `{doc['command']}`", "",
-             f"CPU ({doc['machine']}), torch {doc['torch']}, {doc['threads']} thread(s); process CPU time per "
+             f"CPU ({doc['machine']}), torch {doc['torch']}, {doc['threads']} thread(s), relpos kernels "
+             f"{doc.get('relpos_kernels', 'not recorded')}; process CPU time per "
              "optimizer step (forward, backward, clipping, AdamW), median of interleaved rounds after a warm-up "
              f"step; `attn_impl='auto'`. Run took {doc['seconds']:.0f} s. Targets: <= {TARGET}x NoPE, "
              "<= 2x for DeBERTa, CoPE and FoX.", "",
@@ -192,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
+    from relpos import kernels
     from relpos.data import stdlib_corpus
     from relpos.encodings import scheme_names
 
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{shape}: done at {time.monotonic() - t0:.0f} s")
     doc = {"benchmark": "train_step", "command": "python benchmarks/train_step.py " + " ".join(sys.argv[1:]),
            "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
-           "threads": args.threads, "seconds": round(time.monotonic() - t0, 1), "shapes": shapes}
+           "relpos_kernels": kernels.status(), "threads": args.threads, "seconds": round(time.monotonic() - t0, 1), "shapes": shapes}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1) + "\n")

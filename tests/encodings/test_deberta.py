@@ -292,7 +292,14 @@ def test_short_sequences_project_only_the_rows_they_reach():
     assert [tuple(t.shape[-2:]) for t in state.tensors] == [(5, 9), (9, 5)] and state.axes == ("q", "k-last")
 
 
-def test_score_with_backward_equals_autograd_of_score_with():
+@pytest.mark.parametrize("kernel", [False, True], ids=["pytorch", "kernel"])
+def test_score_with_backward_equals_autograd_of_score_with(monkeypatch, kernel):
+    """Both paths (the compiled rows kernel where built, see tests/kernels) against autograd."""
+    from relpos import kernels
+
+    if kernel and kernels.load() is None:
+        pytest.skip(f"relpos kernels: {kernels.status()}")
+    monkeypatch.setattr(kernels, "ENABLED", kernel)
     enc = _enc()
     q, k, _ = _qkv(B=2, Nq=6, Nk=9, seed=3)
     qpos, kpos = torch.arange(3, 9)[None], torch.arange(9)[None]

@@ -99,6 +99,7 @@ def machine_info(spec: BenchSpec | None = None) -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "relpos_kernels": _kernels_status(),
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
@@ -109,6 +110,12 @@ def machine_info(spec: BenchSpec | None = None) -> dict:
     except OSError:
         pass
     return info
+
+
+def _kernels_status() -> str:
+    from relpos import kernels
+
+    return kernels.status()
 
 
 def _peer(impl: str):

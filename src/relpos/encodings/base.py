@@ -344,6 +344,11 @@ class Encoding(nn.Module):
         (``qpos (B|1, R)``, ``kpos (B|1, C)``: the block's positions). Returns ``(B, H, R, C)``."""
         raise NotImplementedError(f"scheme {self.name!r} has no score_state")
 
+    def score_into(self, state: ScoreState, qpos: Tensor, kpos: Tensor, out: Tensor) -> None:
+        """``out += score_with(state, qpos, kpos)`` in place (``out (B, H, R, C)``, no autograd through it);
+        schemes with a kernel that adds in place override it to skip the temporary."""
+        out += self.score_with(state, qpos, kpos).to(out.dtype)
+
     def score_with_backward(self, grads: ScoreState, qpos: Tensor, kpos: Tensor, ds: Tensor) -> bool:
         """Optional: add the gradient of :meth:`score_with` for upstream gradient ``ds (B, H, R, C)``
         into ``grads`` (the state's gradient tensors sliced to the block, written in place) and

@@ -58,6 +58,7 @@ from torch import Tensor, nn
 
 from relpos.distance import deberta_log_bucket
 from relpos.encodings.base import Encoding, ScoreState
+from relpos.kernels import rows as krows
 from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
 #: Pairs above which :meth:`DeBERTa.position_index` looks rows up per distinct distance.
@@ -255,6 +256,27 @@ class DeBERTa(Encoding):
             r = deberta_log_bucket(r, bucket_size=self.position_buckets, max_position=self.max_relative_positions)
         return (r + self.span).clamp(0, 2 * self.span - 1)
 
+    def _distance_table(self, qpos: Tensor, kpos: Tensor, lo: int) -> tuple[Tensor, int] | None:
+        """Rows (minus ``lo``) of the distances ``rlo .. rhi`` these positions reach, and ``rlo``;
+        None when that range is much wider than the positions (scattered positions)."""
+        if qpos.numel() == 0 or kpos.numel() == 0:
+            return None
+        rlo, rhi = int(qpos.min()) - int(kpos.max()), int(qpos.max()) - int(kpos.min())
+        if rhi - rlo >= 2 * (qpos.shape[-1] + kpos.shape[-1]):
+            return None
+        return self._rows_of(torch.arange(rlo, rhi + 1, device=qpos.device)) - lo, rlo
+
+    def _kernel_terms(self, state: ScoreState, qpos: Tensor, kpos: Tensor):
+        """``(c2p, p2c, table, rlo)`` when the compiled kernel (:mod:`relpos.kernels.rows`) can serve
+        this state, else None."""
+        it = iter(state.tensors)
+        c2p = next(it) if "c2p" in self.terms else None  # (B, H, Nq, rows)
+        p2c = next(it) if "p2c" in self.terms else None  # (B, H, rows, Nk)
+        if not krows.usable(c2p, p2c) or qpos.device.type != "cpu":
+            return None
+        tab = self._distance_table(qpos, kpos, state.meta["lo"])
+        return None if tab is None else (c2p, p2c, *tab)
+
     def row_range(self, qpos: Tensor, kpos: Tensor) -> tuple[int, int]:
         """First and last table row that :meth:`position_index` can give for these positions.
 
@@ -322,6 +344,9 @@ class DeBERTa(Encoding):
         return ScoreState(tuple(tensors), tuple(axes), {"lo": lo})
 
     def score_with(self, state: ScoreState, qpos: Tensor, kpos: Tensor) -> Tensor:
+        kt = self._kernel_terms(state, qpos, kpos)
+        if kt is not None:  # the compiled kernel: runs of keys per table row, no N x N index
+            return krows.gather(*kt[:2], qpos, kpos, *kt[2:])
         it = iter(state.tensors)
         c2p = next(it) if "c2p" in self.terms else None  # (B, H, Nq, rows)
         p2c = next(it) if "p2c" in self.terms else None  # (B, H, rows, Nk)
@@ -344,6 +369,10 @@ class DeBERTa(Encoding):
 
     def score_with_backward(self, grads: ScoreState, qpos: Tensor, kpos: Tensor, ds: Tensor) -> bool:
         """The gathers' gradient, scattered straight into the state's gradient (no zero-filled temporaries)."""
+        kt = self._kernel_terms(grads, qpos, kpos)
+        if kt is not None:
+            krows.scatter_(*kt[:2], ds, qpos, kpos, *kt[2:])
+            return True
         it = iter(grads.tensors)
         gc2p = next(it) if "c2p" in self.terms else None
         gp2c = next(it) if "p2c" in self.terms else None
@@ -359,6 +388,14 @@ class DeBERTa(Encoding):
             else:
                 flat[0].scatter_add_(-1, _flat_index(rows, flat[1], B, H), ds.reshape(B, H, Nq * Nk))
         return True
+
+    def score_into(self, state: ScoreState, qpos: Tensor, kpos: Tensor, out: Tensor) -> None:
+        """``out += score_with(state, ...)``, in place through the kernel where it serves (no temporary)."""
+        kt = self._kernel_terms(state, qpos, kpos)
+        if kt is not None and out.is_contiguous() and out.dtype == (kt[0] if kt[0] is not None else kt[1]).dtype:
+            krows.gather(*kt[:2], qpos, kpos, *kt[2:], out=out)
+        else:
+            out += self.score_with(state, qpos, kpos).to(out.dtype)
 
     def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
         return self.score_with(self.score_state(q, k, qpos, kpos, scale), qpos, kpos)

@@ -173,6 +173,14 @@ def _score(cfg: _BlockCfg, st, qb: Tensor, kr: Tensor, qp: Tensor, kp: Tensor) -
     return cfg.enc.score_with(ScoreState(tuple(st), cfg.state.axes, cfg.state.meta), qp, kp)
 
 
+def _score_into(cfg: _BlockCfg, st, qb: Tensor, kr: Tensor, qp: Tensor, kp: Tensor, s: Tensor) -> None:
+    """``s += the scheme's score on one block``, in place where the scheme can (:meth:`Encoding.score_into`)."""
+    if cfg.state is None:
+        s += cfg.enc.score(qb, kr, qp, kp, cfg.scale).to(s.dtype)
+    else:
+        cfg.enc.score_into(ScoreState(tuple(st), cfg.state.axes, cfg.state.meta), qp, kp, s)
+
+
 def _block_state(cfg: _BlockCfg, tensors, a: int, b: int, C: int) -> tuple:
     """The per-call score state's tensors (or their gradients) sliced to one block (views)."""
     if cfg.state is None:
@@ -214,7 +222,7 @@ class _BlockFn(torch.autograd.Function):
             if cfg.gen_bias:
                 s += enc.bias(qp, kp).to(cd)
             if cfg.has_score:
-                s += _score(cfg, _block_state(cfg, st, a, b, C), qb, kr, qp, kp).to(cd)
+                _score_into(cfg, _block_state(cfg, st, a, b, C), qb, kr, qp, kp, s)
             _mask_block(s, cfg, a, b, C)
             m = s.amax(-1, keepdim=True)
             empty = m == -math.inf  # rows with no allowed key
@@ -266,9 +274,7 @@ class _BlockFn(torch.autograd.Function):
                     bb = enc.bias(qp, kp)  # (B|1, H, R, C)
                 s += bb.detach().to(cd)
             if cfg.has_score and cfg.manual_score_grad:  # the scheme writes the state's gradient itself
-                sc = _score(cfg, _block_state(cfg, st, a, b, C), qb, kr, qp, kp)
-                s += sc.to(cd)
-                sc = None
+                _score_into(cfg, _block_state(cfg, st, a, b, C), qb, kr, qp, kp, s)
             elif cfg.has_score:
                 with torch.enable_grad():
                     qleaf = qb.detach().requires_grad_(True)

@@ -1,0 +1,143 @@
+"""Optional compiled CPU kernels, built once with the machine's C++ compiler.
+
+PyTorch has no operation for "gather a per-row state through a distance table"
+without an ``N x N`` index, so :mod:`relpos.kernels.rows` ships one as a small C++
+extension (``rows.cpp``). It is compiled by ``make install`` (``python -m
+relpos.kernels build``) with :mod:`torch.utils.cpp_extension` into a folder of its
+own under the user's cache (``$RELPOS_KERNEL_DIR``, else
+``$XDG_CACHE_HOME/relpos/kernels``, else ``~/.cache/relpos/kernels``), named by a
+hash of the source, the compiler flags and the torch version, so a stale build is
+never loaded.
+
+Nothing is compiled at run time: :func:`load` imports a finished build or returns
+None, and callers then take their PyTorch path, which computes the same numbers
+(the kernels are tested against it and against the float64 references). Where no
+compiler or ``ninja`` is found, ``build`` says so in one line and the library works
+as before. :func:`status` says which case holds; ``relpos bench`` records it.
+Set ``RELPOS_KERNELS=0`` (or :data:`ENABLED` ``= False``) to switch them off, e.g.
+to time both paths side by side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+__all__ = ["ENABLED", "build", "cache_root", "load", "status"]
+
+log = logging.getLogger("relpos.kernels")
+
+#: Master switch, read at call time (``RELPOS_KERNELS=0`` turns it off at import).
+ENABLED: bool = os.environ.get("RELPOS_KERNELS", "1").strip().lower() not in ("0", "off", "false", "no")
+
+_SOURCE = Path(__file__).with_name("rows.cpp")
+_FUNCTIONS = ["gather_rows", "scatter_rows"]
+_CFLAGS = ["-O3"]
+_loaded: dict = {}  # "module" -> module or None, "why" -> reason when None
+
+
+def cache_root() -> Path:
+    """Folder under which builds live (``$RELPOS_KERNEL_DIR`` or the user's cache)."""
+    env = os.environ.get("RELPOS_KERNEL_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "relpos" / "kernels"
+
+
+def _tag() -> str:
+    h = hashlib.sha256()
+    h.update(_SOURCE.read_bytes())
+    h.update(" ".join(_CFLAGS + _FUNCTIONS).encode())
+    h.update(torch.__version__.encode())
+    return h.hexdigest()[:16]
+
+
+def _name() -> str:
+    return f"relpos_rows_{_tag()}"
+
+
+def _build_dir() -> Path:
+    return cache_root() / _name()
+
+
+def _library(folder: Path) -> Path | None:
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES + [".so"]:
+        p = folder / f"{_name()}{suffix}"
+        if p.is_file():
+            return p
+    return None
+
+
+def load():
+    """The compiled module, or None (not built, switched off, or failed to load; see :func:`status`)."""
+    if not ENABLED:
+        return None
+    if "module" in _loaded:
+        return _loaded["module"]
+    mod, why = None, ""
+    lib = _library(_build_dir())
+    if lib is None:
+        why = f"not built (run `python -m relpos.kernels build` or `make install`; looked in {_build_dir()})"
+    else:
+        try:
+            spec = importlib.util.spec_from_file_location(_name(), lib)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        except (ImportError, OSError) as e:  # a build for another ABI, a truncated file
+            mod, why = None, f"failed to load {lib}: {e}"
+    if mod is None:
+        log.info("relpos kernels: %s; the PyTorch paths serve every call", why)
+    _loaded.update(module=mod, why=why)
+    return mod
+
+
+def status() -> str:
+    """One line: ``"loaded (PATH)"``, ``"off (RELPOS_KERNELS=0)"`` or why they are not there."""
+    if not ENABLED:
+        return "off (RELPOS_KERNELS=0 or relpos.kernels.ENABLED = False)"
+    if load() is not None:
+        return f"loaded ({_library(_build_dir())})"
+    return _loaded["why"]
+
+
+def build(verbose: bool = False) -> tuple[bool, str]:
+    """Compile the kernels into :func:`cache_root` unless that build exists; never raises.
+
+    Returns:
+        ``(ok, message)``: ``ok`` is False, with the reason, where no compiler or
+        ``ninja`` is found or compilation fails.
+    """
+    final = _build_dir()
+    if _library(final) is not None:
+        return True, f"relpos kernels: already built in {final}"
+    try:
+        from torch.utils.cpp_extension import load_inline, verify_ninja_availability
+
+        verify_ninja_availability()
+        cache_root().mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_root()))  # ours: removed below
+        try:
+            load_inline(_name(), cpp_sources=[_SOURCE.read_text()], functions=_FUNCTIONS,
+                        extra_cflags=_CFLAGS, build_directory=str(work), verbose=verbose)
+            try:
+                work.rename(final)  # atomic: a reader never sees half a build
+            except OSError:
+                if _library(final) is None:  # not a concurrent builder's finished folder
+                    raise
+        finally:
+            if work.exists():
+                shutil.rmtree(work, ignore_errors=True)
+    except Exception as e:  # noqa: BLE001 - any failure leaves the PyTorch paths; say why in one line
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(": [")[0][:200]
+        return False, f"relpos kernels: not built ({type(e).__name__}: {first}); the PyTorch paths serve every call"
+    _loaded.clear()
+    return True, f"relpos kernels: built in {final}"
