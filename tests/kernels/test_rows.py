@@ -53,7 +53,7 @@ def _case(seed, B, H, nq, nk, n_rows, layout, terms, dtype, strided):
 
 CASES = dict(
     seed=st.integers(0, 10**6), B=st.integers(1, 3), H=st.integers(1, 3), nq=st.integers(1, 20),
-    nk=st.integers(1, 40), n_rows=st.integers(1, 12), layout=st.sampled_from(["contiguous", "gapped"]),
+    nk=st.integers(1, 40), n_rows=st.integers(1, 40), layout=st.sampled_from(["contiguous", "gapped"]),
     terms=st.sampled_from([("c2p",), ("p2c",), ("c2p", "p2c")]), dtype=st.sampled_from([torch.float32, torch.float64]),
     strided=st.booleans(),
 )

@@ -334,12 +334,13 @@ class DeBERTa(Encoding):
         kr, qr = self.position_vectors(cdt, slice(lo, hi + 1))  # (H, rows, D) each
         tensors, axes = [], []
         if kr is not None:
-            tensors.append(torch.matmul(q.to(cdt), kr.transpose(-1, -2)) * scale)  # (B, H, Nq, rows)
+            # the scale goes on the (H, rows, D) table, not on the (B, H, Nq, rows) product
+            tensors.append(torch.matmul(q.to(cdt), (kr * scale).transpose(-1, -2)))  # (B, H, Nq, rows)
             axes.append("q")
         if qr is not None:
             # keys last, (B, H, rows, Nk): the gather reads along a row wherever the row index holds over
             # many keys (the log buckets); the transposed layout read one table row per key
-            tensors.append(torch.matmul(qr, k.to(cdt).transpose(-1, -2)) * scale)  # (B, H, rows, Nk)
+            tensors.append(torch.matmul(qr * scale, k.to(cdt).transpose(-1, -2)))  # (B, H, rows, Nk)
             axes.append("k-last")
         return ScoreState(tuple(tensors), tuple(axes), {"lo": lo})
 

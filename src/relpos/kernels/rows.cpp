@@ -67,6 +67,13 @@ inline void for_runs(const Rows& r, int64_t A, F f) {
   }
 }
 
+// Whether the runs one row crosses are long enough to walk (else a plain loop over its keys is cheaper).
+inline bool long_runs(const Rows& r, int64_t A) {
+  const auto lo_it = std::upper_bound(r.starts.begin(), r.starts.end() - 1, A - r.Nk + 1);
+  const auto hi_it = std::upper_bound(r.starts.begin(), r.starts.end() - 1, A);
+  return 4 * (hi_it - lo_it + 1) <= r.Nk;  // mean run of at least 4 keys
+}
+
 struct View4 {  // a strided 4-D view's pointer and strides (or absent)
   bool on = false; int64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   template <typename T> T* ptr(const torch::Tensor& t) const { return on ? t.data_ptr<T>() : nullptr; }
@@ -114,7 +121,7 @@ void gather_rows(torch::Tensor out, torch::Tensor C, torch::Tensor P, torch::Ten
           scalar_t* orow = o + (bh * Nq + a) * Nk;
           const scalar_t* crow = vc.on ? cd + b * vc.s0 + h * vc.s1 + a * vc.s2 : nullptr;
           const int64_t base = q[a] - rlo;
-          if (runs) {
+          if (runs && long_runs(r, base - k[0])) {
             for_runs(r, base - k[0], [&](int64_t t, int64_t j0, int64_t j1) {
               const scalar_t c = vc.on ? crow[t * vc.s3] : scalar_t(0);
               if (vp.on) {
@@ -126,6 +133,20 @@ void gather_rows(torch::Tensor out, torch::Tensor C, torch::Tensor P, torch::Ten
                 else for (int64_t j = j0; j < j1; ++j) orow[j] = c;
               }
             });
+            continue;
+          }
+          if (runs) {  // keys at unit steps: the distance index is A - j
+            const int64_t* tr = r.td + (base - k[0]);
+            if (vc.on && vp.on) {
+              if (accumulate) for (int64_t j = 0; j < Nk; ++j) { const int64_t t = tr[-j]; orow[j] += crow[t * vc.s3] + pb[t * vp.s2 + j]; }
+              else for (int64_t j = 0; j < Nk; ++j) { const int64_t t = tr[-j]; orow[j] = crow[t * vc.s3] + pb[t * vp.s2 + j]; }
+            } else if (vc.on) {
+              if (accumulate) for (int64_t j = 0; j < Nk; ++j) orow[j] += crow[tr[-j] * vc.s3];
+              else for (int64_t j = 0; j < Nk; ++j) orow[j] = crow[tr[-j] * vc.s3];
+            } else {
+              if (accumulate) for (int64_t j = 0; j < Nk; ++j) orow[j] += pb[tr[-j] * vp.s2 + j];
+              else for (int64_t j = 0; j < Nk; ++j) orow[j] = pb[tr[-j] * vp.s2 + j];
+            }
             continue;
           }
           for (int64_t j = 0; j < Nk; ++j) {
@@ -167,11 +188,17 @@ void scatter_rows(torch::Tensor gC, torch::Tensor gP, torch::Tensor ds, torch::T
           const scalar_t* drow = dd + (bh * Nq + a) * Nk;
           scalar_t* crow = vc.on ? cd + b * vc.s0 + h * vc.s1 + a * vc.s2 : nullptr;
           const int64_t base = q[a] - rlo;
-          if (runs) {
+          if (runs && long_runs(r, base - k[0])) {
             for_runs(r, base - k[0], [&](int64_t t, int64_t j0, int64_t j1) {
               if (vc.on) { scalar_t acc = 0; for (int64_t j = j0; j < j1; ++j) acc += drow[j]; crow[t * vc.s3] += acc; }
               if (vp.on) { scalar_t* pr = pb + t * vp.s2; for (int64_t j = j0; j < j1; ++j) pr[j] += drow[j]; }
             });
+            continue;
+          }
+          if (runs) {  // keys at unit steps: the distance index is A - j
+            const int64_t* tr = r.td + (base - k[0]);
+            if (vc.on) for (int64_t j = 0; j < Nk; ++j) crow[tr[-j] * vc.s3] += drow[j];
+            if (vp.on) for (int64_t j = 0; j < Nk; ++j) pb[tr[-j] * vp.s2 + j] += drow[j];
             continue;
           }
           for (int64_t j = 0; j < Nk; ++j) {
