@@ -26,6 +26,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -119,6 +120,10 @@ def build(verbose: bool = False) -> tuple[bool, str]:
     final = _build_dir()
     if _library(final) is not None:
         return True, f"relpos kernels: already built in {final}"
+    # a ninja installed with pip (relpos[kernels]) lies beside the interpreter, maybe not on PATH
+    bindir = os.path.dirname(sys.executable)
+    if bindir and bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     try:
         from torch.utils.cpp_extension import load_inline, verify_ninja_availability
 
