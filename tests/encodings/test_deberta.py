@@ -332,3 +332,32 @@ def test_position_index_by_distinct_distance_equals_the_formula_per_pair(seed, n
     got = enc.position_index(qpos, kpos)
     want = enc._rows_of(qpos[:, :, None] - kpos[:, None, :])
     assert got.shape == want.shape and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("kernel", [False, True], ids=["pytorch", "kernel"])
+@pytest.mark.parametrize("q_offset", [0, 5])
+def test_causal_chunked_state_covers_only_past_rows(monkeypatch, kernel, q_offset):
+    """Causal calls on contiguous positions project and multiply only the rows of i - j >= 0 (the mask hides
+    the rest); outputs and gradients stay those of the float64 reference."""
+    from relpos import kernels
+    from relpos.attention import chunked
+
+    if kernel and kernels.load() is None:
+        pytest.skip(f"relpos kernels: {kernels.status()}")
+    monkeypatch.setattr(kernels, "ENABLED", kernel)
+    monkeypatch.setattr(chunked, "FORCE_ROWS", 8)
+    enc = _enc()  # 8 buckets, max distance 16: rows 0..15, distance 0 at row 8
+    states = []
+    real = DeBERTa.score_state
+    monkeypatch.setattr(DeBERTa, "score_state", lambda self, *a, **kw: states.append(real(self, *a, **kw)) or states[-1])
+    q, k, v = _qkv(B=2, Nq=20 - q_offset, Nk=20, seed=5, dtype=torch.float64)
+    out = relpos.attention(q, k, v, enc, causal=True, q_offset=q_offset, impl="chunked")
+    ref = relpos.attention(q, k, v, enc, causal=True, q_offset=q_offset, impl="reference")
+    torch.testing.assert_close(out, ref)
+    assert states and states[0].meta["lo"] == 8  # no row of a future key
+    assert [t.shape[-1] if ax == "q" else t.shape[-2] for t, ax in zip(states[0].tensors, states[0].axes)] == [8, 8]
+    g = torch.randn_like(out)
+    got = torch.autograd.grad(out, [q, k, v, *enc.parameters()], g)
+    want = torch.autograd.grad(ref, [q, k, v, *enc.parameters()], g)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)

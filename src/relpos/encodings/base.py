@@ -327,7 +327,8 @@ class Encoding(nn.Module):
         """
         raise NotImplementedError(f"scheme {self.name!r} must implement score()")
 
-    def score_state(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> ScoreState | None:
+    def score_state(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float,
+                    past_only: bool = False) -> ScoreState | None:
         """Capability: the part of :meth:`score` shared by every block of one attention call.
 
         Schemes whose score multiplies q or k with a position table once for all
@@ -336,6 +337,11 @@ class Encoding(nn.Module):
         then call :meth:`score_with` per block on the state sliced to it
         (:meth:`ScoreState.block`), and the state's gradient flows back once per call.
         ``None`` (the default): no shared state, engines call :meth:`score` per block.
+
+        ``past_only=True``: the engine masks every pair whose key position is after its
+        query position (causal attention on contiguous positions), so the state may
+        cover only ``kpos <= qpos``; :meth:`score_with` must still return finite values
+        for the other pairs (they are masked afterwards, and their gradient is 0).
         """
         return None
 

@@ -256,15 +256,23 @@ class DeBERTa(Encoding):
             r = deberta_log_bucket(r, bucket_size=self.position_buckets, max_position=self.max_relative_positions)
         return (r + self.span).clamp(0, 2 * self.span - 1)
 
-    def _distance_table(self, qpos: Tensor, kpos: Tensor, lo: int) -> tuple[Tensor, int] | None:
-        """Rows (minus ``lo``) of the distances ``rlo .. rhi`` these positions reach, and ``rlo``;
-        None when that range is much wider than the positions (scattered positions)."""
+    def _distance_table(self, qpos: Tensor, kpos: Tensor, meta: dict) -> tuple[Tensor, int] | None:
+        """Rows of the state's slice (:meth:`_slice_rows`) for the distances ``rlo .. rhi`` these positions
+        reach, and ``rlo``; None when that range is much wider than the positions (scattered positions)."""
         if qpos.numel() == 0 or kpos.numel() == 0:
             return None
         rlo, rhi = int(qpos.min()) - int(kpos.max()), int(qpos.max()) - int(kpos.min())
         if rhi - rlo >= 2 * (qpos.shape[-1] + kpos.shape[-1]):
             return None
-        return self._rows_of(torch.arange(rlo, rhi + 1, device=qpos.device)) - lo, rlo
+        return self._slice_rows(self._rows_of(torch.arange(rlo, rhi + 1, device=qpos.device)), meta), rlo
+
+    @staticmethod
+    def _slice_rows(rows: Tensor, meta: dict) -> Tensor:
+        """Table rows as indices into the state's slice ``lo .. lo + rows - 1``; rows outside it (only the
+        masked future pairs of a ``past_only`` state) read its nearest row."""
+        r = rows - meta["lo"]
+        n = meta.get("rows")
+        return r if n is None else r.clamp_(0, n - 1)
 
     def _kernel_terms(self, state: ScoreState, qpos: Tensor, kpos: Tensor):
         """``(c2p, p2c, table, rlo)`` when the compiled kernel (:mod:`relpos.kernels.rows`) can serve
@@ -274,7 +282,7 @@ class DeBERTa(Encoding):
         p2c = next(it) if "p2c" in self.terms else None  # (B, H, rows, Nk)
         if not krows.usable(c2p, p2c) or qpos.device.type != "cpu":
             return None
-        tab = self._distance_table(qpos, kpos, state.meta["lo"])
+        tab = self._distance_table(qpos, kpos, state.meta)
         return None if tab is None else (c2p, p2c, *tab)
 
     def row_range(self, qpos: Tensor, kpos: Tensor) -> tuple[int, int]:
@@ -325,12 +333,18 @@ class DeBERTa(Encoding):
 
     # ------------------------------------------------------------ fast path
 
-    def score_state(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> ScoreState:
+    def score_state(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float,
+                    past_only: bool = False) -> ScoreState:
         """``scale q Kr^T`` ``(B, H, Nq, rows)`` and ``scale Qr k^T`` ``(B, H, rows, Nk)`` over the
         table rows ``lo..hi`` the call can reach (:meth:`row_range`): ``O(N rows)`` memory,
-        projected and multiplied once per call; :meth:`score_with` gathers them per block."""
+        projected and multiplied once per call; :meth:`score_with` gathers them per block.
+        ``past_only``: only the rows of ``i - j >= 0`` (about half of them for long causal calls);
+        masked pairs then read the nearest row (finite, masked afterwards)."""
         cdt = torch.promote_types(q.dtype, torch.float32)
         lo, hi = self.row_range(qpos, kpos)
+        if past_only and qpos.numel() and kpos.numel():
+            r0 = int(self._rows_of(torch.zeros(1, dtype=torch.long, device=qpos.device)))  # row of i - j = 0
+            lo = max(lo, min(hi, r0))  # rows grow with i - j
         kr, qr = self.position_vectors(cdt, slice(lo, hi + 1))  # (H, rows, D) each
         tensors, axes = [], []
         if kr is not None:
@@ -342,7 +356,7 @@ class DeBERTa(Encoding):
             # many keys (the log buckets); the transposed layout read one table row per key
             tensors.append(torch.matmul(qr * scale, k.to(cdt).transpose(-1, -2)))  # (B, H, rows, Nk)
             axes.append("k-last")
-        return ScoreState(tuple(tensors), tuple(axes), {"lo": lo})
+        return ScoreState(tuple(tensors), tuple(axes), {"lo": lo, "rows": hi - lo + 1})
 
     def score_with(self, state: ScoreState, qpos: Tensor, kpos: Tensor) -> Tensor:
         kt = self._kernel_terms(state, qpos, kpos)
@@ -354,7 +368,7 @@ class DeBERTa(Encoding):
         ref = c2p if c2p is not None else p2c
         B, H = ref.shape[:2]
         Nq, Nk = qpos.shape[-1], kpos.shape[-1]
-        rows = self.position_index(qpos, kpos) - state.meta["lo"]  # (B|1, Nq, Nk), rows of the slice
+        rows = self._slice_rows(self.position_index(qpos, kpos), state.meta)  # (B|1, Nq, Nk), rows of the slice
         idx = rows[:, None].expand(B, H, Nq, Nk)
         out = None
         if c2p is not None:
@@ -378,7 +392,7 @@ class DeBERTa(Encoding):
         gc2p = next(it) if "c2p" in self.terms else None
         gp2c = next(it) if "p2c" in self.terms else None
         B, H, Nq, Nk = ds.shape
-        rows = self.position_index(qpos, kpos) - grads.meta["lo"]  # (B|1, Nq, Nk)
+        rows = self._slice_rows(self.position_index(qpos, kpos), grads.meta)  # (B|1, Nq, Nk)
         idx = rows[:, None].expand(B, H, Nq, Nk)
         if gc2p is not None:
             gc2p.scatter_add_(-1, idx, ds)

@@ -87,7 +87,9 @@ def run(req: Request, q: Tensor, k: Tensor, tvals: Tensor | None, lo: int) -> Te
     gen_bias = "bias" in enc.acts_on and tvals is None
     # a score with per-call state (projected tables): built once here, autograd to the parameters
     # outside the Function, each block reads it (ScoreState); its gradient comes back once
-    state = enc.score_state(q, k, req.qpos, req.kpos, req.scale) if "score" in enc.acts_on else None
+    # causal on contiguous positions: the mask hides every pair with kpos > qpos, the state need not cover them
+    state = (enc.score_state(q, k, req.qpos, req.kpos, req.scale, past_only=req.causal and req.contiguous)
+             if "score" in enc.acts_on else None)
     leaves = (_probe_leaves(req, q, k, gen_bias, state is None)
               if (gen_bias or enc.acts_on & {"score", "value"}) else [])
     cfg = _BlockCfg(req, lo, gen_bias, len(leaves), state)
