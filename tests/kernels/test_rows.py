@@ -109,6 +109,9 @@ def test_kernel_refuses_tables_and_positions_it_would_read_past():
         rows.gather(C, None, pos, pos, torch.tensor([0, 1, 4, 2, 3]), -2)
     with pytest.raises(RuntimeError, match="outside the table"):
         rows.gather(C, None, pos, pos, torch.tensor([0, 1, 2, 3]), -2)  # distance 2 has no entry
+    with pytest.raises(RuntimeError, match="must not be expanded"):
+        rows.scatter_(torch.zeros(1, 1, 3, 4).expand(2, 1, 3, 4), None, torch.zeros(2, 1, 3, 3), pos, pos,
+                      torch.tensor([0, 1, 2, 3, 3]), -2)
     with pytest.raises(RuntimeError, match="row state must be"):
         rows.gather(C, None, torch.arange(2)[None], torch.arange(4)[None], torch.zeros(5, dtype=torch.long), -3)
 

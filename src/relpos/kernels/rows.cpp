@@ -172,6 +172,10 @@ void scatter_rows(torch::Tensor gC, torch::Tensor gP, torch::Tensor ds, torch::T
   TORCH_CHECK(r.bk == 1 || r.bk == ds.size(0), "kpos batch must be 1 or B");
   const View4 vc = view_of(gC, ds, true, n_rows), vp = view_of(gP, ds, false, n_rows);
   const int64_t B = ds.size(0), H = ds.size(1), Nq = r.Nq, Nk = r.Nk;
+  // each (b, h) is written by one task: an expanded gradient (stride 0) would be written by several
+  for (const auto* v : {&vc, &vp})
+    TORCH_CHECK(!v->on || ((B == 1 || v->s0 != 0) && (H == 1 || v->s1 != 0)),
+                "gradient tensors must not be expanded along batch or heads");
   AT_DISPATCH_FLOATING_TYPES(ds.scalar_type(), "scatter_rows", [&] {
     const scalar_t* dd = ds.data_ptr<scalar_t>();
     scalar_t* cd = vc.ptr<scalar_t>(gC);
