@@ -7,7 +7,8 @@ relpos.kernels build``) with :mod:`torch.utils.cpp_extension` into a folder of i
 own under the user's cache (``$RELPOS_KERNEL_DIR``, else
 ``$XDG_CACHE_HOME/relpos/kernels``, else ``~/.cache/relpos/kernels``), named by a
 hash of the source, the compiler flags and the torch version, so a stale build is
-never loaded.
+never loaded. Builds for other sources or torch versions are left in place (under 1 MB
+each; other environments may use them); the folder can be deleted at any time.
 
 Nothing is compiled at run time: :func:`load` imports a finished build or returns
 None, and callers then take their PyTorch path, which computes the same numbers
