@@ -214,7 +214,8 @@ def main(args: argparse.Namespace) -> int:
     with open(mpath, "w") as f:
         f.write(f"# relpos bench\n\nCommand: `{doc['command'].strip()}`\n\n"
                 f"Machine: {doc['machine']['cpu']} ({doc['machine']['cpu_count']} CPUs), torch "
-                f"{doc['machine']['torch']}, {doc['machine']['torch_threads']} thread(s); "
+                f"{doc['machine']['torch']}, {doc['machine']['torch_threads']} thread(s), relpos kernels "
+                f"{doc['machine'].get('relpos_kernels', 'not recorded')}; "
                 + (f"merged from {', '.join(m['command'] for m in doc['merged_from'])}; "
                    if doc.get("merged_from") else "")
                 + f"run took {doc['total_seconds']:.0f} s; load average at the start of each mask's run: "
