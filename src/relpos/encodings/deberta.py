@@ -241,30 +241,30 @@ class DeBERTa(Encoding):
         Returns:
             ``(B or 1, Nq, Nk)`` int64 in ``[0, 2S)``.
         """
-        if qpos.shape[-1] * kpos.shape[-1] > _TABLE_FROM and kpos.numel() > 0:
+        if qpos.shape[-1] * kpos.shape[-1] > _TABLE_FROM:
             # The row depends on i - j only: evaluate it once per distinct distance (O(Nq + Nk) values),
             # then look every pair up, instead of the log-bucket's passes over all Nq x Nk pairs.
-            lo, hi = int(qpos.min()) - int(kpos.max()), int(qpos.max()) - int(kpos.min())
-            if hi - lo < 2 * (qpos.shape[-1] + kpos.shape[-1]):
-                table = self._rows_of(torch.arange(lo, hi + 1, device=qpos.device))  # (hi - lo + 1,)
+            tab = self._distance_rows(qpos, kpos)
+            if tab is not None:
+                table, lo = tab  # (hi - lo + 1,)
                 return table[qpos[:, :, None] - (kpos + lo)[:, None, :]]  # (B|1, Nq, Nk)
         return self._rows_of(qpos[:, :, None] - kpos[:, None, :])  # (B|1, Nq, Nk), query minus key
+
+    def _distance_rows(self, qpos: Tensor, kpos: Tensor) -> tuple[Tensor, int] | None:
+        """Table row of each distance ``lo .. hi`` these positions reach, and ``lo``; None without
+        positions or when that range is much wider than the positions (scattered positions)."""
+        if qpos.numel() == 0 or kpos.numel() == 0:
+            return None
+        lo, hi = int(qpos.min()) - int(kpos.max()), int(qpos.max()) - int(kpos.min())
+        if hi - lo >= 2 * (qpos.shape[-1] + kpos.shape[-1]):
+            return None
+        return self._rows_of(torch.arange(lo, hi + 1, device=qpos.device)), lo
 
     def _rows_of(self, r: Tensor) -> Tensor:
         """Table row of each distance ``r = i - j``: ``clamp(bucket(r) + S, 0, 2S - 1)``."""
         if self.position_buckets > 0:
             r = deberta_log_bucket(r, bucket_size=self.position_buckets, max_position=self.max_relative_positions)
         return (r + self.span).clamp(0, 2 * self.span - 1)
-
-    def _distance_table(self, qpos: Tensor, kpos: Tensor, meta: dict) -> tuple[Tensor, int] | None:
-        """Rows of the state's slice (:meth:`_slice_rows`) for the distances ``rlo .. rhi`` these positions
-        reach, and ``rlo``; None when that range is much wider than the positions (scattered positions)."""
-        if qpos.numel() == 0 or kpos.numel() == 0:
-            return None
-        rlo, rhi = int(qpos.min()) - int(kpos.max()), int(qpos.max()) - int(kpos.min())
-        if rhi - rlo >= 2 * (qpos.shape[-1] + kpos.shape[-1]):
-            return None
-        return self._slice_rows(self._rows_of(torch.arange(rlo, rhi + 1, device=qpos.device)), meta), rlo
 
     @staticmethod
     def _slice_rows(rows: Tensor, meta: dict) -> Tensor:
@@ -277,13 +277,16 @@ class DeBERTa(Encoding):
     def _kernel_terms(self, state: ScoreState, qpos: Tensor, kpos: Tensor):
         """``(c2p, p2c, table, rlo)`` when the compiled kernel (:mod:`relpos.kernels.rows`) can serve
         this state, else None."""
-        it = iter(state.tensors)
-        c2p = next(it) if "c2p" in self.terms else None  # (B, H, Nq, rows)
-        p2c = next(it) if "p2c" in self.terms else None  # (B, H, rows, Nk)
+        c2p, p2c = self._terms(state)
         if not krows.usable(c2p, p2c) or qpos.device.type != "cpu":
             return None
-        tab = self._distance_table(qpos, kpos, state.meta)
-        return None if tab is None else (c2p, p2c, *tab)
+        tab = self._distance_rows(qpos, kpos)
+        return None if tab is None else (c2p, p2c, self._slice_rows(tab[0], state.meta), tab[1])
+
+    def _terms(self, state: ScoreState) -> tuple[Tensor | None, Tensor | None]:
+        """The state's (or its gradient's) ``c2p (B, H, Nq, rows)`` and ``p2c (B, H, rows, Nk)``, None if off."""
+        it = iter(state.tensors)
+        return (next(it) if "c2p" in self.terms else None), (next(it) if "p2c" in self.terms else None)
 
     def row_range(self, qpos: Tensor, kpos: Tensor) -> tuple[int, int]:
         """First and last table row that :meth:`position_index` can give for these positions.
@@ -362,9 +365,7 @@ class DeBERTa(Encoding):
         kt = self._kernel_terms(state, qpos, kpos)
         if kt is not None:  # the compiled kernel: runs of keys per table row, no N x N index
             return krows.gather(*kt[:2], qpos, kpos, *kt[2:])
-        it = iter(state.tensors)
-        c2p = next(it) if "c2p" in self.terms else None  # (B, H, Nq, rows)
-        p2c = next(it) if "p2c" in self.terms else None  # (B, H, rows, Nk)
+        c2p, p2c = self._terms(state)  # (B, H, Nq, rows), (B, H, rows, Nk)
         ref = c2p if c2p is not None else p2c
         B, H = ref.shape[:2]
         Nq, Nk = qpos.shape[-1], kpos.shape[-1]
@@ -388,9 +389,7 @@ class DeBERTa(Encoding):
         if kt is not None:
             krows.scatter_(*kt[:2], ds, qpos, kpos, *kt[2:])
             return True
-        it = iter(grads.tensors)
-        gc2p = next(it) if "c2p" in self.terms else None
-        gp2c = next(it) if "p2c" in self.terms else None
+        gc2p, gp2c = self._terms(grads)
         B, H, Nq, Nk = ds.shape
         rows = self._slice_rows(self.position_index(qpos, kpos), grads.meta)  # (B|1, Nq, Nk)
         idx = rows[:, None].expand(B, H, Nq, Nk)
