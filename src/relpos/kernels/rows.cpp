@@ -94,16 +94,23 @@ View4 view_of(const torch::Tensor& t, const torch::Tensor& out, bool rows_on_dim
   return v;
 }
 
+// prepare() plus the checks of the (B, H, Nq, Nk) pair tensor both kernels walk (the output or its gradient)
+Rows prepare_pairs(const torch::Tensor& t, const char* name, const torch::Tensor& qpos, const torch::Tensor& kpos,
+                   const torch::Tensor& table, int64_t rlo, int64_t n_rows) {
+  TORCH_CHECK(t.dim() == 4 && t.is_contiguous() && t.device().is_cpu(), name, " must be a contiguous 4-D CPU tensor");
+  Rows r = prepare(qpos, kpos, table, rlo, n_rows);
+  TORCH_CHECK(t.size(2) == r.Nq && t.size(3) == r.Nk, name, " must be (B, H, Nq, Nk)");
+  TORCH_CHECK(r.bq == 1 || r.bq == t.size(0), "qpos batch must be 1 or B");
+  TORCH_CHECK(r.bk == 1 || r.bk == t.size(0), "kpos batch must be 1 or B");
+  return r;
+}
+
 }  // namespace
 
 // out[b,h,a,j] (+)= C[b,h,a,t] + P[b,h,t,j],  t = table[qpos[a] - kpos[j] - rlo]
 void gather_rows(torch::Tensor out, torch::Tensor C, torch::Tensor P, torch::Tensor qpos, torch::Tensor kpos,
                  torch::Tensor table, int64_t rlo, int64_t n_rows, bool accumulate) {
-  TORCH_CHECK(out.dim() == 4 && out.is_contiguous() && out.device().is_cpu(), "out must be a contiguous 4-D CPU tensor");
-  Rows r = prepare(qpos, kpos, table, rlo, n_rows);
-  TORCH_CHECK(out.size(2) == r.Nq && out.size(3) == r.Nk, "out must be (B, H, Nq, Nk)");
-  TORCH_CHECK(r.bq == 1 || r.bq == out.size(0), "qpos batch must be 1 or B");
-  TORCH_CHECK(r.bk == 1 || r.bk == out.size(0), "kpos batch must be 1 or B");
+  Rows r = prepare_pairs(out, "out", qpos, kpos, table, rlo, n_rows);
   const View4 vc = view_of(C, out, true, n_rows), vp = view_of(P, out, false, n_rows);
   const int64_t B = out.size(0), H = out.size(1), Nq = r.Nq, Nk = r.Nk;
   AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "gather_rows", [&] {
@@ -165,11 +172,7 @@ void gather_rows(torch::Tensor out, torch::Tensor C, torch::Tensor P, torch::Ten
 // gC[b,h,a,t] += ds[b,h,a,j];  gP[b,h,t,j] += ds[b,h,a,j]
 void scatter_rows(torch::Tensor gC, torch::Tensor gP, torch::Tensor ds, torch::Tensor qpos, torch::Tensor kpos,
                   torch::Tensor table, int64_t rlo, int64_t n_rows) {
-  TORCH_CHECK(ds.dim() == 4 && ds.is_contiguous() && ds.device().is_cpu(), "ds must be a contiguous 4-D CPU tensor");
-  Rows r = prepare(qpos, kpos, table, rlo, n_rows);
-  TORCH_CHECK(ds.size(2) == r.Nq && ds.size(3) == r.Nk, "ds must be (B, H, Nq, Nk)");
-  TORCH_CHECK(r.bq == 1 || r.bq == ds.size(0), "qpos batch must be 1 or B");
-  TORCH_CHECK(r.bk == 1 || r.bk == ds.size(0), "kpos batch must be 1 or B");
+  Rows r = prepare_pairs(ds, "ds", qpos, kpos, table, rlo, n_rows);
   const View4 vc = view_of(gC, ds, true, n_rows), vp = view_of(gP, ds, false, n_rows);
   const int64_t B = ds.size(0), H = ds.size(1), Nq = r.Nq, Nk = r.Nk;
   // each (b, h) is written by one task: an expanded gradient (stride 0) would be written by several
