@@ -194,7 +194,7 @@ def test_subnormal_safe_exp():
 @pytest.mark.parametrize("name,engine", [
     ("nope", "sdpa"), ("rope", "sdpa"), ("alibi", "regions"), ("t5", "regions"), ("kerple-log", "regions"),
     ("sandwich", "regions"), ("dpb", "regions"), ("shaw", "clipped"), ("shaw-kv", "clipped"),
-    ("transformer-xl", "relkey"), ("fox", "keybias"), ("fire", "blocks"), ("deberta", "blocks"), ("cope", "blocks"),
+    ("transformer-xl", "relkey"), ("fox", "keybias"), ("fire", "regions"), ("deberta", "blocks"), ("cope", "blocks"),
 ])
 def test_engine_choice(name, engine):
     enc = build(name, n_heads=2, causal=True)
@@ -202,6 +202,34 @@ def test_engine_choice(name, engine):
     assert chunked.engine_for(_req(enc, q, k, v)) == engine
     relpos.attention(q, k, v, enc, causal=True, impl="chunked")
     assert chunked.last_engine == engine
+
+
+@pytest.mark.parametrize("init_L, engine", [(100.0, "regions"), (6.0, "blocks"), (12.5, "regions")])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("impl", ["chunked", "dense"])
+def test_fire_is_toeplitz_only_below_its_threshold(small_blocks, init_L, engine, causal, impl):
+    """FIRE's bias is a function of j - i for queries i < L (Encoding.toeplitz_below): calls whose
+    queries all sit below L take the Toeplitz paths, others the per-pair one; both equal the reference."""
+    from relpos.encodings.fire import FIRE
+    from tests.helpers import randomize_parameters
+
+    enc = FIRE(n_heads=2, init_L=init_L)
+    randomize_parameters(enc, std=0.5, seed=3)
+    q, k, v = _inputs(2, 2, 13, 13, 8, seed=5)
+    assert _req(enc, q, k, v, causal=causal).toeplitz == (engine == "regions")
+    assert chunked.engine_for(_req(enc, q, k, v, causal=causal)) == engine
+    out, grads = _run(impl, enc, q, k, v, causal=causal)
+    ref, rgrads = _run("reference", enc, q, k, v, causal=causal)
+    torch.testing.assert_close(out, ref, atol=3e-4, rtol=1e-3)
+    for g, rg in zip(grads, rgrads):
+        torch.testing.assert_close(g, rg, atol=3e-4, rtol=1e-3)
+    if causal:  # cached decoding: the last queries alone, past or below the threshold
+        q2, k2, v2 = _inputs(1, 2, 4, 13, 8, seed=6)
+        o2, g2 = _run(impl, enc, q2, k2, v2, causal=True, q_offset=9)
+        r2, rg2 = _run("reference", enc, q2, k2, v2, causal=True, q_offset=9)
+        torch.testing.assert_close(o2, r2, atol=3e-4, rtol=1e-3)
+        for g, rg in zip(g2, rg2):
+            torch.testing.assert_close(g, rg, atol=3e-4, rtol=1e-3)
 
 
 def test_engine_choice_needs_contiguous_unpadded_float():

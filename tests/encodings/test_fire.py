@@ -73,6 +73,33 @@ def test_rows_below_threshold_are_toeplitz_and_beyond_are_not():
     assert not torch.allclose(b[:, L + 10, L + 7], b[:, L + 15, L + 12])
 
 
+@given(q0=st.integers(0, 40), k0=st.integers(0, 40), nq=st.integers(1, 12), nk=st.integers(1, 12),
+       L=st.floats(1.0, 50.0))
+def test_rows_below_threshold_as_offsets_equal_per_pair_form(q0, k0, nq, nk, L):
+    # shared contiguous positions take the offset form for rows i < L; it must equal the per-pair form
+    enc = _fire(init_L=L)
+    qpos, kpos = torch.arange(q0, q0 + nq)[None], torch.arange(k0, k0 + nk)[None]
+    fast = enc.bias(qpos, kpos)
+    alpha, beta, z = enc._segments()
+    pairs = enc._piecewise(alpha, beta, z, enc.normalized_distance(qpos, kpos))
+    assert fast.shape == pairs.shape == (1, 3, nq, nk)
+    torch.testing.assert_close(fast, pairs, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(fast.double(), enc.reference_bias(qpos, kpos), rtol=1e-5, atol=1e-5)
+    w = torch.randn(fast.shape)
+    params = list(enc.parameters())
+    for a, b in zip(torch.autograd.grad((fast * w).sum(), params), torch.autograd.grad((pairs * w).sum(), params)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_offset_form_serves_exactly_the_rows_below_threshold():
+    enc = _fire(init_L=10.0)
+    L = enc.threshold.item()
+    assert enc._rows_below_threshold(torch.arange(0, 30)[None], torch.arange(0, 30)[None]) == math.ceil(L)
+    assert enc._rows_below_threshold(torch.arange(0, 30).expand(2, 30), torch.arange(0, 30)[None]) == 0
+    assert enc._rows_below_threshold(torch.tensor([[0, 2, 3]]), torch.arange(0, 4)[None]) == 0
+    assert enc._rows_below_threshold(torch.arange(0, 3)[None], torch.tensor([[0, 1, 5]])) == 0
+
+
 def test_not_shift_invariant():
     enc = relpos.make_encoding("fire", n_heads=2, head_dim=8, init_L=4.0)
     randomize_parameters(enc)

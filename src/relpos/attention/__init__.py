@@ -109,6 +109,19 @@ class Request:
     scale: float
 
     @property
+    def toeplitz(self) -> bool:
+        """Whether the scheme has a ``"bias"`` term that is a function of ``j - i`` for this call's
+        query positions (:meth:`Encoding.toeplitz_below`), so it can be evaluated on offsets."""
+        enc = self.encoding
+        bound = enc.toeplitz_below() if "bias" in enc.acts_on else None
+        if bound is None:
+            return False
+        if bound == float("inf"):
+            return True
+        top = self.q_offset + self.q.shape[2] - 1 if self.contiguous else int(self.qpos.max())
+        return top < bound
+
+    @property
     def groups(self) -> int:
         """Query heads per key/value head, ``H // Hkv`` (1 without grouped-query attention)."""
         return self.q.shape[1] // self.k.shape[1]

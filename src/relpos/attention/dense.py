@@ -95,7 +95,7 @@ def position_bias(req: Request, *, causal_fill: bool = False) -> Tensor:
     """
     enc = req.encoding
     B, H, Nq, Nk, _ = req.shape
-    if enc.toeplitz and req.contiguous:
+    if req.toeplitz and req.contiguous:
         offs = offsets_range(Nq, Nk, req.q_offset).to(req.q.device)  # (Nq + Nk - 1,)
         vals = enc.relative_bias(offs)  # (H, Nq + Nk - 1)
         if causal_fill:
@@ -167,7 +167,7 @@ def run(req: Request) -> Tensor:
     B, H, Nq, Nk, _ = req.shape
     G = req.groups
     dtype = q.dtype
-    toeplitz_causal = req.causal and "bias" in enc.acts_on and enc.toeplitz and req.contiguous
+    toeplitz_causal = req.causal and req.toeplitz and req.contiguous
     add = additive_terms(req, q, k, causal_fill=toeplitz_causal)  # (B|1, H, Nq, Nk) or None
     valid = row_has_key(req)  # (B, 1, Nq, 1) or None
 

@@ -112,7 +112,7 @@ def _score_mod(req: Request, q: Tensor, k: Tensor):
             return kv_idx - q_idx - qo
         return kpos[kb if kb is not None else b, kv_idx] - qpos[qb if qb is not None else b, q_idx]
 
-    if sites == {"bias"} and enc.toeplitz:
+    if sites == {"bias"} and req.toeplitz:
         if req.contiguous:
             offs = offsets_range(Nq, Nk, qo).to(q.device)
         else:

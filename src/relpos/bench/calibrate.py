@@ -114,11 +114,10 @@ def calibrate(schemes: list[str], spec: BenchSpec, *, lengths=LENGTHS, modes=("f
         for scheme in schemes:
             if not runs_with_mask(scheme, causal):
                 continue
-            engine = engine_of(scheme, sp, 64)
             for mode in modes:
-                key = cell_key(scheme, engine, causal, mode)
                 dense_won, prev = True, None
-                for N in lengths:
+                for N in lengths:  # the engine can depend on N (FIRE is Toeplitz below its threshold only)
+                    key = cell_key(scheme, engine_of(scheme, sp, N), causal, mode)
                     skip = None
                     if N >= DENSE_SKIP_N and not dense_won:
                         skip = f"dense lost at N={prev}; its N x N terms only grow"

@@ -290,6 +290,16 @@ class Encoding(nn.Module):
         """
         return x
 
+    def toeplitz_below(self) -> float | None:
+        """Query positions below which :meth:`relative_bias` gives the whole ``"bias"`` term.
+
+        ``inf`` for Toeplitz schemes (every position), None for schemes whose bias is
+        never a function of ``j - i`` alone. A scheme Toeplitz only for queries
+        ``i < bound`` returns the bound (FIRE: its threshold ``L``), and fast paths
+        use the offsets for calls whose queries all sit below it.
+        """
+        return math.inf if self.toeplitz else None
+
     def relative_bias(self, delta: Tensor) -> Tensor:
         """Toeplitz schemes: the bias as a function of ``delta = j - i``.
 

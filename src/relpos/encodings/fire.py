@@ -23,7 +23,11 @@ Conventions: the bias is in logit units, added *after* the ``1/sqrt(D)``
 scaling; per head (the MLP has H outputs); one module per layer by default.
 FIRE is **not** shift-invariant: the normaliser depends on the absolute query
 position ``i`` once ``i > L``, so ``relative = False`` and the bias is not
-Toeplitz (``toeplitz = False``); it is computed for every (query, key) pair.
+Toeplitz in general (``toeplitz = False``). Below the threshold it is: every query
+``i < L`` has the normaliser ``psi(L)``, so ``toeplitz_below()`` returns ``L`` and
+attention calls whose queries all sit below it (training at lengths up to ``L``)
+take the Toeplitz fast paths through :meth:`FIRE.relative_bias`; other calls
+compute the bias per (query, key) pair.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+from relpos.distance import toeplitz
 from relpos.encodings.base import Encoding
 from relpos.validation import MAX_TABLE, check_float, check_int
 
@@ -167,11 +172,46 @@ class FIRE(Encoding):
         autograd), each pair looks up its segment (``bucketize``), and no ``W``-wide
         hidden layer is formed per pair. Values and gradients equal the MLP's up to
         float rounding (at an exact breakpoint the subgradient may differ).
+
+        Rows of queries below the threshold (``i < L``) all have the normaliser
+        ``psi(L)``, so there the bias depends on ``j - i`` only: for positions shared
+        by the batch and contiguous, the MLP itself is evaluated on those rows'
+        ``Nq' + Nk - 1`` distinct offsets and expanded (:func:`relpos.distance.toeplitz`);
+        the rows at or past ``L`` take the per-pair form.
         """
+        top = self._rows_below_threshold(qpos, kpos)
+        if top == 0:
+            return self._piecewise(*self._segments(), self.normalized_distance(qpos, kpos))
+        Nq, Nk = qpos.shape[-1], kpos.shape[-1]
+        shift = int(kpos[0, 0]) - int(qpos[0, 0])
+        vals = self.relative_bias(torch.arange(1 - top, Nk, device=qpos.device) + shift)  # (H, top + Nk - 1)
+        out = toeplitz(vals, top, Nk)[None]  # (1, H, top, Nk)
+        if top == Nq:
+            return out
+        rest = self._piecewise(*self._segments(), self.normalized_distance(qpos[:, top:], kpos))
+        return torch.cat([out, rest], dim=-2)  # (1, H, Nq, Nk)
+
+    def toeplitz_below(self) -> float:
+        """Queries ``i < L`` all have the normaliser ``psi(L)``: below the threshold the bias is Toeplitz."""
+        return float(self.threshold.detach())
+
+    def relative_bias(self, delta: Tensor) -> Tensor:
+        """The bias as a function of ``delta = j - i`` for queries below the threshold (``i < L``),
+        float32 ``(H, *delta.shape)``: the MLP itself on ``psi(|delta|) / psi(L)``. Offsets are few
+        (``Nq + Nk - 1``), so no piecewise form is needed; not valid for queries at or past ``L``."""
+        c = self.c
+        x = torch.log1p(c * delta.abs().float()) / (torch.log1p(c * self.threshold) + self.eps)  # (*S,)
+        lin1, lin2 = self.mlp[0], self.mlp[2]
+        flat = x.reshape(-1, 1)  # (P, 1)
+        hidden = torch.relu(torch.addmm(lin1.bias.float(), flat, lin1.weight.float().t()))  # (P, W)
+        vals = torch.addmm(lin2.bias.float()[:, None], lin2.weight.float(), hidden.t())  # (H, P)
+        return vals.reshape(self.n_heads, *delta.shape)
+
+    def _segments(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Per-segment slopes and intercepts ``(H, K + 1)`` (with autograd) and the sorted breakpoints ``(K,)``."""
         lin1, lin2 = self.mlp[0], self.mlp[2]
         a, c = lin1.weight[:, 0].float(), lin1.bias.float()  # (W,), (W,)
         w2, b2 = lin2.weight.float(), lin2.bias.float()  # (H, W), (H,)
-        x = self.normalized_distance(qpos, kpos)  # (B|1, Nq, Nk) float32
         with torch.no_grad():
             nz = a != 0
             z = torch.sort(-c[nz] / a[nz]).values  # breakpoints
@@ -181,10 +221,22 @@ class FIRE(Encoding):
                 reps = torch.zeros(1, device=a.device)
             active = (a[None, :] * reps[:, None] + c[None, :] > 0).to(a.dtype)  # (K+1, W)
         wa = w2[:, None, :] * active[None]  # (H, K+1, W)
-        alpha = wa @ a  # (H, K+1)
-        beta = b2[:, None] + wa @ c  # (H, K+1)
-        seg = torch.bucketize(x.detach(), z)  # (B|1, Nq, Nk) in [0, K]
-        return _PiecewiseLinear.apply(alpha, beta, seg, x)
+        return wa @ a, b2[:, None] + wa @ c, z
+
+    @staticmethod
+    def _piecewise(alpha: Tensor, beta: Tensor, z: Tensor, x: Tensor) -> Tensor:
+        """``f(x)`` for ``x (B|1, Nq, Nk)`` -> ``(B|1, H, Nq, Nk)``."""
+        return _PiecewiseLinear.apply(alpha, beta, torch.bucketize(x.detach(), z), x)
+
+    def _rows_below_threshold(self, qpos: Tensor, kpos: Tensor) -> int:
+        """How many leading query rows have ``i < L``, when positions are shared by the batch and
+        contiguous (0 otherwise, and the per-pair form serves every row)."""
+        if qpos.shape[0] != 1 or kpos.shape[0] != 1:
+            return 0
+        for p in (qpos, kpos):
+            if p.shape[-1] > 1 and not bool((p[0, 1:] - p[0, :-1] == 1).all()):
+                return 0
+        return int((qpos[0].float() < self.threshold.detach()).sum())
 
     def reference_bias(self, qpos: Tensor, kpos: Tensor) -> Tensor:
         """Row by row in float64, straight from the formula."""

@@ -54,8 +54,7 @@ def cpu_flash_ok(req: Request) -> bool:
 
 def toeplitz_terms(req: Request) -> bool:
     """Whether the whole bias is Toeplitz and positions are contiguous (offsets ``lo .. hi``)."""
-    enc = req.encoding
-    return "bias" in enc.acts_on and enc.toeplitz and req.contiguous
+    return req.toeplitz and req.contiguous
 
 
 def rows_per_block(bh: int, keys: int, itemsize: int) -> int:

@@ -42,7 +42,7 @@ NAME = "regions"
 def eligible(req: Request) -> bool:
     """A Toeplitz bias (or no term at all) on contiguous positions, served by the CPU flash kernel."""
     sites = req.encoding.acts_on - {"embedding", "qk"}
-    toeplitz = sites == {"bias"} and req.encoding.toeplitz
+    toeplitz = sites == {"bias"} and req.toeplitz
     return (not sites or toeplitz) and cpu_flash_ok(req)
 
 
