@@ -24,6 +24,7 @@ from torch import Tensor
 
 from relpos.attention import Request, check_finite
 from relpos.distance import offsets_range, toeplitz
+from relpos.first_order import first_order
 
 __all__ = ["supports", "run", "position_bias", "rotated_qk", "additive_terms", "row_has_key", "group_rows",
            "ungroup_rows", "grouped_scores", "expand_kv", "score_keys"]
@@ -152,12 +153,65 @@ def row_has_key(req: Request) -> Tensor | None:
     return ok[:, None, :, None]
 
 
+class _TermAttention(torch.autograd.Function):
+    """``softmax(scale q k^T + term) v`` whose backward also returns the term's gradient ``dS``.
+
+    PyTorch's fused CPU kernel cannot give an additive mask a gradient, so SDPA falls back
+    to its math path when the term needs one; that path runs its matmuls on 4-d views (one
+    small GEMM per batch entry with copies), checks for fully masked rows and lets autograd
+    chain the softmax. Here the five backward matmuls run as 3-d ``bmm`` on contiguous
+    ``(B H, N, D)`` tensors and ``dS = P (dP - rowsum(dO o))`` is formed once, feeding
+    ``dq``, ``dk`` and the term's gradient (summed to the term's broadcast shape). The
+    caller guarantees every row has an allowed key (:func:`row_has_key`), as the dense
+    path does. Float32/float64 only; a second derivative is refused.
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, term: Tensor, scale: float) -> Tensor:
+        B, H, Nq, D = q.shape
+        Nk, Dv = k.shape[2], v.shape[3]
+        q3, k3, v3 = q.reshape(B * H, Nq, D), k.reshape(B * H, Nk, D), v.reshape(B * H, Nk, Dv)
+        s = torch.bmm(q3, k3.transpose(1, 2)).view(B, H, Nq, Nk).mul_(scale).add_(term)  # (B, H, Nq, Nk)
+        p = torch.softmax(s, dim=-1).view(B * H, Nq, Nk)
+        o = torch.bmm(p, v3)  # (B H, Nq, Dv)
+        ctx.save_for_backward(q3, k3, v3, p, o)
+        ctx.scale, ctx.term_shape = scale, term.shape
+        return o.view(B, H, Nq, Dv)
+
+    @staticmethod
+    @first_order
+    def backward(ctx, go: Tensor):
+        q3, k3, v3, p, o = ctx.saved_tensors
+        BH, Nq, Nk = p.shape
+        go3 = go.reshape(BH, Nq, -1)
+        dv = torch.bmm(p.transpose(1, 2), go3)  # (B H, Nk, Dv)
+        ds = torch.bmm(go3, v3.transpose(1, 2))  # dP (B H, Nq, Nk)
+        ds.sub_((go3 * o).sum(-1, keepdim=True)).mul_(p)  # dS = P (dP - rowsum(dO o))
+        dq = torch.bmm(ds, k3).mul_(ctx.scale)
+        dk = torch.bmm(ds.transpose(1, 2), q3).mul_(ctx.scale)
+        shape4 = (go.shape[0], go.shape[1], Nq, Nk)
+        dterm = ds.view(shape4).sum_to_size(ctx.term_shape)  # (B|1, H|1, Nq, Nk)
+        return dq.view(go.shape[:3] + (-1,)), dk.view(shape4[:2] + (Nk, -1)), dv.view(shape4[:2] + (Nk, -1)), dterm, None
+
+
+def _use_term_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> bool:
+    """An additive float term that needs a gradient (SDPA's math fallback), float32/float64, grad mode on."""
+    return (attn_mask is not None and attn_mask.is_floating_point() and attn_mask.requires_grad
+            and torch.is_grad_enabled() and q.dtype in (torch.float32, torch.float64)
+            and attn_mask.dtype == q.dtype == k.dtype == v.dtype and attn_mask.dim() == 4)
+
+
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: float, G: int) -> Tensor:
-    """SDPA with ``k, v`` of ``H / G`` heads: the query heads of a group as stacked rows."""
-    if G == 1:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
-    m = None if attn_mask is None else group_rows(attn_mask, G)
-    return ungroup_rows(F.scaled_dot_product_attention(group_rows(q, G), k, v, attn_mask=m, scale=scale), G)
+    """SDPA with ``k, v`` of ``H / G`` heads: the query heads of a group as stacked rows.
+
+    A term that needs a gradient goes through :class:`_TermAttention` instead of SDPA's math path."""
+    m = attn_mask if G == 1 or attn_mask is None else group_rows(attn_mask, G)
+    qg = group_rows(q, G)
+    if _use_term_attention(qg, k, v, m):
+        out = _TermAttention.apply(qg, k, v, m, scale)
+    else:
+        out = F.scaled_dot_product_attention(qg, k, v, attn_mask=m, scale=scale)
+    return ungroup_rows(out, G)
 
 
 def run(req: Request) -> Tensor:

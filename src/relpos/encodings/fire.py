@@ -37,10 +37,10 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
 from relpos.distance import toeplitz
 from relpos.encodings.base import Encoding
+from relpos.first_order import first_order
 from relpos.validation import MAX_TABLE, check_float, check_int
 
 __all__ = ["FIRE"]
@@ -71,7 +71,7 @@ class _PiecewiseLinear(torch.autograd.Function):
         return al.mul_(x[:, None]).add_(be)
 
     @staticmethod
-    @once_differentiable
+    @first_order
     def backward(ctx, g):
         alpha, seg, x = ctx.saved_tensors
         H, K1 = alpha.shape

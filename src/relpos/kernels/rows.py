@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from relpos import kernels
+from relpos.first_order import first_order
 
 __all__ = ["gather", "reference", "scatter_", "usable"]
 
@@ -88,7 +88,7 @@ class _Gather(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @first_order
     def backward(ctx, dout):
         rlo, n_rows, cs, ps, dt = ctx.meta
         qpos, kpos, table = ctx.saved_tensors

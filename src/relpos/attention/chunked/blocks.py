@@ -15,7 +15,6 @@ import math
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from relpos.attention import Request
 from relpos.encodings.base import Encoding, ScoreState
@@ -28,6 +27,7 @@ from relpos.attention.chunked.kernels import (
     rows_per_block,
     toeplitz_block,
 )
+from relpos.first_order import first_order
 
 NAME = "blocks"
 
@@ -247,7 +247,7 @@ class _BlockFn(torch.autograd.Function):
         return out.to(q.dtype)
 
     @staticmethod
-    @once_differentiable
+    @first_order
     def backward(ctx, dout):
         cfg: _BlockCfg = ctx.cfg
         enc, cd = cfg.enc, cfg.cd

@@ -18,7 +18,6 @@ import math
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from relpos.attention import Request
 from relpos.attention.chunked.kernels import (
@@ -29,6 +28,7 @@ from relpos.attention.chunked.kernels import (
     merge,
     offset_staircase,
 )
+from relpos.first_order import first_order
 
 NAME = "clipped"
 
@@ -190,7 +190,7 @@ class _ClippedFn(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @first_order
     def backward(ctx, dout):
         cfg: _ClippedCfg = ctx.cfg
         q, k, v, a, b, out, lse = ctx.saved_tensors

@@ -31,10 +31,10 @@ import math
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from relpos.attention import Request
 from relpos.attention.chunked.kernels import block_backward, cpu_flash_ok, flash_ops, knob, merge, skewed, staircase
+from relpos.first_order import first_order
 
 NAME = "regions"
 
@@ -124,7 +124,7 @@ class _RegionFn(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @first_order
     def backward(ctx, dout):
         cfg: _RegionCfg = ctx.cfg
         q, kr, vr, tvals, out, lse = ctx.saved_tensors

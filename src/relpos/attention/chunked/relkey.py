@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from relpos.attention import Request
 from relpos.attention.chunked.kernels import block_backward, cpu_flash_ok, flash_ops, knob, skewed
 from relpos.distance import offsets_range
+from relpos.first_order import first_order
 
 NAME = "relkey"
 
@@ -107,7 +107,7 @@ class _RelKeyFn(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @first_order
     def backward(ctx, dout):
         cfg: _RelKeyCfg = ctx.cfg
         qu, qv, k, v, rt, out, lse = ctx.saved_tensors

@@ -1,0 +1,78 @@
+"""dense's ``_TermAttention`` (an additive term with a gradient): exact against SDPA's math path,
+gradients included, for every broadcast shape of the term, grouped heads, and when it is used."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import relpos
+from tests.helpers import build
+
+dense = importlib.import_module("relpos.attention.dense")
+
+
+@settings(max_examples=30, deadline=None)
+@given(B=st.integers(1, 3), H=st.integers(1, 3), Nq=st.integers(1, 9), Nk=st.integers(1, 9), D=st.integers(1, 6),
+       tb=st.booleans(), th=st.booleans(), causal=st.booleans(), seed=st.integers(0, 2**16))
+def test_matches_sdpa_math_with_gradients(B, H, Nq, Nk, D, tb, th, causal, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, Nq, D, generator=g, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(B, H, Nk, D, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    term = torch.randn(B if tb else 1, H if th else 1, Nq, Nk, generator=g, dtype=torch.float64, requires_grad=True)
+    mask = None
+    if causal:  # queries at the end of the keys, as cached decoding: every row keeps key 0
+        mask = torch.arange(Nk)[None, :] <= torch.arange(Nq)[:, None] + max(Nk - Nq, 0)
+    def full(t):
+        return t if mask is None else t.masked_fill(~mask, float("-inf"))
+    out = dense._TermAttention.apply(q, k, v, full(term), 0.7)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=full(term), scale=0.7)
+    torch.testing.assert_close(out, ref)
+    w = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad((out * w).sum(), (q, k, v, term))
+    want = torch.autograd.grad((ref * w).sum(), (q, k, v, term))
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("name", ["t5", "fire", "shaw", "deberta"])
+@pytest.mark.parametrize("groups", [1, 2])
+def test_dense_training_calls_take_it_and_match_the_reference(monkeypatch, name, groups):
+    calls = []
+    orig = dense._TermAttention.apply
+    monkeypatch.setattr(dense._TermAttention, "apply", lambda *a: calls.append(1) or orig(*a))
+    enc = build(name, n_heads=4, causal=True)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 4, 7, 8, generator=g, requires_grad=True)
+    k, v = (torch.randn(2, 4 // groups, 7, 8, generator=g, requires_grad=True) for _ in range(2))
+    params = [p for p in enc.parameters() if p.requires_grad]
+    out = relpos.attention(q, k, v, enc, causal=True, impl="dense")
+    assert calls, "a term with a gradient should take _TermAttention"
+    ref = relpos.attention(q, k, v, enc, causal=True, impl="reference")
+    torch.testing.assert_close(out, ref.to(out.dtype), atol=2e-5, rtol=1e-4)
+    for a, b in zip(torch.autograd.grad(out.sum(), [q, k, v, *params]),
+                    torch.autograd.grad(ref.sum(), [q, k, v, *params])):
+        torch.testing.assert_close(a, b.to(a.dtype), atol=5e-5, rtol=1e-4)
+    calls.clear()
+    with torch.no_grad():
+        relpos.attention(q, k, v, enc, causal=True, impl="dense")
+    assert not calls, "inference keeps the fused kernel"
+
+
+@pytest.mark.parametrize("impl, name", [("dense", "t5"), ("dense", "fire"), ("dense", "deberta"),
+                                        ("chunked", "shaw"), ("chunked", "transformer-xl"), ("chunked", "cope")])
+def test_second_derivative_is_refused_by_name(impl, name):
+    enc = build(name, n_heads=2, causal=True)
+    q, k, v = (torch.randn(1, 2, 5, 8, requires_grad=True) for _ in range(3))
+    out = relpos.attention(q, k, v, enc, causal=True, impl=impl)
+    with pytest.raises(RuntimeError, match=r"second derivatives \(create_graph=True\) are not supported"):
+        torch.autograd.grad(out.sum(), q, create_graph=True)
+    ref = relpos.attention(q, k, v, enc, causal=True, impl="reference")  # the reference serves them
+    (g,) = torch.autograd.grad(ref.sum(), q, create_graph=True)
+    assert g.requires_grad
