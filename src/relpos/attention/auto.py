@@ -109,11 +109,15 @@ def table_pick(req: Request, doc: dict | None = None) -> tuple[str, str] | None:
     engine = _module("chunked").engine_for(req)
     mask = "causal" if req.causal else "bidirectional"
     mode = mode_of(req)
+    lengths = [str(n) for n in doc.get("lengths", [])] or sorted(
+        {n for row in doc["cells"].values() for n in row}, key=int)
+    n = min(lengths, key=lambda s: abs(math.log(max(n_eq, 1.0)) - math.log(int(s))))
+    # the scheme's own cell at this length, else the engine's (an engine a scheme takes only at some
+    # lengths -- FIRE past its threshold -- has no cell of that scheme at the others)
     for scheme in (req.encoding.name, "*"):
         key = f"{scheme}/{engine}/{mask}/{mode}"
-        row = doc["cells"].get(key)
-        if row:
-            n = min(row, key=lambda s: abs(math.log(max(n_eq, 1.0)) - math.log(int(s))))
+        row = doc["cells"].get(key) or {}
+        if n in row:
             return row[n], f"{key}@{n}"
     return None
 
