@@ -19,8 +19,9 @@ dense = importlib.import_module("relpos.attention.dense")
 
 @settings(max_examples=30, deadline=None)
 @given(B=st.integers(1, 3), H=st.integers(1, 3), Nq=st.integers(1, 9), Nk=st.integers(1, 9), D=st.integers(1, 6),
-       tb=st.booleans(), th=st.booleans(), causal=st.booleans(), seed=st.integers(0, 2**16))
-def test_matches_sdpa_math_with_gradients(B, H, Nq, Nk, D, tb, th, causal, seed):
+       tb=st.booleans(), th=st.booleans(), causal=st.booleans(), use_p=st.booleans(), seed=st.integers(0, 2**16))
+def test_matches_sdpa_math_with_gradients(B, H, Nq, Nk, D, tb, th, causal, use_p, seed):
+    # use_p: the loss also reads the returned probabilities (a value term's path)
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, H, Nq, D, generator=g, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(B, H, Nk, D, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
@@ -30,18 +31,21 @@ def test_matches_sdpa_math_with_gradients(B, H, Nq, Nk, D, tb, th, causal, seed)
         mask = torch.arange(Nk)[None, :] <= torch.arange(Nq)[:, None] + max(Nk - Nq, 0)
     def full(t):
         return t if mask is None else t.masked_fill(~mask, float("-inf"))
-    out = dense._TermAttention.apply(q, k, v, full(term), 0.7)
+    out, p = dense._TermAttention.apply(q, k, v, full(term), 0.7)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=full(term), scale=0.7)
+    ref_p = torch.softmax(0.7 * q @ k.transpose(-1, -2) + full(term), dim=-1)
     torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(p, ref_p)
     w = torch.randn(out.shape, generator=g, dtype=torch.float64)
-    got = torch.autograd.grad((out * w).sum(), (q, k, v, term))
-    want = torch.autograd.grad((ref * w).sum(), (q, k, v, term))
+    wp = torch.randn(p.shape, generator=g, dtype=torch.float64) if use_p else 0
+    got = torch.autograd.grad((out * w).sum() + (p * wp).sum(), (q, k, v, term))
+    want = torch.autograd.grad((ref * w).sum() + (ref_p * wp).sum(), (q, k, v, term))
     for a, b in zip(got, want):
         assert a.shape == b.shape
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("name", ["t5", "fire", "shaw", "deberta"])
+@pytest.mark.parametrize("name", ["t5", "fire", "shaw", "shaw-kv", "deberta"])
 @pytest.mark.parametrize("groups", [1, 2])
 def test_dense_training_calls_take_it_and_match_the_reference(monkeypatch, name, groups):
     calls = []

@@ -154,44 +154,53 @@ def row_has_key(req: Request) -> Tensor | None:
 
 
 class _TermAttention(torch.autograd.Function):
-    """``softmax(scale q k^T + term) v`` whose backward also returns the term's gradient ``dS``.
+    """``o = softmax(scale q k^T + term) v`` and ``p``, with a backward that also gives the term's gradient.
 
     PyTorch's fused CPU kernel cannot give an additive mask a gradient, so SDPA falls back
     to its math path when the term needs one; that path runs its matmuls on 4-d views (one
     small GEMM per batch entry with copies), checks for fully masked rows and lets autograd
     chain the softmax. Here the five backward matmuls run as 3-d ``bmm`` on contiguous
-    ``(B H, N, D)`` tensors and ``dS = P (dP - rowsum(dO o))`` is formed once, feeding
-    ``dq``, ``dk`` and the term's gradient (summed to the term's broadcast shape). The
-    caller guarantees every row has an allowed key (:func:`row_has_key`), as the dense
-    path does. Float32/float64 only; a second derivative is refused.
+    ``(B H, N, D)`` tensors and ``dS = P (dP - rowsum(P dP))`` is formed once, feeding
+    ``dq``, ``dk`` and the term's gradient (summed to the term's broadcast shape). ``p``
+    is returned for schemes with a value term (Shaw's ``sum_j p_ij a_ij``); its gradient
+    joins ``dP``. The caller guarantees every row has an allowed key (:func:`row_has_key`),
+    as the dense path does. Float32/float64 only; second derivatives are refused.
     """
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, term: Tensor, scale: float) -> Tensor:
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, term: Tensor, scale: float) -> tuple[Tensor, Tensor]:
         B, H, Nq, D = q.shape
         Nk, Dv = k.shape[2], v.shape[3]
         q3, k3, v3 = q.reshape(B * H, Nq, D), k.reshape(B * H, Nk, D), v.reshape(B * H, Nk, Dv)
         s = torch.bmm(q3, k3.transpose(1, 2)).view(B, H, Nq, Nk).mul_(scale).add_(term)  # (B, H, Nq, Nk)
-        p = torch.softmax(s, dim=-1).view(B * H, Nq, Nk)
-        o = torch.bmm(p, v3)  # (B H, Nq, Dv)
+        p = torch.softmax(s, dim=-1)  # (B, H, Nq, Nk)
+        o = torch.bmm(p.view(B * H, Nq, Nk), v3)  # (B H, Nq, Dv)
         ctx.save_for_backward(q3, k3, v3, p, o)
         ctx.scale, ctx.term_shape = scale, term.shape
-        return o.view(B, H, Nq, Dv)
+        ctx.set_materialize_grads(False)
+        return o.view(B, H, Nq, Dv), p
 
     @staticmethod
     @first_order
-    def backward(ctx, go: Tensor):
+    def backward(ctx, go: Tensor | None, gp: Tensor | None):
         q3, k3, v3, p, o = ctx.saved_tensors
-        BH, Nq, Nk = p.shape
-        go3 = go.reshape(BH, Nq, -1)
-        dv = torch.bmm(p.transpose(1, 2), go3)  # (B H, Nk, Dv)
+        B, H, Nq, Nk = p.shape
+        p3 = p.view(B * H, Nq, Nk)
+        if go is None:
+            go = o.new_zeros(B, H, Nq, o.shape[-1])
+        go3 = go.reshape(B * H, Nq, -1)
+        dv = torch.bmm(p3.transpose(1, 2), go3)  # (B H, Nk, Dv)
         ds = torch.bmm(go3, v3.transpose(1, 2))  # dP (B H, Nq, Nk)
-        ds.sub_((go3 * o).sum(-1, keepdim=True)).mul_(p)  # dS = P (dP - rowsum(dO o))
+        if gp is None:
+            delta = (go3 * o).sum(-1, keepdim=True)  # rowsum(P dP) = rowsum(dO o) when o = P v
+        else:
+            ds.add_(gp.reshape(B * H, Nq, Nk))
+            delta = (ds * p3).sum(-1, keepdim=True)
+        ds.sub_(delta).mul_(p3)  # dS = P (dP - rowsum(P dP))
         dq = torch.bmm(ds, k3).mul_(ctx.scale)
         dk = torch.bmm(ds.transpose(1, 2), q3).mul_(ctx.scale)
-        shape4 = (go.shape[0], go.shape[1], Nq, Nk)
-        dterm = ds.view(shape4).sum_to_size(ctx.term_shape)  # (B|1, H|1, Nq, Nk)
-        return dq.view(go.shape[:3] + (-1,)), dk.view(shape4[:2] + (Nk, -1)), dv.view(shape4[:2] + (Nk, -1)), dterm, None
+        dterm = ds.view(B, H, Nq, Nk).sum_to_size(ctx.term_shape)  # (B|1, H|1, Nq, Nk)
+        return dq.view(B, H, Nq, -1), dk.view(B, H, Nk, -1), dv.view(B, H, Nk, -1), dterm, None
 
 
 def _use_term_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> bool:
@@ -208,10 +217,30 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: floa
     m = attn_mask if G == 1 or attn_mask is None else group_rows(attn_mask, G)
     qg = group_rows(q, G)
     if _use_term_attention(qg, k, v, m):
-        out = _TermAttention.apply(qg, k, v, m, scale)
+        out = _TermAttention.apply(qg, k, v, m, scale)[0]
     else:
         out = F.scaled_dot_product_attention(qg, k, v, attn_mask=m, scale=scale)
     return ungroup_rows(out, G)
+
+
+def _with_value_term(req: Request, q: Tensor, k: Tensor, term: Tensor | None, mask: Tensor | None) -> Tensor:
+    """Attention for a scheme with a ``"value"`` site: ``p v + value(p)``, ``(B, H, Nq, Dv)``."""
+    enc, G, dtype = req.encoding, req.groups, q.dtype
+    if term is not None:
+        term = term.to(dtype)
+        if mask is not None:
+            term = term.masked_fill(~mask, float("-inf"))
+    m = None if term is None else group_rows(term, G)
+    if _use_term_attention(group_rows(q, G), k, req.v, m):
+        o, p = _TermAttention.apply(group_rows(q, G), k, req.v, m, req.scale)
+        return ungroup_rows(o, G) + enc.value(ungroup_rows(p, G), req.qpos, req.kpos).to(dtype)
+    logits = req.scale * grouped_scores(q, k)  # (B, H, Nq, Nk)
+    if term is not None:
+        logits = logits + term
+    elif mask is not None:
+        logits = logits.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(logits.float(), dim=-1).to(dtype)
+    return ungroup_rows(group_rows(p, G) @ req.v, G) + enc.value(p, req.qpos, req.kpos).to(dtype)
 
 
 def run(req: Request) -> Tensor:
@@ -247,13 +276,7 @@ def run(req: Request) -> Tensor:
         mask = req.key_padding_mask[:, None, None, :]  # (B, 1, 1, Nk)
 
     if "value" in enc.acts_on:
-        logits = req.scale * grouped_scores(q, k)  # (B, H, Nq, Nk)
-        if add is not None:
-            logits = logits + add.to(dtype)
-        if mask is not None:
-            logits = logits.masked_fill(~mask, float("-inf"))
-        p = torch.softmax(logits.float(), dim=-1).to(dtype)
-        out = ungroup_rows(group_rows(p, G) @ req.v, G) + enc.value(p, req.qpos, req.kpos).to(dtype)
+        out = _with_value_term(req, q, k, add, mask)
     else:
         if add is not None:
             attn_mask = add.to(dtype)
