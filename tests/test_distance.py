@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relpos.distance import (
@@ -16,6 +16,7 @@ from relpos.distance import (
     log2_bucket,
     offsets_range,
     relative_positions,
+    skew_rows,
     t5_bucket,
     toeplitz,
 )
@@ -238,3 +239,23 @@ BAD_INPUTS = [
 def test_bad_inputs_raise_naming_the_parameter(call, exc, match):
     with pytest.raises(exc, match=rf"\b{match}\b"):
         call()
+
+
+@settings(max_examples=40, deadline=None)
+@given(nq=st.integers(1, 9), nk=st.integers(1, 9), lead=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_skew_rows_matches_an_index_gather_with_gradient(nq, nk, lead, seed):
+    g = torch.Generator().manual_seed(seed)
+    vals = torch.randn(lead, nq, nq + nk - 1, generator=g, dtype=torch.float64, requires_grad=True)
+    got = skew_rows(vals, nq, nk)
+    idx = torch.arange(nk)[None, :] - torch.arange(nq)[:, None] + nq - 1  # offset j - t as a column
+    want = torch.gather(vals, -1, idx.expand(lead, nq, nk))
+    assert torch.equal(got, want)
+    w = torch.randn(got.shape, generator=g, dtype=torch.float64)
+    (a,) = torch.autograd.grad((got * w).sum(), vals)
+    (b,) = torch.autograd.grad((want * w).sum(), vals)
+    assert torch.equal(a, b)
+
+
+def test_skew_rows_refuses_a_wrong_width():
+    with pytest.raises(ValueError, match="q_len \\+ k_len - 1"):
+        skew_rows(torch.zeros(2, 4), 2, 2)

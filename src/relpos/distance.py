@@ -36,6 +36,7 @@ Convention = Literal["j-i", "i-j"]
 
 __all__ = [
     "Convention",
+    "skew_rows",
     "relative_positions",
     "clip_relative",
     "t5_bucket",
@@ -373,3 +374,50 @@ def toeplitz(values: Tensor, q_len: int, k_len: int) -> Tensor:
     st = values.stride()
     x = values.as_strided((*lead, q_len, k_len), (*st[:-1], st[-1], st[-1]), values.storage_offset())
     return x.flip(-2)
+
+
+class _SkewRows(torch.autograd.Function):
+    """Forward: a strided copy; backward: a strided write into zeros (no index tensor either way)."""
+
+    @staticmethod
+    def forward(ctx, values: Tensor, q_len: int, k_len: int) -> Tensor:
+        ctx.shape = values.shape
+        return _skew_view(values.contiguous(), q_len, k_len).clone()
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        out = g.new_zeros(ctx.shape)
+        _skew_view(out, g.shape[-2], g.shape[-1]).copy_(g)
+        return out, None, None
+
+
+def _skew_view(x: Tensor, q_len: int, k_len: int) -> Tensor:
+    *lead, _, w = x.shape
+    st = x.stride()
+    return x.as_strided((*lead, q_len, k_len), (*st[:-2], st[-2] - st[-1], st[-1]), x.storage_offset() + q_len - 1)
+
+
+def skew_rows(values: Tensor, q_len: int, k_len: int) -> Tensor:
+    """Per-query values on offsets -> ``(..., Nq, Nk)``: ``out[..., t, j] = values[..., t, j - t + Nq - 1]``.
+
+    ``values[..., t, r]`` is query ``t``'s term for offset ``offsets_range(Nq, Nk, q_offset)[r]``
+    (a content-dependent Toeplitz term such as Transformer-XL's ``(q_t + v) . W_R R``): Transformer-XL's
+    "relative shift", done as one strided copy (and one strided write in the backward).
+
+    Args:
+        values: ``(..., Nq, Nq + Nk - 1)``.
+        q_len: ``Nq``.
+        k_len: ``Nk``.
+
+    Example:
+        >>> skew_rows(torch.arange(6.).view(2, 3), 2, 2)
+        tensor([[1., 2.],
+                [3., 4.]])
+    """
+    check_tensor("values", values)
+    check_int("q_len", q_len, 1, MAX_POSITIONS)
+    check_int("k_len", k_len, 1, MAX_POSITIONS)
+    if values.dim() < 2 or values.shape[-2] != q_len or values.shape[-1] != q_len + k_len - 1:
+        raise ValueError(f"values must have shape (..., q_len, q_len + k_len - 1) = (..., {q_len}, "
+                         f"{q_len + k_len - 1}), got {tuple(values.shape)}")
+    return _SkewRows.apply(values, q_len, k_len)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from relpos.attention import Request, check_finite
-from relpos.distance import offsets_range, toeplitz
+from relpos.distance import offsets_range, skew_rows, toeplitz
 from relpos.first_order import first_order
 
 __all__ = ["supports", "run", "position_bias", "rotated_qk", "additive_terms", "row_has_key", "group_rows",
@@ -243,6 +243,29 @@ def _with_value_term(req: Request, q: Tensor, k: Tensor, term: Tensor | None, ma
     return ungroup_rows(group_rows(p, G) @ req.v, G) + enc.value(p, req.qpos, req.kpos).to(dtype)
 
 
+def _relative_key_term(req: Request, q: Tensor) -> tuple[Tensor, Tensor] | None:
+    """For a score of the :class:`RelativeKeys` form on contiguous positions: ``(q + u, term)``.
+
+    ``scale (q . k + u . k + (q + v) . r(j - i))`` is ``scale (q + u) . k`` plus the term
+    ``scale (q + v) . r`` formed on the ``Nq + Nk - 1`` offsets (one matmul) and expanded
+    by :func:`relpos.distance.skew_rows` (B, H, Nq, Nk). None where the form does not apply
+    (other schemes, explicit positions, grouped heads).
+    """
+    enc = req.encoding
+    if not req.contiguous or req.groups != 1 or enc.acts_on - {"embedding", "qk"} != {"score"}:
+        return None
+    rk = enc.relative_keys()
+    if rk is None:
+        return None
+    B, H, Nq, Nk, _ = req.shape
+    dtype = q.dtype
+    keys = rk.keys(offsets_range(Nq, Nk, req.q_offset).to(q.device)).to(dtype)  # (H, Nq + Nk - 1, D)
+    qv = q if rk.v is None else q + rk.v.to(dtype)[None, :, None, :]
+    per = torch.matmul(qv, keys.transpose(-1, -2)).mul_(req.scale)  # (B, H, Nq, Nq + Nk - 1)
+    qu = q if rk.u is None else q + rk.u.to(dtype)[None, :, None, :]
+    return qu, skew_rows(per, Nq, Nk)
+
+
 def run(req: Request) -> Tensor:
     check_finite(req)
     enc = req.encoding
@@ -251,7 +274,11 @@ def run(req: Request) -> Tensor:
     G = req.groups
     dtype = q.dtype
     toeplitz_causal = req.causal and req.toeplitz and req.contiguous
-    add = additive_terms(req, q, k, causal_fill=toeplitz_causal)  # (B|1, H, Nq, Nk) or None
+    rel = _relative_key_term(req, q)
+    if rel is not None:  # Transformer-XL's form: the content bias u joins q for q . k
+        q, add = rel
+    else:
+        add = additive_terms(req, q, k, causal_fill=toeplitz_causal)  # (B|1, H, Nq, Nk) or None
     valid = row_has_key(req)  # (B, 1, Nq, 1) or None
 
     # Fast cases: no term and plain causal (or no) masking -> the fused kernel's own causal mode.
