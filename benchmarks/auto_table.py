@@ -13,6 +13,8 @@ Usage::
     python benchmarks/auto_table.py                       # the shipped table (~8 min on 2 shared cores)
     python benchmarks/auto_table.py --schemes t5,deberta --lengths 256,1024 --out /tmp/t.json
     python benchmarks/auto_table.py --schemes dpb --masks bidirectional --merge earlier.json,earlier.log
+    python benchmarks/auto_table.py --batch 16 --heads 4 --head-dim 16 --lengths 64,128,256,512 \
+        --out src/relpos/data/auto_table_d16.json        # the compare presets' head width (~10 min)
 
 ``--merge`` starts from the records of earlier tables (``.json``) or of the progress log
 of a run that stopped early (any other file); this run's records win where both measured
@@ -47,13 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--merge", default=None,
                    help="comma-separated earlier tables (.json) or progress logs whose records to keep")
     p.add_argument("--no-measure", action="store_true", help="only merge the --merge inputs into --out")
+    p.add_argument("--batch", type=int, default=1, help="batch B of the measured shape (default 1)")
+    p.add_argument("--heads", type=int, default=8, help="heads H of the measured shape (default 8)")
+    p.add_argument("--head-dim", type=int, default=64,
+                   help="head width D of the measured shape (default 64; auto reads the table of the nearest D)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output JSON (default {DEFAULT_OUT.relative_to(ROOT)})")
     args = p.parse_args(argv)
     lengths = sorted(int(x) for x in args.lengths.split(","))
     if any(n < 1 for n in lengths) or args.rounds < 1:
         print("auto_table.py: --lengths must be >= 1 and --rounds >= 1", file=sys.stderr)
         return 2
-    spec = bench.BenchSpec(memory=False)
+    spec = bench.BenchSpec(memory=False, batch=args.batch, heads=args.heads, head_dim=args.head_dim)
     bench.apply_process_settings(spec)
 
     import relpos

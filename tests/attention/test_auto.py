@@ -40,21 +40,34 @@ def test_the_table_ships_and_says_how_it_was_made():
     assert TABLE["cells"] and TABLE["records"]
 
 
-def _req_at(enc, N, *, causal, grad, B=1) -> Request:
-    q, k, v = (torch.zeros(B, 8, N, 8, requires_grad=grad) for _ in range(3))
+def _req_at(enc, N, *, causal, grad, B=1, H=8, D=8) -> Request:
+    q, k, v = (torch.zeros(B, H, N, D, requires_grad=grad) for _ in range(3))
     return request(q, k, v, enc, causal=causal)
 
 
+TABLES = {"main": TABLE, "d16": auto.table(str(auto.TABLE_PATH.parent / "auto_table_d16.json"))}
+
+
+def test_each_head_width_reads_its_own_table():
+    assert TABLES["d16"] is not None and TABLES["d16"]["shape"]["head_dim"] == 16
+    assert TABLES["d16"]["command"].startswith("python benchmarks/auto_table.py")
+    assert auto.table_for(64) is TABLE and auto.table_for(128) is TABLE
+    assert auto.table_for(16) is TABLES["d16"] and auto.table_for(8) is TABLES["d16"]
+
+
+@pytest.mark.parametrize("which", list(TABLES))
 @pytest.mark.parametrize("name", attention_schemes())
 @pytest.mark.parametrize("causal", [True, False])
-def test_cpu_picks_follow_the_table(name, causal):
-    enc = build(name, n_heads=8, causal=causal, max_len=8192)
+def test_cpu_picks_follow_the_table(which, name, causal):
+    doc = TABLES[which]
+    B, H, D = doc["shape"]["batch"], doc["shape"]["heads"], doc["shape"]["head_dim"]
+    enc = build(name, n_heads=H, head_dim=D, causal=causal, max_len=8192)
     if enc.causal_only and not causal:
         pytest.skip("causal-only scheme")
     inside = enc.acts_on - {"embedding", "qk"}
     for grad in (False, True):
-        for N in TABLE["lengths"]:
-            req = _req_at(enc, N, causal=causal, grad=grad)
+        for N in doc["lengths"]:
+            req = _req_at(enc, N, causal=causal, grad=grad, B=B, H=H, D=D)
             with contextlib.nullcontext() if grad else torch.no_grad():  # no autograd: a forward-only call
                 pick = auto.choose(req)
                 assert pick in ("dense", "chunked"), (name, N, grad)  # never flex on CPU
@@ -65,16 +78,16 @@ def test_cpu_picks_follow_the_table(name, causal):
             mask = "causal" if causal else "bidirectional"
             engine, mode = chunked.engine_for(req), "fwd+bwd" if grad else "fwd"
             key = f"{enc.name}/{engine}/{mask}/{mode}"
-            if str(N) not in TABLE["cells"].get(key, {}):  # not measured for this scheme: the engine's row
+            if str(N) not in doc["cells"].get(key, {}):  # not measured for this scheme: the engine's row
                 key = f"*/{engine}/{mask}/{mode}"
             assert cell == f"{key}@{N}", cell
-            assert pick == impl == TABLE["cells"][key][str(N)]
+            assert pick == impl == doc["cells"][key][str(N)]
 
 
 def test_deberta_bidirectional_training_picks_what_measured_fastest():
     # issue 34: auto chose chunked (6.02x) where dense was 3.29x at N = 2048, bidirectional, fwd+bwd
-    enc = build("deberta", n_heads=8, causal=False, max_len=2048)
-    req = _req_at(enc, 2048, causal=False, grad=True)
+    enc = build("deberta", n_heads=8, head_dim=64, causal=False, max_len=2048)
+    req = _req_at(enc, 2048, causal=False, grad=True, D=64)  # the main table's head width
     recs = [r for r in TABLE["records"] if r["key"].startswith("deberta/") and "/bidirectional/fwd+bwd" in r["key"]
             and r["N"] == 2048]
     assert len(recs) == 1 and recs[0]["dense_ms"] is not None
@@ -188,7 +201,7 @@ def test_never_dense_past_the_memory_cap(monkeypatch):
 def test_an_engine_a_scheme_takes_only_at_some_lengths_reads_the_engine_row():
     # FIRE past its threshold uses the per-pair engine; the table measured FIRE below it at N = 64
     enc = build("fire", n_heads=8, causal=True, init_L=4.0)
-    req = _req_at(enc, 64, causal=True, grad=True)
+    req = _req_at(enc, 64, causal=True, grad=True, D=64)
     impl, cell = auto.table_pick(req)
     assert chunked.engine_for(req) == "blocks" and "64" not in TABLE["cells"].get("fire/blocks/causal/fwd+bwd", {})
     assert cell == "*/blocks/causal/fwd+bwd@64" and impl == TABLE["cells"]["*/blocks/causal/fwd+bwd"]["64"]

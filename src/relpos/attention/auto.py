@@ -1,9 +1,11 @@
 """``impl="auto"``: the fastest correct implementation for the device, shape and mode.
 
 CPU: decided from measurements of this library, the table
-``relpos/data/auto_table.json``, written by ``python benchmarks/auto_table.py`` (its command,
-machine and load are recorded in the file; the measurement is
-:mod:`relpos.bench.calibrate`). Each cell says which of ``"dense"`` and
+``relpos/data/auto_table.json`` (measured at ``(1, 8, N, 64)``), written by
+``python benchmarks/auto_table.py`` (its command, machine and load are recorded in the
+file; the measurement is :mod:`relpos.bench.calibrate`), or the table measured at the
+head width nearest the request's (``auto_table_d16.json``: ``(16, 4, N, 16)``, the
+compare presets' shape, where per-call overhead moves several picks). Each cell says which of ``"dense"`` and
 ``"chunked"`` was faster for one scheme (registry name) and chunked engine (the
 capability class the request falls in), causal or bidirectional, forward or
 forward+backward, at each measured length. A request is looked up by
@@ -48,7 +50,7 @@ from torch import Tensor
 
 from relpos.attention import Request, UnsupportedError
 
-__all__ = ["supports", "run", "choose", "last_choice", "table", "table_pick", "mode_of", "TABLE_PATH",
+__all__ = ["supports", "run", "choose", "last_choice", "table", "table_for", "table_pick", "mode_of", "TABLE_PATH",
            "MID_PAIRS", "DENSE_MAX_BYTES", "CUDA_DENSE_VALUE_PAIRS"]
 
 log = logging.getLogger("relpos.attention")
@@ -77,6 +79,18 @@ def _module(name: str):
     return importlib.import_module(IMPLS[name])
 
 
+#: Tables measured at other head widths (``auto_table_d16.json``: the compare presets' ``D = 16``).
+EXTRA_TABLES = ("auto_table_d16.json",)
+
+
+def table_for(head_dim: int) -> dict | None:
+    """The table measured at the head width nearest (in log scale) to ``head_dim``; ties go to the main table."""
+    docs = [d for d in (table(), *(table(str(TABLE_PATH.parent / n)) for n in EXTRA_TABLES)) if d is not None]
+    if not docs:
+        return None
+    return min(docs, key=lambda d: abs(math.log(max(head_dim, 1)) - math.log(d.get("shape", {}).get("head_dim", 64))))
+
+
 @functools.lru_cache(maxsize=4)
 def table(path: str | None = None) -> dict | None:
     """The measured table (``relpos/data/auto_table.json``), or None if it is missing or unreadable."""
@@ -100,10 +114,10 @@ def mode_of(req: Request) -> str:
 
 def table_pick(req: Request, doc: dict | None = None) -> tuple[str, str] | None:
     """``(impl, cell)`` from the table for a CPU request with a term inside attention, or None (no row)."""
-    doc = table() if doc is None else doc
+    B, H, Nq, Nk, D = req.shape
+    doc = table_for(D) if doc is None else doc
     if doc is None:
         return None
-    B, H, Nq, Nk, _ = req.shape
     shape = doc.get("shape", {})
     n_eq = math.sqrt(B * H * Nq * Nk / (shape.get("batch", 1) * shape.get("heads", 8)))
     engine = _module("chunked").engine_for(req)
