@@ -17,6 +17,8 @@ from relpos.distance import (
     offsets_range,
     relative_positions,
     skew_rows,
+    unskew_rows,
+    contiguous_offsets,
     t5_bucket,
     toeplitz,
 )
@@ -259,3 +261,24 @@ def test_skew_rows_matches_an_index_gather_with_gradient(nq, nk, lead, seed):
 def test_skew_rows_refuses_a_wrong_width():
     with pytest.raises(ValueError, match="q_len \\+ k_len - 1"):
         skew_rows(torch.zeros(2, 4), 2, 2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(nq=st.integers(1, 8), nk=st.integers(1, 8), seed=st.integers(0, 2**16))
+def test_unskew_rows_is_the_adjoint_of_skew_rows(nq, nk, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, nq, nq + nk - 1, generator=g, dtype=torch.float64)
+    y = torch.randn(2, nq, nk, generator=g, dtype=torch.float64, requires_grad=True)
+    # <skew(x), y> == <x, unskew(y)>, and unskew puts each pair at its offset's column, zeros elsewhere
+    torch.testing.assert_close((skew_rows(x, nq, nk) * y).sum(), (x * unskew_rows(y)).sum())
+    u = unskew_rows(y)
+    assert torch.equal(skew_rows(u, nq, nk), y) and int((u != 0).sum()) <= 2 * nq * nk
+    w = torch.randn(u.shape, generator=g, dtype=torch.float64)
+    (gy,) = torch.autograd.grad((u * w).sum(), y)
+    assert torch.equal(gy, skew_rows(w, nq, nk))
+
+
+def test_contiguous_offsets_only_for_shared_consecutive_positions():
+    assert contiguous_offsets(torch.tensor([[3, 4]]), torch.arange(4)[None]).tolist() == [-4, -3, -2, -1, 0]
+    assert contiguous_offsets(torch.tensor([[0, 2]]), torch.arange(4)[None]) is None
+    assert contiguous_offsets(torch.arange(2).expand(2, 2), torch.arange(4)[None]) is None

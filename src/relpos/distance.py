@@ -37,6 +37,8 @@ Convention = Literal["j-i", "i-j"]
 __all__ = [
     "Convention",
     "skew_rows",
+    "unskew_rows",
+    "contiguous_offsets",
     "relative_positions",
     "clip_relative",
     "t5_bucket",
@@ -421,3 +423,56 @@ def skew_rows(values: Tensor, q_len: int, k_len: int) -> Tensor:
         raise ValueError(f"values must have shape (..., q_len, q_len + k_len - 1) = (..., {q_len}, "
                          f"{q_len + k_len - 1}), got {tuple(values.shape)}")
     return _SkewRows.apply(values, q_len, k_len)
+
+
+class _UnskewRows(torch.autograd.Function):
+    """Inverse placement of :func:`skew_rows`: a strided write into zeros; backward a strided copy."""
+
+    @staticmethod
+    def forward(ctx, rows: Tensor) -> Tensor:
+        q_len, k_len = rows.shape[-2], rows.shape[-1]
+        out = rows.new_zeros(*rows.shape[:-1], q_len + k_len - 1)
+        _skew_view(out, q_len, k_len).copy_(rows)
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        q_len = g.shape[-2]
+        return _skew_view(g.contiguous(), q_len, g.shape[-1] - q_len + 1).clone()
+
+
+def unskew_rows(rows: Tensor) -> Tensor:
+    """``(..., Nq, Nk)`` -> ``(..., Nq, Nq + Nk - 1)``: each pair's value moved to its offset's column.
+
+    ``out[..., t, j - t + Nq - 1] = rows[..., t, j]`` and zeros elsewhere (the adjoint of
+    :func:`skew_rows`), e.g. attention weights summed per offset for a value-side term.
+
+    Example:
+        >>> unskew_rows(torch.tensor([[1., 2.], [3., 4.]]))
+        tensor([[0., 1., 2.],
+                [3., 4., 0.]])
+    """
+    check_tensor("rows", rows)
+    if rows.dim() < 2:
+        raise ValueError(f"rows must have shape (..., Nq, Nk), got {tuple(rows.shape)}")
+    return _UnskewRows.apply(rows)
+
+
+def contiguous_offsets(qpos: Tensor, kpos: Tensor) -> Tensor | None:
+    """The ``Nq + Nk - 1`` offsets ``j - i`` in :func:`skew_rows` order, or None.
+
+    Defined when positions are shared by the batch (``(1, N)``) and consecutive, so every
+    pair's offset is ``kpos[0] - qpos[0] + j - t`` and column ``j - t + Nq - 1`` of a
+    skewed row holds it; None otherwise (the caller takes its per-pair form).
+
+    Example:
+        >>> contiguous_offsets(torch.tensor([[3, 4]]), torch.arange(4)[None]).tolist()
+        [-4, -3, -2, -1, 0]
+    """
+    if qpos.dim() != 2 or kpos.dim() != 2 or qpos.shape[0] != 1 or kpos.shape[0] != 1:
+        return None
+    for p in (qpos, kpos):
+        if p.shape[-1] > 1 and not bool((p[0, 1:] - p[0, :-1] == 1).all()):
+            return None
+    nq, nk = qpos.shape[-1], kpos.shape[-1]
+    return torch.arange(1 - nq, nk, device=qpos.device) + (int(kpos[0, 0]) - int(qpos[0, 0]))

@@ -91,13 +91,18 @@ def test_rows_below_threshold_as_offsets_equal_per_pair_form(q0, k0, nq, nk, L):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_offset_form_serves_exactly_the_rows_below_threshold():
+def test_offset_form_needs_shared_consecutive_positions():
+    from relpos.distance import contiguous_offsets
+
+    pos = torch.arange(0, 30)[None]
+    assert contiguous_offsets(pos, pos) is not None
+    assert contiguous_offsets(torch.arange(0, 30).expand(2, 30), pos) is None  # per-example positions
+    assert contiguous_offsets(torch.tensor([[0, 2, 3]]), torch.arange(0, 4)[None]) is None  # a gap
+    assert contiguous_offsets(torch.arange(0, 3)[None], torch.tensor([[0, 1, 5]])) is None
     enc = _fire(init_L=10.0)
-    L = enc.threshold.item()
-    assert enc._rows_below_threshold(torch.arange(0, 30)[None], torch.arange(0, 30)[None]) == math.ceil(L)
-    assert enc._rows_below_threshold(torch.arange(0, 30).expand(2, 30), torch.arange(0, 30)[None]) == 0
-    assert enc._rows_below_threshold(torch.tensor([[0, 2, 3]]), torch.arange(0, 4)[None]) == 0
-    assert enc._rows_below_threshold(torch.arange(0, 3)[None], torch.tensor([[0, 1, 5]])) == 0
+    gapped = torch.tensor([[0, 2, 3, 9, 12, 20]])  # per-pair form: still the reference's numbers
+    torch.testing.assert_close(enc.bias(gapped, gapped).double(), enc.reference_bias(gapped, gapped),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_not_shift_invariant():

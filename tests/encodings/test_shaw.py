@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import relpos
@@ -185,3 +185,36 @@ def test_unknown_option_and_wrong_heads():
     q, k, v = _qkv(H=3)
     with pytest.raises(ValueError, match="n_heads"):
         relpos.attention(q, k, v, enc, causal=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(k=st.integers(0, 6), nq=st.integers(1, 8), extra=st.integers(0, 6), per_head=st.booleans(),
+       gapped=st.booleans(), seed=st.integers(0, 2**16))
+def test_offset_form_matches_the_reference_with_gradients(k, nq, extra, per_head, gapped, seed):
+    # shared consecutive positions take the skewed offset form (clipped or not); gaps take the gather form
+    enc = Shaw(n_heads=2, head_dim=4, k=k, value=True, per_head=per_head)
+    g = torch.Generator().manual_seed(seed)
+    for t in (enc.key_table, enc.value_table):
+        with torch.no_grad():
+            t.normal_(generator=g)
+    nk = nq + extra
+    kpos = torch.arange(nk)[None]
+    qpos = torch.arange(extra, nk)[None]  # cached decoding: the last nq keys are the queries
+    if gapped:
+        kpos = kpos * 2
+        qpos = qpos * 2
+    q = torch.randn(1, 2, nq, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    kk = torch.randn(1, 2, nk, 4, generator=g, dtype=torch.float64)
+    p = torch.softmax(torch.randn(1, 2, nq, nk, generator=g, dtype=torch.float64), -1).requires_grad_()
+    enc = enc.double()
+    s, r = enc.score(q, kk, qpos, kpos, 0.5), enc.reference_score(q, kk, qpos, kpos, 0.5)
+    val, rv = enc.value(p, qpos, kpos), enc.reference_value(p, qpos, kpos)
+    torch.testing.assert_close(s, r)
+    torch.testing.assert_close(val, rv)
+    w1, w2 = torch.randn(s.shape, generator=g, dtype=torch.float64), torch.randn(val.shape, generator=g,
+                                                                                  dtype=torch.float64)
+    leaves = [q, p, enc.key_table, enc.value_table]
+    got = torch.autograd.grad((s * w1).sum() + (val * w2).sum(), leaves)
+    want = torch.autograd.grad((r * w1).sum() + (rv * w2).sum(), leaves)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from relpos.distance import toeplitz
+from relpos.distance import contiguous_offsets, toeplitz
 from relpos.encodings.base import Encoding
 from relpos.first_order import first_order
 from relpos.validation import MAX_TABLE, check_float, check_int
@@ -179,12 +179,12 @@ class FIRE(Encoding):
         ``Nq' + Nk - 1`` distinct offsets and expanded (:func:`relpos.distance.toeplitz`);
         the rows at or past ``L`` take the per-pair form.
         """
-        top = self._rows_below_threshold(qpos, kpos)
+        offs = contiguous_offsets(qpos, kpos)
+        top = 0 if offs is None else int((qpos[0].float() < self.threshold.detach()).sum())
         if top == 0:
             return self._piecewise(*self._segments(), self.normalized_distance(qpos, kpos))
         Nq, Nk = qpos.shape[-1], kpos.shape[-1]
-        shift = int(kpos[0, 0]) - int(qpos[0, 0])
-        vals = self.relative_bias(torch.arange(1 - top, Nk, device=qpos.device) + shift)  # (H, top + Nk - 1)
+        vals = self.relative_bias(offs[Nq - top:])  # (H, top + Nk - 1): the offsets of rows 0..top-1
         out = toeplitz(vals, top, Nk)[None]  # (1, H, top, Nk)
         if top == Nq:
             return out
@@ -227,16 +227,6 @@ class FIRE(Encoding):
     def _piecewise(alpha: Tensor, beta: Tensor, z: Tensor, x: Tensor) -> Tensor:
         """``f(x)`` for ``x (B|1, Nq, Nk)`` -> ``(B|1, H, Nq, Nk)``."""
         return _PiecewiseLinear.apply(alpha, beta, torch.bucketize(x.detach(), z), x)
-
-    def _rows_below_threshold(self, qpos: Tensor, kpos: Tensor) -> int:
-        """How many leading query rows have ``i < L``, when positions are shared by the batch and
-        contiguous (0 otherwise, and the per-pair form serves every row)."""
-        if qpos.shape[0] != 1 or kpos.shape[0] != 1:
-            return 0
-        for p in (qpos, kpos):
-            if p.shape[-1] > 1 and not bool((p[0, 1:] - p[0, :-1] == 1).all()):
-                return 0
-        return int((qpos[0].float() < self.threshold.detach()).sum())
 
     def reference_bias(self, qpos: Tensor, kpos: Tensor) -> Tensor:
         """Row by row in float64, straight from the formula."""

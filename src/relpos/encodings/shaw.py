@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from relpos.distance import contiguous_offsets, skew_rows, unskew_rows
 from relpos.encodings.base import ClippedTables, Encoding
 from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
@@ -136,11 +137,26 @@ class Shaw(Encoding):
 
     # ------------------------------------------------------------ fast paths
 
+    def _offset_rows(self, qpos: Tensor, kpos: Tensor, table: Tensor) -> Tensor | None:
+        """For shared consecutive positions: the table row of every offset in skewed order,
+        ``(H|1, Nq + Nk - 1, D)`` (a slice when no offset is clipped); else None."""
+        offs = contiguous_offsets(qpos, kpos)
+        if offs is None:
+            return None
+        lo, hi = int(offs[0]), int(offs[-1])
+        if -self.k <= lo and hi <= self.k:
+            return table[:, lo + self.k: hi + self.k + 1]
+        return table[:, offs.clamp(-self.k, self.k) + self.k]
+
     def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
         B, H, Nq, D = q.shape
         Nk = k.shape[2]
         self._check_heads(H)
         a = self._table(self.key_table, H, q.dtype)  # (H|1, R, D), R = 2k + 1
+        rows = self._offset_rows(qpos, kpos, a)
+        if rows is not None:  # q_i . aK[offset] on the Nq + Nk - 1 offsets, then the relative shift
+            per_offset = torch.matmul(q, rows.transpose(-1, -2)).mul_(scale)  # (B, H, Nq, Nq + Nk - 1)
+            return skew_rows(per_offset, Nq, Nk)  # (B, H, Nq, Nk)
         per_offset = torch.matmul(q, a.transpose(-1, -2))  # (B, H, Nq, R): q_i . aK[r] for every r
         idx = self.rel_index(qpos, kpos).to(q.device)  # (B|1, Nq, Nk)
         idx = idx[:, None].expand(B, H, Nq, Nk)
@@ -151,10 +167,13 @@ class Shaw(Encoding):
             raise NotImplementedError("this Shaw encoding has no value table; build it with value=True ('shaw-kv')")
         B, H, Nq, Nk = p.shape
         self._check_heads(H)
+        a = self._table(self.value_table, H, p.dtype)  # (H|1, R, D)
+        rows = self._offset_rows(qpos, kpos, a)
+        if rows is not None:  # weight per offset (a strided write), then against each offset's row
+            return torch.matmul(unskew_rows(p), rows)  # (B, H, Nq, D)
         R = 2 * self.k + 1
         idx = self.rel_index(qpos, kpos).to(p.device)[:, None].expand(B, H, Nq, Nk)  # (B, H, Nq, Nk)
         mass = p.new_zeros(B, H, Nq, R).scatter_add(-1, idx, p)  # (B, H, Nq, R): weight per clipped offset
-        a = self._table(self.value_table, H, p.dtype)  # (H|1, R, D)
         return torch.matmul(mass, a)  # (B, H, Nq, D)
 
     # ------------------------------------------------------------ references
