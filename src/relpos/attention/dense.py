@@ -223,13 +223,18 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: floa
     return ungroup_rows(out, G)
 
 
+def _masked_term(term: Tensor | None, mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """The additive term in ``dtype`` with -inf where ``mask`` (True = allowed) forbids a pair."""
+    if term is None:
+        return None
+    term = term.to(dtype)
+    return term if mask is None else term.masked_fill(~mask, float("-inf"))
+
+
 def _with_value_term(req: Request, q: Tensor, k: Tensor, term: Tensor | None, mask: Tensor | None) -> Tensor:
     """Attention for a scheme with a ``"value"`` site: ``p v + value(p)``, ``(B, H, Nq, Dv)``."""
     enc, G, dtype = req.encoding, req.groups, q.dtype
-    if term is not None:
-        term = term.to(dtype)
-        if mask is not None:
-            term = term.masked_fill(~mask, float("-inf"))
+    term = _masked_term(term, mask, dtype)
     m = None if term is None else group_rows(term, G)
     if _use_term_attention(group_rows(q, G), k, req.v, m):
         o, p = _TermAttention.apply(group_rows(q, G), k, req.v, m, req.scale)
@@ -257,7 +262,7 @@ def _relative_key_term(req: Request, q: Tensor) -> tuple[Tensor, Tensor] | None:
     rk = enc.relative_keys()
     if rk is None:
         return None
-    B, H, Nq, Nk, _ = req.shape
+    Nq, Nk = req.shape[2], req.shape[3]
     dtype = q.dtype
     keys = rk.keys(offsets_range(Nq, Nk, req.q_offset).to(q.device)).to(dtype)  # (H, Nq + Nk - 1, D)
     qv = q if rk.v is None else q + rk.v.to(dtype)[None, :, None, :]
@@ -305,13 +310,7 @@ def run(req: Request) -> Tensor:
     if "value" in enc.acts_on:
         out = _with_value_term(req, q, k, add, mask)
     else:
-        if add is not None:
-            attn_mask = add.to(dtype)
-            if mask is not None:
-                attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
-        else:
-            attn_mask = mask
-        out = _sdpa(q, k, req.v, attn_mask, req.scale, G)
+        out = _sdpa(q, k, req.v, mask if add is None else _masked_term(add, mask, dtype), req.scale, G)
     if valid is not None:
         out = out * valid.to(out.dtype)
     return out
