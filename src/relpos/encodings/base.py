@@ -161,6 +161,12 @@ class Encoding(nn.Module):
         integer_positions: True if the scheme is driven by integer positions
             (so randomized positions, Ruoss et al. 2023, apply to it).
         paper: link to the paper.
+        reads_logits: True if the ``"score"`` term is a function of the scaled content
+            logits ``z = scale q k^T`` and the call's :meth:`score_state` (CoPE's gates):
+            a blocked engine then hands :meth:`score_into` a block holding exactly ``z``
+            and lets :meth:`score_with_backward` add the term's gradient to ``z`` into
+            ``ds``, so ``q k^T`` is formed once per block and ``dq``, ``dk`` take one
+            matmul each.
     """
 
     name: ClassVar[str] = ""
@@ -170,6 +176,7 @@ class Encoding(nn.Module):
     causal_only: ClassVar[bool] = False
     integer_positions: ClassVar[bool] = True
     paper: ClassVar[str] = ""
+    reads_logits: ClassVar[bool] = False
     #: True if a model should build one instance for all layers by default (T5 shares
     #: its bias table across layers); ``ModelConfig.share_encoding`` overrides it.
     share_across_layers: ClassVar[bool] = False
@@ -360,15 +367,22 @@ class Encoding(nn.Module):
         (``qpos (B|1, R)``, ``kpos (B|1, C)``: the block's positions). Returns ``(B, H, R, C)``."""
         raise NotImplementedError(f"scheme {self.name!r} has no score_state")
 
-    def score_into(self, state: ScoreState, qpos: Tensor, kpos: Tensor, out: Tensor) -> None:
+    def score_into(self, state: ScoreState, qpos: Tensor, kpos: Tensor, out: Tensor) -> object:
         """``out += score_with(state, qpos, kpos)`` in place (``out (B, H, R, C)``, no autograd through it);
-        schemes with a kernel that adds in place override it to skip the temporary."""
+        schemes with a kernel that adds in place override it to skip the temporary. With
+        :attr:`reads_logits`, ``out`` holds the block's scaled content logits on entry. Returns a
+        context for :meth:`score_with_backward` (None by default)."""
         out += self.score_with(state, qpos, kpos).to(out.dtype)
+        return None
 
-    def score_with_backward(self, grads: ScoreState, qpos: Tensor, kpos: Tensor, ds: Tensor) -> bool:
+    def score_with_backward(self, grads: ScoreState, qpos: Tensor, kpos: Tensor, ds: Tensor,
+                            ctx: object = None) -> bool:
         """Optional: add the gradient of :meth:`score_with` for upstream gradient ``ds (B, H, R, C)``
         into ``grads`` (the state's gradient tensors sliced to the block, written in place) and
-        return True; the default returns False and engines differentiate :meth:`score_with` instead."""
+        return True; the default returns False and engines differentiate :meth:`score_with` instead.
+        ``ctx``: what :meth:`score_into` returned for this block. With :attr:`reads_logits`, also add
+        the term's gradient to the content logits into ``ds`` in place (engines call it before they
+        use ``ds`` for ``dq`` and ``dk``)."""
         return False
 
     def value(self, p: Tensor, qpos: Tensor, kpos: Tensor) -> Tensor:

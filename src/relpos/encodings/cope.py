@@ -45,7 +45,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from relpos.encodings.base import Encoding
+from relpos.encodings.base import Encoding, ScoreState
+from relpos.kernels import cope as kcope
 from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
 __all__ = ["CoPE", "query_key_index"]
@@ -92,6 +93,7 @@ class CoPE(Encoding):
     acts_on = frozenset({"score"})
     causal_only = True
     integer_positions = False
+    reads_logits = True
     paper = "https://arxiv.org/abs/2405.18719"
 
     def __init__(
@@ -115,10 +117,12 @@ class CoPE(Encoding):
 
     # ------------------------------------------------------------ fast path
 
-    def _visible(self, qpos: Tensor, kpos: Tensor, Nk: int) -> Tensor:
-        idx = query_key_index(qpos, kpos)  # (B|1, Nq)
-        j = torch.arange(Nk, device=idx.device)
-        return (j[None, None, :] <= idx[:, :, None])[:, None]  # (B|1, 1, Nq, Nk)
+    def _logits(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float):
+        """``(z, last, cdt)``: the scaled content logits ``(B, H, Nq, Nk)`` in the compute dtype and each
+        query's last key index ``(B|1, Nq)``."""
+        cdt = torch.promote_types(q.dtype, torch.float32)
+        z = (q.to(cdt) * scale) @ k.to(cdt).transpose(-1, -2)  # (B, H, Nq, Nk); scaled on the narrow side
+        return z, query_key_index(qpos, kpos), cdt
 
     def positions(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
         """Contextual positions ``p_ij`` (clipped at ``npos_max - 1``; 0 for future keys).
@@ -128,24 +132,37 @@ class CoPE(Encoding):
         Returns:
             ``(B, H, Nq, Nk)`` float32 (float64 for float64 inputs).
         """
-        cdt = torch.promote_types(q.dtype, torch.float32)
-        vis = self._visible(qpos, kpos, k.shape[2])  # (B|1, 1, Nq, Nk)
-        gates = torch.sigmoid(scale * (q.to(cdt) @ k.to(cdt).transpose(-1, -2)))  # (B, H, Nq, Nk)
-        gates = gates * vis
-        p = gates.flip(-1).cumsum(-1).flip(-1)  # p_ij = sum_{t >= j} g_it
-        return p.clamp(max=self.npos_max - 1)
+        z, last, _ = self._logits(q, k, qpos, kpos, scale)
+        return kcope.positions(z, last, self.npos_max - 1)
 
     def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
+        z, last, cdt = self._logits(q, k, qpos, kpos, scale)
+        L = q.to(cdt) @ self.pos_emb.to(cdt).transpose(-1, -2)  # (B, H, Nq, npos_max)
+        # the compiled kernel (relpos.kernels.cope) where built, else the same numbers in PyTorch
+        return kcope.term(z, L, last) if kcope.usable(z, L) else kcope.reference(z, L, last)
+
+    # ----------------------------------------------- blocked engines (reads_logits)
+
+    def score_state(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float,
+                    past_only: bool = False) -> ScoreState:
+        """Each query's logits against the integer positions, ``q e^T`` ``(B, H, Nq, npos_max)``,
+        once per call; the gates come from the engine's own content logits (:attr:`reads_logits`)."""
         cdt = torch.promote_types(q.dtype, torch.float32)
-        p = self.positions(q, k, qpos, kpos, scale)  # (B, H, Nq, Nk)
-        lo = p.detach().floor()
-        w = p - lo  # fraction, differentiable through p (NaN if q or k holds NaN: it propagates)
-        lo_i = lo.nan_to_num(0.0).long()  # NaN positions index row 0; w keeps the result NaN
-        hi_i = p.detach().ceil().nan_to_num(0.0).long()
-        logits_int = q.to(cdt) @ self.pos_emb.to(cdt).transpose(-1, -2)  # (B, H, Nq, npos_max)
-        out = logits_int.gather(-1, hi_i) * w + logits_int.gather(-1, lo_i) * (1 - w)
-        vis = self._visible(qpos, kpos, k.shape[2])
-        return out * vis
+        return ScoreState((q.to(cdt) @ self.pos_emb.to(cdt).transpose(-1, -2),), ("q",), {})
+
+    def score_with(self, state: ScoreState, qpos: Tensor, kpos: Tensor) -> Tensor:
+        raise NotImplementedError("CoPE's term reads the content logits: engines call score_into (reads_logits)")
+
+    def score_into(self, state: ScoreState, qpos: Tensor, kpos: Tensor, out: Tensor) -> tuple:
+        """``out`` holds the block's scaled content logits; adds the term in place (the compiled
+        kernel where built). Returns the block's context for :meth:`score_with_backward`."""
+        return kcope.add_into(out, state.tensors[0], query_key_index(qpos, kpos))
+
+    def score_with_backward(self, grads: ScoreState, qpos: Tensor, kpos: Tensor, ds: Tensor,
+                            ctx: object = None) -> bool:
+        """The term's gradient to the content logits into ``ds``, to ``q e^T`` into ``grads``."""
+        kcope.add_backward(ctx, ds, grads.tensors[0])
+        return True
 
     # ------------------------------------------------------------ reference
 

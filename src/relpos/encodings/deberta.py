@@ -383,7 +383,8 @@ class DeBERTa(Encoding):
             out = t if out is None else out + t
         return out
 
-    def score_with_backward(self, grads: ScoreState, qpos: Tensor, kpos: Tensor, ds: Tensor) -> bool:
+    def score_with_backward(self, grads: ScoreState, qpos: Tensor, kpos: Tensor, ds: Tensor,
+                            ctx: object = None) -> bool:
         """The gathers' gradient, scattered straight into the state's gradient (no zero-filled temporaries)."""
         kt = self._kernel_terms(grads, qpos, kpos)
         if kt is not None:
@@ -410,6 +411,7 @@ class DeBERTa(Encoding):
             krows.gather(*kt[:2], qpos, kpos, *kt[2:], out=out)
         else:
             out += self.score_with(state, qpos, kpos).to(out.dtype)
+        return None
 
     def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
         return self.score_with(self.score_state(q, k, qpos, kpos, scale), qpos, kpos)

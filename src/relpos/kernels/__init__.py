@@ -2,7 +2,9 @@
 
 PyTorch has no operation for "gather a per-row state through a distance table"
 without an ``N x N`` index, so :mod:`relpos.kernels.rows` ships one as a small C++
-extension (``rows.cpp``). It is compiled by ``make install`` (``python -m
+extension (``rows.cpp``); :mod:`relpos.kernels.cope` ships CoPE's gated counts and their
+interpolation as one pass per query row (``cope.cpp``), where PyTorch needs a dozen ``N x N``
+temporaries. It is compiled by ``make install`` (``python -m
 relpos.kernels build``) with :mod:`torch.utils.cpp_extension` into a folder of its
 own under the user's cache (``$RELPOS_KERNEL_DIR``, else
 ``$XDG_CACHE_HOME/relpos/kernels``, else ``~/.cache/relpos/kernels``), named by a
@@ -40,8 +42,8 @@ log = logging.getLogger("relpos.kernels")
 #: Master switch, read at call time (``RELPOS_KERNELS=0`` turns it off at import).
 ENABLED: bool = os.environ.get("RELPOS_KERNELS", "1").strip().lower() not in ("0", "off", "false", "no")
 
-_SOURCE = Path(__file__).with_name("rows.cpp")
-_FUNCTIONS = ["gather_rows", "scatter_rows"]
+_SOURCES = [Path(__file__).with_name(n) for n in ("rows.cpp", "cope.cpp")]
+_FUNCTIONS = ["gather_rows", "scatter_rows", "cope_forward", "cope_backward"]
 _CFLAGS = ["-O3"]
 _loaded: dict = {}  # "module" -> module or None, "why" -> reason when None
 
@@ -57,7 +59,8 @@ def cache_root() -> Path:
 
 def _tag() -> str:
     h = hashlib.sha256()
-    h.update(_SOURCE.read_bytes())
+    for src in _SOURCES:
+        h.update(src.read_bytes())
     h.update(" ".join(_CFLAGS + _FUNCTIONS).encode())
     h.update(torch.__version__.encode())
     return h.hexdigest()[:16]
@@ -132,7 +135,7 @@ def build(verbose: bool = False) -> tuple[bool, str]:
         cache_root().mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_root()))  # ours: removed below
         try:
-            load_inline(_name(), cpp_sources=[_SOURCE.read_text()], functions=_FUNCTIONS,
+            load_inline(_name(), cpp_sources=[src.read_text() for src in _SOURCES], functions=_FUNCTIONS,
                         extra_cflags=_CFLAGS, build_directory=str(work), verbose=verbose)
             try:
                 work.rename(final)  # atomic: a reader never sees half a build

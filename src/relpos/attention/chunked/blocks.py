@@ -119,6 +119,12 @@ class _BlockCfg:
         # the scheme adds its state's gradient itself (Encoding.score_with_backward overridden)
         self.manual_score_grad = state is not None and (
             type(enc).score_with_backward is not Encoding.score_with_backward)
+        # the score reads the block's content logits (CoPE's gates): s holds exactly scale q k^T when the
+        # scheme adds its term, and the term's gradient to them joins ds before dq and dk
+        self.reads_logits = self.manual_score_grad and enc.reads_logits
+        if self.reads_logits and "bias" in enc.acts_on:
+            raise NotImplementedError(f"scheme {enc.name!r}: a score that reads the content logits beside a "
+                                      "bias is not served by the blocks engine")
         self.cd = compute_dtype(req.q.dtype)
         itemsize = torch.finfo(self.cd).bits // 8
         self.rows = rows_per_block(B * H, Nk, itemsize)
@@ -175,12 +181,13 @@ def _score(cfg: _BlockCfg, st, qb: Tensor, kr: Tensor, qp: Tensor, kp: Tensor) -
     return cfg.enc.score_with(ScoreState(tuple(st), cfg.state.axes, cfg.state.meta), qp, kp)
 
 
-def _score_into(cfg: _BlockCfg, st, qb: Tensor, kr: Tensor, qp: Tensor, kp: Tensor, s: Tensor) -> None:
-    """``s += the scheme's score on one block``, in place where the scheme can (:meth:`Encoding.score_into`)."""
+def _score_into(cfg: _BlockCfg, st, qb: Tensor, kr: Tensor, qp: Tensor, kp: Tensor, s: Tensor) -> object:
+    """``s += the scheme's score on one block``, in place where the scheme can (:meth:`Encoding.score_into`);
+    returns the scheme's context for :meth:`Encoding.score_with_backward`."""
     if cfg.state is None:
         s += cfg.enc.score(qb, kr, qp, kp, cfg.scale).to(s.dtype)
-    else:
-        cfg.enc.score_into(ScoreState(tuple(st), cfg.state.axes, cfg.state.meta), qp, kp, s)
+        return None
+    return cfg.enc.score_into(ScoreState(tuple(st), cfg.state.axes, cfg.state.meta), qp, kp, s)
 
 
 def _block_state(cfg: _BlockCfg, tensors, a: int, b: int, C: int) -> tuple:
@@ -270,13 +277,13 @@ class _BlockFn(torch.autograd.Function):
             qp, kp = cfg.qpos[:, a:b], cfg.kpos[:, :C]
             dob = do[:, :, a:b]
             s = _block_base(cfg, qb, kr, tv, a, b, C)
-            sc = qleaf = kleaf = bb = None
+            sc = qleaf = kleaf = bb = sctx = None
             if cfg.gen_bias:
                 with torch.enable_grad():  # evaluated once: its value now, its gradient below
                     bb = enc.bias(qp, kp)  # (B|1, H, R, C)
                 s += bb.detach().to(cd)
             if cfg.has_score and cfg.manual_score_grad:  # the scheme writes the state's gradient itself
-                _score_into(cfg, _block_state(cfg, st, a, b, C), qb, kr, qp, kp, s)
+                sctx = _score_into(cfg, _block_state(cfg, st, a, b, C), qb, kr, qp, kp, s)
             elif cfg.has_score:
                 with torch.enable_grad():
                     qleaf = qb.detach().requires_grad_(True)
@@ -303,6 +310,8 @@ class _BlockFn(torch.autograd.Function):
             if need_v:
                 dv[:, :, :C] += torch.matmul(p.transpose(-1, -2), dob)
             ds = dp.sub_(d_row).mul_(p)  # (B, H, R, C)
+            if cfg.reads_logits:  # ds += the term's gradient to the content logits, before dq and dk read it
+                enc.score_with_backward(cfg.state.block(dstate, a, b, C), qp, kp, ds, sctx)
             if need_q:
                 dq[:, :, a:b] += torch.matmul(ds, kr).mul_(cfg.scale)
             if need_k:
@@ -315,8 +324,8 @@ class _BlockFn(torch.autograd.Function):
                 gb = ds if bb.shape[0] == B else ds.sum(0, keepdim=True)
                 g = torch.autograd.grad(bb, leaves, gb.to(bb.dtype), allow_unused=True)
                 add_grads(dleaves, g)
-            if cfg.has_score and cfg.manual_score_grad:
-                enc.score_with_backward(cfg.state.block(dstate, a, b, C), qp, kp, ds)
+            if cfg.has_score and cfg.manual_score_grad and not cfg.reads_logits:
+                enc.score_with_backward(cfg.state.block(dstate, a, b, C), qp, kp, ds, sctx)
             if sc is not None:
                 g = torch.autograd.grad(sc, [qleaf, kleaf, *leaves, *stl], ds.to(sc.dtype), allow_unused=True)
                 if g[0] is not None and need_q:
