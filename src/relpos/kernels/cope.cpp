@@ -8,10 +8,12 @@
 // The forward walks the keys from `last` down, so the suffix sum is one register. The backward
 // walks them down again (the interpolation's gradients into dL and each p_j's gradient), then up
 // (the gradient of g_t is the prefix sum of those over j <= t), and writes dz = dg g (1 - g).
-// Positions are never negative, so floor is an integer conversion (no libm call per pair).
+// Positions are never negative, so floor is an integer conversion (no libm call per pair). Sums run in
+// double, as PyTorch's CPU cumsum does, so a count that lands on an integer floors the same way.
 // PyTorch needs about a dozen N x N temporaries for the same (flip, cumsum, clamp, floor, ceil, two
 // gathers, their scatters). Built by relpos.kernels (torch.utils.cpp_extension); see its docstring.
 #include <torch/extension.h>
+#include <ATen/AccumulateType.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -32,13 +34,16 @@ void check_args(const torch::Tensor& g, const torch::Tensor& L, const torch::Ten
   TORCH_CHECK(L.size(2) >= 2, "L needs at least 2 positions");
 }
 
-// the interpolation at count acc (>= 0, or NaN): p = min(acc, cap), i0 = floor p, i1 = ceil p, w = p - i0
+// the interpolation at count acc (>= 0, or NaN), acc rounded to the term's dtype first: p = min(acc, cap), i0 = floor p, i1 = ceil p, w = p - i0
 template <typename T>
 struct Interp {
   int64_t i0, i1; T w; bool nan;
-  inline Interp(T acc, T cap) {
-    nan = acc != acc;
-    const T p = nan ? T(0) : (acc < cap ? acc : cap);
+  T count;  // acc in T, before clipping
+  template <typename A>
+  inline Interp(A acc, T cap) {
+    count = static_cast<T>(acc);
+    nan = count != count;
+    const T p = nan ? T(0) : (count < cap ? count : cap);
     i0 = static_cast<int64_t>(p);  // truncation is floor: p >= 0
     w = p - static_cast<T>(i0);
     i1 = w > T(0) ? i0 + 1 : i0;
@@ -47,45 +52,48 @@ struct Interp {
 
 }  // namespace
 
-// term (M, R, C) from the gates g (M, R, C), L (M, R, P) and last (M, R); cap = P - 1
-torch::Tensor cope_forward(torch::Tensor g, torch::Tensor L, torch::Tensor last) {
+// out (M, R, C) += term, from the gates g (M, R, C), L (M, R, P) and last (M, R); cap = P - 1. Only the keys
+// j <= last are written (the term is 0 past them). `out` may hold the content logits g came from.
+void cope_forward(torch::Tensor out, torch::Tensor g, torch::Tensor L, torch::Tensor last) {
   check_args(g, L, last);
+  TORCH_CHECK(out.sizes() == g.sizes() && out.is_contiguous() && out.scalar_type() == g.scalar_type(),
+              "out must be contiguous, of g's shape and dtype");
   const int64_t M = g.size(0), R = g.size(1), C = g.size(2), P = L.size(2);
-  auto term = torch::empty_like(g);
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "cope_forward", [&] {
     const scalar_t* gd = g.data_ptr<scalar_t>();
     const scalar_t* ld = L.data_ptr<scalar_t>();
     const int64_t* lastd = last.data_ptr<int64_t>();
-    scalar_t* td = term.data_ptr<scalar_t>();
+    scalar_t* od = out.data_ptr<scalar_t>();
+    using acc_t = at::acc_type<scalar_t, false>;  // double, as PyTorch's CPU cumsum accumulates
     const scalar_t cap = scalar_t(P - 1);
     const scalar_t nan = std::numeric_limits<scalar_t>::quiet_NaN();
     at::parallel_for(0, M * R, 16, [&](int64_t s, int64_t e) {
       for (int64_t row = s; row < e; ++row) {
         const scalar_t* gr = gd + row * C;
         const scalar_t* lr = ld + row * P;
-        scalar_t* tr = td + row * C;
-        const int64_t hi_j = std::min(lastd[row], C - 1);
-        for (int64_t j = std::max<int64_t>(hi_j + 1, 0); j < C; ++j) tr[j] = scalar_t(0);
-        scalar_t acc = 0;
-        for (int64_t j = hi_j; j >= 0; --j) {
+        scalar_t* orow = od + row * C;
+        acc_t acc = 0;
+        for (int64_t j = std::min(lastd[row], C - 1); j >= 0; --j) {
           acc += gr[j];
           const Interp<scalar_t> t(acc, cap);
-          tr[j] = t.nan ? nan : lr[t.i1] * t.w + lr[t.i0] * (scalar_t(1) - t.w);
+          orow[j] += t.nan ? nan : lr[t.i1] * t.w + lr[t.i0] * (scalar_t(1) - t.w);
         }
       }
     });
   });
-  return term;
 }
 
-// (dz, dL) for the term's gradient dterm (M, R, C): dz is the gradient of the logits z (g = sigmoid(z))
-std::vector<torch::Tensor> cope_backward(torch::Tensor g, torch::Tensor L, torch::Tensor last, torch::Tensor dterm) {
+// For the term's gradient dterm (M, R, C): dz (M, R, C) += the gradient of the logits z (g = sigmoid(z)) and
+// dL (M, R, P) += that of L. dz may be dterm itself (each row reads dterm before it writes dz).
+void cope_backward(torch::Tensor dz, torch::Tensor dL, torch::Tensor g, torch::Tensor L, torch::Tensor last,
+                   torch::Tensor dterm) {
   check_args(g, L, last);
-  TORCH_CHECK(dterm.sizes() == g.sizes() && dterm.is_contiguous() && dterm.scalar_type() == g.scalar_type(),
-              "dterm must be contiguous, of g's shape and dtype");
+  for (const auto* t : {&dterm, &dz})
+    TORCH_CHECK(t->sizes() == g.sizes() && t->is_contiguous() && t->scalar_type() == g.scalar_type(),
+                "dterm and dz must be contiguous, of g's shape and dtype");
+  TORCH_CHECK(dL.sizes() == L.sizes() && dL.is_contiguous() && dL.scalar_type() == L.scalar_type(),
+              "dL must be contiguous, of L's shape and dtype");
   const int64_t M = g.size(0), R = g.size(1), C = g.size(2), P = L.size(2);
-  auto dz = torch::empty_like(g);
-  auto dL = torch::zeros_like(L);
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "cope_backward", [&] {
     const scalar_t* gd = g.data_ptr<scalar_t>();
     const scalar_t* ld = L.data_ptr<scalar_t>();
@@ -93,9 +101,11 @@ std::vector<torch::Tensor> cope_backward(torch::Tensor g, torch::Tensor L, torch
     const int64_t* lastd = last.data_ptr<int64_t>();
     scalar_t* dzd = dz.data_ptr<scalar_t>();
     scalar_t* dld = dL.data_ptr<scalar_t>();
+    using acc_t = at::acc_type<scalar_t, false>;  // double, as PyTorch's CPU cumsum accumulates
     const scalar_t cap = scalar_t(P - 1);
     const scalar_t nan = std::numeric_limits<scalar_t>::quiet_NaN();
     at::parallel_for(0, M * R, 16, [&](int64_t s, int64_t e) {
+      std::vector<scalar_t> dp(C);
       for (int64_t row = s; row < e; ++row) {
         const scalar_t* gr = gd + row * C;
         const scalar_t* lr = ld + row * P;
@@ -103,29 +113,38 @@ std::vector<torch::Tensor> cope_backward(torch::Tensor g, torch::Tensor L, torch
         scalar_t* dzr = dzd + row * C;
         scalar_t* dlr = dld + row * P;
         const int64_t hi_j = std::min(lastd[row], C - 1);
-        for (int64_t j = std::max<int64_t>(hi_j + 1, 0); j < C; ++j) dzr[j] = scalar_t(0);
-        scalar_t acc = 0;
-        for (int64_t j = hi_j; j >= 0; --j) {  // down: the interpolation's gradients; dz holds dp for now
+        // down: the interpolation's gradients. The counts only grow as j falls, so the table rows i0 and
+        // i0 + 1 a run of keys reads stay in two registers until i0 moves (no store-to-load chain on dL).
+        acc_t acc = 0;
+        scalar_t a_lo = 0, a_hi = 0;
+        int64_t cur = -1;
+        bool saw_nan = false;
+        for (int64_t j = hi_j; j >= 0; --j) {
           acc += gr[j];
           const Interp<scalar_t> t(acc, cap);
           const scalar_t d = dr[j];
           if (t.nan) {  // NaN in z: every gradient it reaches is NaN, as through autograd
-            dlr[0] += d * nan;
-            dzr[j] = nan;
+            saw_nan = true;
+            dp[j] = nan;
             continue;
           }
-          dlr[t.i0] += d * (scalar_t(1) - t.w);
-          dlr[t.i1] += d * t.w;
+          if (t.i0 != cur) {
+            if (cur >= 0) { dlr[cur] += a_lo; if (cur + 1 < P) dlr[cur + 1] += a_hi; }
+            cur = t.i0; a_lo = 0; a_hi = 0;
+          }
+          a_lo += d * (scalar_t(1) - t.w);
+          a_hi += d * t.w;  // 0 when p is an integer (then i1 = i0 and w = 0)
           // clamp(max=cap) passes the gradient where acc <= cap (as PyTorch's clamp does)
-          dzr[j] = acc <= cap ? d * (lr[t.i1] - lr[t.i0]) : scalar_t(0);
+          dp[j] = t.count <= cap ? d * (lr[t.i1] - lr[t.i0]) : scalar_t(0);
         }
-        scalar_t pre = 0;
+        if (cur >= 0) { dlr[cur] += a_lo; if (cur + 1 < P) dlr[cur + 1] += a_hi; }
+        if (saw_nan) dlr[0] += nan;
+        acc_t pre = 0;
         for (int64_t j = 0; j <= hi_j; ++j) {  // up: dg_t = sum_{j <= t} dp_j; dz = dg g (1 - g)
-          pre += dzr[j];
-          dzr[j] = pre * gr[j] * (scalar_t(1) - gr[j]);
+          pre += dp[j];
+          dzr[j] += static_cast<scalar_t>(pre) * (scalar_t(1) - gr[j]) * gr[j];
         }
       }
     });
   });
-  return {dz, dL};
 }

@@ -76,13 +76,16 @@ class _Term(torch.autograd.Function):
     def forward(ctx, z3, L3, last2):
         g3 = torch.sigmoid(z3)  # the gates, by PyTorch's vectorised sigmoid
         ctx.save_for_backward(g3, L3, last2)
-        return kernels.load().cope_forward(g3, L3, last2)
+        out = torch.zeros_like(z3)
+        kernels.load().cope_forward(out, g3, L3, last2)
+        return out
 
     @staticmethod
     @first_order
     def backward(ctx, dterm):
         g3, L3, last2 = ctx.saved_tensors
-        dz, dL = kernels.load().cope_backward(g3, L3, last2, dterm.contiguous())
+        dz, dL = torch.zeros_like(g3), torch.zeros_like(L3)
+        kernels.load().cope_backward(dz, dL, g3, L3, last2, dterm.contiguous())
         return dz, dL, None
 
 
@@ -114,7 +117,7 @@ def add_into(z: Tensor, L: Tensor, last: Tensor) -> tuple:
         g3 = torch.sigmoid(z).view(B * H, Nq, Nk)
         L3 = L.expand(B, H, Nq, P).reshape(B * H, Nq, P).contiguous()
         last2 = _flat(last, B, H, Nq)
-        z.view(B * H, Nq, Nk).add_(kernels.load().cope_forward(g3, L3, last2))
+        kernels.load().cope_forward(z.view(B * H, Nq, Nk), g3, L3, last2)  # z += term, in place
         return True, g3, L3, last2
     z0 = z.clone()
     z += reference(z0, L, last)
@@ -127,8 +130,11 @@ def add_backward(ctx: tuple, ds: Tensor, dL: Tensor) -> None:
     compiled, t, L, last = ctx
     if compiled:
         B, H, Nq, Nk = ds.shape
-        dz, dL3 = kernels.load().cope_backward(t, L, last, ds.reshape(B * H, Nq, Nk).contiguous())
-        ds += dz.view(B, H, Nq, Nk)
+        ds3 = ds.view(B * H, Nq, Nk) if ds.is_contiguous() else ds.reshape(B * H, Nq, Nk).contiguous()
+        dL3 = torch.zeros_like(L)
+        kernels.load().cope_backward(ds3, dL3, t, L, last, ds3)  # ds += the term's gradient to z, in place
+        if ds3.data_ptr() != ds.data_ptr():
+            ds.copy_(ds3.view(B, H, Nq, Nk))
         dL += dL3.view(B, H, Nq, -1).sum_to_size(dL.shape)
         return
     with torch.enable_grad():
