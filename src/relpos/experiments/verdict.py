@@ -19,7 +19,9 @@ with YaRN):
   (each the median over seeds;
   "local" when it is below the training length: the loss stays flat because
   the model never looks far, not because it extrapolates);
-* training cost: milliseconds per step relative to NoPE on the same task.
+* training cost: milliseconds per step relative to NoPE on the same task: per task the median over
+  runs of the scheme's and of NoPE's (a run slowed by a shared or paused machine does not move a
+  median of three seeds), then the mean over tasks.
 
 **Ranking** (protocol 3, :mod:`relpos.experiments.ranking`). Base schemes only (RoPE scalings and
 randomized positions get their own table against plain RoPE). Per task, one score: the LM ratio at the
@@ -84,6 +86,11 @@ def _ms(xs: list[float]) -> tuple[float, float, int]:
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
 
 
+def _median(xs: list) -> float:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return statistics.median(xs) if xs else math.nan
+
+
 def verdict(results: dict) -> dict:
     """``{"rows": {label: {...}}, "tasks": [...], "ranking": [(label, mrr)], "notes": [...]}``."""
     runs = results["runs"]
@@ -94,11 +101,9 @@ def verdict(results: dict) -> dict:
             by[r["label"]][r["task"]].append(r)
     # passkey measures use of far context on the LM models; it is reported in its own table, not ranked
     tasks = sorted({r["task"] for r in runs if r["task"] not in UNRANKED}, key=lambda t: (t != "lm", t))
-    # NoPE step time per task, for the cost column
-    nope_ms = {}
-    for t in tasks:
-        xs = [(r.get("train") or {}).get("ms_per_step") for r in by.get("nope", {}).get(t, [])]
-        nope_ms[t] = _ms(xs)[0]
+    # NoPE step time per task, for the cost column (medians over runs: wall time, robust to a slowed run)
+    nope_ms = {t: _median([(r.get("train") or {}).get("ms_per_step") for r in by.get("nope", {}).get(t, [])])
+               for t in tasks}
     rows = {}
     for lab, per_task in by.items():
         row: dict = {"fitted": {}, "lm": {}, "lm_provisional": {}, "acc": {}, "tok": {}, "span": None,
@@ -108,10 +113,9 @@ def verdict(results: dict) -> dict:
             fit = [r for r in rs if id(r) in ok]  # the run's gate, and this view at L
             row["fitted"][t] = (len(fit), len(rs))
             L = rs[0]["train_len"]
-            for r in rs:
-                ms = (r.get("train") or {}).get("ms_per_step")
-                if ms and nope_ms.get(t) and math.isfinite(nope_ms[t]):
-                    costs.append(ms / nope_ms[t])
+            ms = _median([(r.get("train") or {}).get("ms_per_step") for r in rs])
+            if math.isfinite(ms) and ms > 0 and nope_ms.get(t) and math.isfinite(nope_ms[t]):
+                costs.append(ms / nope_ms[t])
             if t == "lm":
                 # runs that never flattened still show their ratios, in parentheses, unranked
                 src = fit or rs
