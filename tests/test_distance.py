@@ -17,6 +17,7 @@ from relpos.distance import (
     offsets_range,
     relative_positions,
     skew_rows,
+    skew_rows_past,
     unskew_rows,
     contiguous_offsets,
     t5_bucket,
@@ -256,6 +257,29 @@ def test_skew_rows_matches_an_index_gather_with_gradient(nq, nk, lead, seed):
     (a,) = torch.autograd.grad((got * w).sum(), vals)
     (b,) = torch.autograd.grad((want * w).sum(), vals)
     assert torch.equal(a, b)
+
+
+@settings(max_examples=40, deadline=None)
+@given(nq=st.integers(1, 9), nk=st.integers(1, 9), seed=st.integers(0, 2**16), data=st.data())
+def test_skew_rows_past_is_skew_rows_with_the_future_filled(nq, nk, seed, data):
+    """Only the first W offset columns given: the same pairs as skew_rows on all of them, `fill` at every
+    pair whose column is past W (for W = Nq + q_offset: the future keys of a causal call), same gradient."""
+    W = data.draw(st.integers(1, nq + nk - 1))
+    g = torch.Generator().manual_seed(seed)
+    full = torch.randn(2, nq, nq + nk - 1, generator=g, dtype=torch.float64, requires_grad=True)
+    got = skew_rows_past(full[..., :W], nq, nk)
+    col = torch.arange(nk)[None, :] - torch.arange(nq)[:, None] + nq - 1  # (nq, nk)
+    want = skew_rows(full, nq, nk).masked_fill(col >= W, float("-inf"))
+    assert torch.equal(got, want)
+    w = torch.randn(got.shape, generator=g, dtype=torch.float64).masked_fill(col >= W, 0.0)
+    (a,) = torch.autograd.grad((got.masked_fill(col >= W, 0.0) * w).sum(), full)
+    (b,) = torch.autograd.grad((want.masked_fill(col >= W, 0.0) * w).sum(), full)
+    assert torch.equal(a, b) and not a[..., W:].any()
+
+
+def test_skew_rows_past_refuses_a_wrong_width():
+    with pytest.raises(ValueError, match="W <= q_len \\+ k_len - 1"):
+        skew_rows_past(torch.zeros(2, 4), 2, 2)
 
 
 def test_skew_rows_refuses_a_wrong_width():

@@ -37,6 +37,7 @@ Convention = Literal["j-i", "i-j"]
 __all__ = [
     "Convention",
     "skew_rows",
+    "skew_rows_past",
     "unskew_rows",
     "contiguous_offsets",
     "relative_positions",
@@ -422,6 +423,29 @@ def skew_rows(values: Tensor, q_len: int, k_len: int) -> Tensor:
     if values.dim() < 2 or values.shape[-2] != q_len or values.shape[-1] != q_len + k_len - 1:
         raise ValueError(f"values must have shape (..., q_len, q_len + k_len - 1) = (..., {q_len}, "
                          f"{q_len + k_len - 1}), got {tuple(values.shape)}")
+    return _SkewRows.apply(values, q_len, k_len)
+
+
+def skew_rows_past(values: Tensor, q_len: int, k_len: int, fill: float = float("-inf")) -> Tensor:
+    """:func:`skew_rows` for causal calls: ``values (..., Nq, W)`` holds only the first ``W`` offset
+    columns (the offsets ``j - i <= 0`` a causal query sees, ``W = Nq + q_offset``), and every pair past
+    them (a future key) gets ``fill`` (-inf: the causal mask, folded in). Half the per-offset work of
+    a self-attention call.
+
+    Example:
+        >>> skew_rows_past(torch.arange(4.).view(2, 2), 2, 2)
+        tensor([[1., -inf],
+                [2., 3.]])
+    """
+    check_tensor("values", values)
+    check_int("q_len", q_len, 1, MAX_POSITIONS)
+    check_int("k_len", k_len, 1, MAX_POSITIONS)
+    W = q_len + k_len - 1
+    if values.dim() < 2 or values.shape[-2] != q_len or not 1 <= values.shape[-1] <= W:
+        raise ValueError(f"values must have shape (..., q_len, W) with q_len = {q_len} and 1 <= W <= "
+                         f"q_len + k_len - 1 = {W}, got {tuple(values.shape)}")
+    if values.shape[-1] < W:
+        values = torch.cat([values, values.new_full((*values.shape[:-1], W - values.shape[-1]), fill)], -1)
     return _SkewRows.apply(values, q_len, k_len)
 
 

@@ -218,3 +218,54 @@ def test_offset_form_matches_the_reference_with_gradients(k, nq, extra, per_head
     want = torch.autograd.grad((r * w1).sum() + (rv * w2).sum(), leaves)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
+
+
+@settings(max_examples=40, deadline=None)
+@given(k=st.integers(0, 6), nq=st.integers(1, 8), extra=st.integers(0, 6), per_head=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_score_past_is_the_score_with_the_future_masked(k, nq, extra, per_head, seed):
+    """The causal form (offsets j - i <= 0 only): the score's value on every pair a causal query sees,
+    -inf on the others, the same gradients; a prefill (extra = 0) and cached decoding (extra > 0)."""
+    enc = Shaw(n_heads=2, head_dim=4, k=k, per_head=per_head).double()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        enc.key_table.normal_(generator=g)
+    nk = nq + extra
+    kpos, qpos = torch.arange(nk)[None], torch.arange(extra, nk)[None]
+    q = torch.randn(1, 2, nq, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    kk = torch.randn(1, 2, nk, 4, generator=g, dtype=torch.float64)
+    future = kpos[:, None, :] > qpos[:, :, None]  # (1, nq, nk)
+    got = enc.score_past(q, kk, qpos, kpos, 0.5)
+    want = enc.reference_score(q, kk, qpos, kpos, 0.5).masked_fill(future[:, None], float("-inf"))
+    torch.testing.assert_close(got, want)
+    w = torch.randn(got.shape, generator=g, dtype=torch.float64)
+    a = torch.autograd.grad((got.masked_fill(future[:, None], 0) * w).sum(), [q, enc.key_table])
+    b = torch.autograd.grad((want.masked_fill(future[:, None], 0) * w).sum(), [q, enc.key_table])
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y)
+
+
+def test_score_past_declines_gapped_positions():
+    enc = Shaw(n_heads=1, head_dim=2, k=2)
+    pos = torch.arange(0, 8, 2)[None]
+    assert enc.score_past(torch.randn(1, 1, 4, 2), torch.randn(1, 1, 4, 2), pos, pos, 1.0) is None
+
+
+def test_dense_causal_self_attention_takes_the_past_form(monkeypatch):
+    """The dense engine asks for score_past on a causal call with default positions (half the offsets),
+    and its output and gradients still equal the float64 reference."""
+    enc = Shaw(n_heads=2, head_dim=4, k=3).double()
+    randomize_parameters(enc)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 9, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    ref = relpos.attention(q, k, v, enc, causal=True, impl="reference")
+    want = torch.autograd.grad(ref.sum(), [q, k, v, enc.key_table])
+
+    def refuse(*a, **kw):
+        raise AssertionError("the full-offset score ran")
+
+    monkeypatch.setattr(Shaw, "score", refuse)
+    out = relpos.attention(q, k, v, enc, causal=True, impl="dense")
+    torch.testing.assert_close(out, ref)
+    for a, b in zip(torch.autograd.grad(out.sum(), [q, k, v, enc.key_table]), want):
+        torch.testing.assert_close(a, b)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from relpos.attention import Request, check_finite
-from relpos.distance import offsets_range, skew_rows, toeplitz
+from relpos.distance import offsets_range, skew_rows, skew_rows_past, toeplitz
 from relpos.first_order import first_order
 
 __all__ = ["supports", "run", "position_bias", "rotated_qk", "additive_terms", "row_has_key", "group_rows",
@@ -116,20 +116,28 @@ def rotated_qk(req: Request) -> tuple[Tensor, Tensor]:
     return q, k
 
 
-def additive_terms(req: Request, q: Tensor, k: Tensor, *, causal_fill: bool = False) -> Tensor | None:
+def additive_terms(req: Request, q: Tensor, k: Tensor, *, causal_fill: bool = False, past: bool = False):
     """Sum of the bias and score terms in logit units (no masking), or None.
 
     Args:
         causal_fill: see :func:`position_bias` (only affects Toeplitz biases).
+        past: return ``(term, causal_in_term)``, where a causal call on default positions asks the
+            scheme for :meth:`~relpos.encodings.base.Encoding.score_past` (the past offsets only,
+            -inf for future keys: ``causal_in_term`` True).
     """
     enc = req.encoding
-    add = None
+    add, in_term = None, False
     if "bias" in enc.acts_on:
         add = position_bias(req, causal_fill=causal_fill)
     if "score" in enc.acts_on:
-        s = enc.score(q, score_keys(req, k), req.qpos, req.kpos, req.scale)
+        s = None
+        if past and past_columns(req) is not None:
+            s = enc.score_past(q, score_keys(req, k), req.qpos, req.kpos, req.scale)
+            in_term = s is not None
+        if s is None:
+            s = enc.score(q, score_keys(req, k), req.qpos, req.kpos, req.scale)
         add = s if add is None else add + s
-    return add
+    return (add, in_term) if past else add
 
 
 def row_has_key(req: Request) -> Tensor | None:
@@ -248,13 +256,24 @@ def _with_value_term(req: Request, q: Tensor, k: Tensor, term: Tensor | None, ma
     return ungroup_rows(group_rows(p, G) @ req.v, G) + enc.value(p, req.qpos, req.kpos).to(dtype)
 
 
-def _relative_key_term(req: Request, q: Tensor) -> tuple[Tensor, Tensor] | None:
-    """For a score of the :class:`RelativeKeys` form on contiguous positions: ``(q + u, term)``.
+def past_columns(req: Request) -> int | None:
+    """For a causal call on default positions: how many of the ``Nq + Nk - 1`` offset columns of
+    :func:`relpos.distance.skew_rows` a query can see (``j - i <= q_offset``); None otherwise."""
+    if not (req.causal and req.contiguous):
+        return None
+    Nq, Nk = req.shape[2], req.shape[3]
+    return min(Nq + req.q_offset, Nq + Nk - 1)
+
+
+def _relative_key_term(req: Request, q: Tensor) -> tuple[Tensor, Tensor, bool] | None:
+    """For a score of the :class:`RelativeKeys` form on contiguous positions: ``(q + u, term, causal_in_term)``.
 
     ``scale (q . k + u . k + (q + v) . r(j - i))`` is ``scale (q + u) . k`` plus the term
     ``scale (q + v) . r`` formed on the ``Nq + Nk - 1`` offsets (one matmul) and expanded
-    by :func:`relpos.distance.skew_rows` (B, H, Nq, Nk). None where the form does not apply
-    (other schemes, explicit positions, grouped heads).
+    by :func:`relpos.distance.skew_rows` (B, H, Nq, Nk); a causal call forms only the offsets its
+    queries see and gets -inf for the future keys (:func:`relpos.distance.skew_rows_past`: the causal
+    mask is then in the term, ``causal_in_term``). None where the form does not apply (other schemes,
+    explicit positions, grouped heads).
     """
     enc = req.encoding
     if not req.contiguous or req.groups != 1 or enc.acts_on - {"embedding", "qk"} != {"score"}:
@@ -264,11 +283,18 @@ def _relative_key_term(req: Request, q: Tensor) -> tuple[Tensor, Tensor] | None:
         return None
     Nq, Nk = req.shape[2], req.shape[3]
     dtype = q.dtype
-    keys = rk.keys(offsets_range(Nq, Nk, req.q_offset).to(q.device)).to(dtype)  # (H, Nq + Nk - 1, D)
+    offs = offsets_range(Nq, Nk, req.q_offset).to(q.device)
+    W = past_columns(req)
+    if W is not None:
+        offs = offs[:W]
+    # the scale on the (H, W, D) keys, not on the (B, H, Nq, W) product
+    keys = rk.keys(offs).to(dtype) * req.scale  # (H, W, D)
     qv = q if rk.v is None else q + rk.v.to(dtype)[None, :, None, :]
-    per = torch.matmul(qv, keys.transpose(-1, -2)).mul_(req.scale)  # (B, H, Nq, Nq + Nk - 1)
+    per = torch.matmul(qv, keys.transpose(-1, -2))  # (B, H, Nq, W)
     qu = q if rk.u is None else q + rk.u.to(dtype)[None, :, None, :]
-    return qu, skew_rows(per, Nq, Nk)
+    if W is not None:
+        return qu, skew_rows_past(per, Nq, Nk), True
+    return qu, skew_rows(per, Nq, Nk), False
 
 
 def run(req: Request) -> Tensor:
@@ -281,9 +307,9 @@ def run(req: Request) -> Tensor:
     toeplitz_causal = req.causal and req.toeplitz and req.contiguous
     rel = _relative_key_term(req, q)
     if rel is not None:  # Transformer-XL's form: the content bias u joins q for q . k
-        q, add = rel
+        q, add, causal_in_term = rel
     else:
-        add = additive_terms(req, q, k, causal_fill=toeplitz_causal)  # (B|1, H, Nq, Nk) or None
+        add, causal_in_term = additive_terms(req, q, k, causal_fill=toeplitz_causal, past=True)
     valid = row_has_key(req)  # (B, 1, Nq, 1) or None
 
     # Fast cases: no term and plain causal (or no) masking -> the fused kernel's own causal mode.
@@ -302,7 +328,7 @@ def run(req: Request) -> Tensor:
     mask = None
     if valid is not None:
         mask = req.mask() | ~valid  # rows without keys attend everywhere, then are zeroed
-    elif req.causal and not toeplitz_causal:
+    elif req.causal and not (toeplitz_causal or causal_in_term):
         mask = req.mask()  # (B|1, 1, Nq, Nk)
     elif req.key_padding_mask is not None:
         mask = req.key_padding_mask[:, None, None, :]  # (B, 1, 1, Nk)

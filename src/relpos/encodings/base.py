@@ -344,6 +344,14 @@ class Encoding(nn.Module):
         """
         raise NotImplementedError(f"scheme {self.name!r} must implement score()")
 
+    def score_past(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor | None:
+        """Capability: :meth:`score` for a causal call on default positions (``kpos = arange(Nk)``,
+        ``qpos = q_offset + arange(Nq)``), with -inf at every pair whose key is after its query (the
+        causal mask folded in), where the scheme can form only the pairs a causal query sees (Shaw's
+        table on the offsets ``j - i <= 0``). None (the default): engines call :meth:`score` and mask.
+        """
+        return None
+
     def score_state(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float,
                     past_only: bool = False) -> ScoreState | None:
         """Capability: the part of :meth:`score` shared by every block of one attention call.

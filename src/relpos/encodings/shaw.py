@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from relpos.distance import contiguous_offsets, skew_rows, unskew_rows
+from relpos.distance import contiguous_offsets, skew_rows, skew_rows_past, unskew_rows
 from relpos.encodings.base import ClippedTables, Encoding
 from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
@@ -137,12 +137,17 @@ class Shaw(Encoding):
 
     # ------------------------------------------------------------ fast paths
 
-    def _offset_rows(self, qpos: Tensor, kpos: Tensor, table: Tensor) -> Tensor | None:
+    def _offset_rows(self, qpos: Tensor, kpos: Tensor, table: Tensor, past: bool = False) -> Tensor | None:
         """For shared consecutive positions: the table row of every offset in skewed order,
-        ``(H|1, Nq + Nk - 1, D)`` (a slice when no offset is clipped); else None."""
+        ``(H|1, Nq + Nk - 1, D)`` (a slice when no offset is clipped); else None. ``past``: only the
+        offsets ``j - i <= 0``, the first columns (None if there are none)."""
         offs = contiguous_offsets(qpos, kpos)
         if offs is None:
             return None
+        if past:
+            offs = offs[offs <= 0]
+            if offs.numel() == 0:
+                return None
         lo, hi = int(offs[0]), int(offs[-1])
         if -self.k <= lo and hi <= self.k:
             return table[:, lo + self.k: hi + self.k + 1]
@@ -155,12 +160,24 @@ class Shaw(Encoding):
         a = self._table(self.key_table, H, q.dtype)  # (H|1, R, D), R = 2k + 1
         rows = self._offset_rows(qpos, kpos, a)
         if rows is not None:  # q_i . aK[offset] on the Nq + Nk - 1 offsets, then the relative shift
-            per_offset = torch.matmul(q, rows.transpose(-1, -2)).mul_(scale)  # (B, H, Nq, Nq + Nk - 1)
+            per_offset = torch.matmul(q, (rows * scale).transpose(-1, -2))  # (B, H, Nq, Nq + Nk - 1)
             return skew_rows(per_offset, Nq, Nk)  # (B, H, Nq, Nk)
         per_offset = torch.matmul(q, a.transpose(-1, -2))  # (B, H, Nq, R): q_i . aK[r] for every r
         idx = self.rel_index(qpos, kpos).to(q.device)  # (B|1, Nq, Nk)
         idx = idx[:, None].expand(B, H, Nq, Nk)
         return scale * torch.gather(per_offset, -1, idx)  # (B, H, Nq, Nk)
+
+    def score_past(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor | None:
+        """The score on the offsets ``j - i <= 0`` only (about half the matmul and shift of :meth:`score`
+        for self-attention), -inf for future keys."""
+        B, H, Nq, D = q.shape
+        Nk = k.shape[2]
+        self._check_heads(H)
+        rows = self._offset_rows(qpos, kpos, self._table(self.key_table, H, q.dtype), past=True)
+        if rows is None:
+            return None
+        per_offset = torch.matmul(q, (rows * scale).transpose(-1, -2))  # (B, H, Nq, W), W <= Nq + Nk - 1
+        return skew_rows_past(per_offset, Nq, Nk)  # (B, H, Nq, Nk), -inf past the diagonal
 
     def value(self, p: Tensor, qpos: Tensor, kpos: Tensor) -> Tensor:
         if self.value_table is None:
