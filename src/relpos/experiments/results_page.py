@@ -116,7 +116,10 @@ def _read_first(res: dict | None) -> list[str]:
             "* **Fitted first.** A run counts only when it fitted its training distribution (validation exact match "
             f"at L >= {target}; for language modelling a validation loss that flattened within the budget). Validation "
             "chooses the learning rate and gates the fit; every reported number reads the test split.",
-            f"* **Intervals.** {INTERVALS_NOTE}", ""]
+            f"* **Intervals.** {INTERVALS_NOTE}",
+            "* **Cost vs NoPE.** Milliseconds per training step over NoPE's on the same task, the fastest run of "
+            "each (wall time on a shared machine, where other work only ever adds time), averaged over tasks; "
+            "`benchmarks/train_step.py` measures the same ratio side by side on a quiet machine.", ""]
 
 
 def _verdict(res: dict | None, name: str) -> list[str]:
