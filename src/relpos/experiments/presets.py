@@ -14,16 +14,16 @@
 * ``ci`` -- a **smoke test**: the benchmark's eleven schemes, few steps, short lengths; under
   two minutes. Its numbers come from models that have not fitted and carry no
   conclusion.
-* ``full`` -- the eleven schemes on every task, three seeds, randomized RoPE, algorithmic tasks at L = 16 (MQAR:
-  4 pairs), and the **equal grid**: every scheme trains at all three rates (2e-3, 1e-3, 3e-3; MQAR its two,
-  1e-3 and 3e-3) on every task, language modelling included, and keeps the best by validation.
-  **Estimated 25-40 CPU-hours** (not measured end to end; from per-step costs measured on this shared host:
-  an algorithmic step at L = 16 took 72 ms of CPU under load, about 45 ms idle; a try that fits stops early,
-  one that does not runs its whole budget): per job at most copy / copy-distinct 3 x 4,000 steps, copy-hints
-  (twice the tokens) 3 x 4,000, reverse 3 x 8,000 (was 16,000 with one try), parity 3 x 1,000, MQAR 2 x 5,000
-  steps of 150 ms (was 8,000: MQAR was 62 % of the protocol-2 cost), language modelling 3 x about 100 s; 36
-  jobs per task. The upper bound, every try running its whole budget at the loaded speed, is about 64 CPU-hours.
-  The numbers in ``docs/results.md``.
+* ``full`` -- the eleven schemes on language modelling and five algorithmic tasks (:data:`FULL_ALGORITHMIC`:
+  copy, copy-distinct, reverse, parity, MQAR; copy-hints by ``--tasks``), three seeds, randomized RoPE,
+  algorithmic tasks at L = 16 (MQAR: 4 pairs), and the **equal grid**: every scheme trains at every rate of its
+  task's grid and keeps the best by validation -- language modelling 2e-3, 1e-3 and 3e-3, every algorithmic
+  task 1e-3 and 3e-3. **Estimated 30-36 CPU-hours**, from the costs measured on its first jobs (2026-12-03,
+  a shared 2-core host): the 36 language-modelling jobs took 4.5 CPU-hours; a copy job about 650
+  CPU-seconds for three tries of (nearly always) the whole 4,000-step budget, so about 430 for two. Per job at
+  most: copy / copy-distinct 2 x 4,000 steps, reverse 2 x 8,000 (was 16,000 with one try), parity 2 x 1,000,
+  MQAR 2 x 4,000 steps of about 150 ms (was 8,000: MQAR was 62 % of the protocol-2 cost); 36 jobs per task.
+  Measured totals: ``docs/results.md``.
 * ``scale`` -- the scale check (:mod:`relpos.experiments.scale`): the eight default schemes on language
   modelling at d_model 64 / 128 / 256 (about 0.12M / 0.43M / 1.65M parameters) and training lengths 64 and 256,
   three seeds, each run trained until it fits (the default's LM rule, at most 6,000 steps of 1,024 bytes), one
@@ -161,25 +161,37 @@ def _default() -> ExperimentConfig:
     )
 
 
-#: The full preset's reverse budget (16,000 before protocol 3: one try; now three tries per job).
+#: The full preset's reverse budget (16,000 before protocol 3: one try; now two tries per job).
 _FULL_REVERSE_STEPS = 8000
 #: The full preset's MQAR budget (8,000 before: MQAR was 62 % of the full preset's CPU time, mostly tries that
-#: never left the plateau running to the end). NoPE formed the lookup by step 2,000 at 3e-3; at 1e-3 by 7,700,
-#: so with both rates always tried it keeps its 3e-3 try.
-_FULL_MQAR_STEPS = 5000
+#: never left the plateau running to the end). NoPE formed the lookup by step 2,000 at 3e-3 (then a cooldown of
+#: as many steps: 4,000); at 1e-3 by 7,700, so with both rates always tried it keeps its 3e-3 try.
+_FULL_MQAR_STEPS = 4000
+#: The full preset's learning-rate grid on every algorithmic task (equal for every scheme). Three rates, as
+#: language modelling has, cost about 57 CPU-hours in all, measured on the first 36 LM and 3 copy jobs of
+#: 2026-12-03: every copy try ran its whole 4,000-step budget or nearly (about 650 CPU-seconds a job of three
+#: tries), so early stopping saves little; two rates that bracket the old single rate (2e-3) cost two thirds.
+_FULL_ALGO_GRID = (1e-3, 3e-3)
+#: The full preset's algorithmic tasks. ``copy-hints`` (copy with the answer's position marked: twice the
+#: tokens, the costliest copy variant) is left to ``--tasks``: with it, four of seven ranked tasks were copy
+#: variants (a ranking fragility the protocol-3 review named) and it would cost about 7 CPU-hours more.
+FULL_ALGORITHMIC: tuple[str, ...] = ("copy", "copy-distinct", "reverse", "parity", "mqar")
 
 
 def _full() -> ExperimentConfig:
     """The default preset's model and task recipes on every task, 3 seeds, a learning-rate grid, randomized
     RoPE, and language models trained to the stricter plateau rule."""
     cfg = _default()
-    cfg.preset, cfg.tasks, cfg.seeds, cfg.randomized = "full", ["lm", *ALGORITHMIC], [0, 1, 2], ["rope"]
+    cfg.preset, cfg.tasks, cfg.seeds, cfg.randomized = "full", ["lm", *FULL_ALGORITHMIC], [0, 1, 2], ["rope"]
     cfg.schemes = list(DEFAULT_SCHEMES)
     cfg.training.lr = _LM_LR
     cfg.data.algorithmic, cfg.data.task_options = copy.deepcopy(_ALGO), copy.deepcopy(_TASK_OPTIONS)
-    # the equal grid: every scheme trains at all three rates on every task, language modelling included
-    # (MQAR: its own two); the budgets that pay for it (see the module docstring's estimate)
+    # the equal grid: every scheme trains at every rate of its task's grid and keeps the best by validation:
+    # language modelling 2e-3, 1e-3 and 3e-3; every algorithmic task 1e-3 and 3e-3 (MQAR's own two); the
+    # budgets that pay for it (see the module docstring's measured costs)
     cfg.tuning = FitConfig(**_LM_FIT, lr_grid=[2e-3, 1e-3, 3e-3])
+    for t in ALGORITHMIC:
+        cfg.training.task_train[t]["lr_grid"] = list(_FULL_ALGO_GRID)
     cfg.training.task_train["reverse"]["steps"] = _FULL_REVERSE_STEPS
     cfg.training.task_train["mqar"]["steps"] = _FULL_MQAR_STEPS
     return cfg
