@@ -261,5 +261,6 @@ def test_what_changed_reads_the_old_verdict_table_and_names_the_flips():
     assert "LM verdicts that changed (held when the ratio is <= 1.05): t5 (held -> degraded)." in lines[0]
     row = next(ln for ln in lines if ln.startswith("| t5 |"))
     assert row.startswith("| t5 | 1.01 | 1.21 [") and "held -> degraded" in row
+    assert "- copy: on the old page, not in these results (not run)." in lines  # a task the new run left out
     with pytest.raises(ValueError, match="no '## Verdict'"):
         claims.previous_from_page("# nothing\n")

@@ -377,4 +377,8 @@ def changes(previous: dict | None, results: dict | None, rk: dict | None) -> lis
 
         algo.append(f"- {t}, exact match at 2L (each page's own L): best {bo:.2f} ({who(old, bo)}) -> {bn:.2f} "
                     f"({who(new, bn)}).")
+    # tasks of the old page that these results do not hold (the full preset leaves copy-hints to --tasks)
+    ran = {r["task"] for r in results["runs"]}
+    gone = sorted({m.group(1) for c in previous["columns"] if (m := re.fullmatch(r"(.+) (?:1\.5|2)L", c))} - ran)
+    algo += [f"- {t}: on the old page, not in these results (not run)." for t in gone]
     return head + out + ([""] + algo if algo else [])
