@@ -188,11 +188,13 @@ def test_scheme_options_are_checked_up_front():
 #: default, ci and full as computed with the code of 9abee63 (before the sub-configurations of issue 30 and the
 #: training/evaluation split of issue 31), the scale cells as the protocol-3 scale run's frozen code computes them
 #: (trained until they fit, at most 6,000 steps; d64-L64 is the fingerprint of its folder). The long runs of that
-#: code are re-reported and resumed by this one: a change here must be deliberate (and retrains those runs).
+#: code are re-reported and resumed by this one: a change here must be deliberate (and retrains those runs). full
+#: changed deliberately on 2026-12-03 (commit 0d36df7: the algorithmic tasks' 2-rate grid, MQAR 4,000 steps,
+#: copy-hints left to --tasks); its language-modelling runs carried over by --reuse.
 PINNED = {
     "default": ["e47e64b80e1a1bef", "e47e64b80e1a1bef", "0159296765542724"],
     "ci": ["826f76016624c270", "826f76016624c270", "130a8603e623c736"],
-    "full": ["14f55c9318d8f650", "14f55c9318d8f650", "eb7c306999dad5eb"],
+    "full": ["e74415c1bd4c8499", "e74415c1bd4c8499", "ea959e3fa3241521"],
     "scale-d64-L64": ["738c1f9617abc6f9", "738c1f9617abc6f9", "b6c4b4d830971889"],
     "scale-d64-L256": ["e5a6aa834256009b", "e5a6aa834256009b", "a1828c8c8499abea"],
     "scale-d128-L64": ["3b2aa3f3ccb72bf1", "3b2aa3f3ccb72bf1", "8f2080a1239a84bd"],
