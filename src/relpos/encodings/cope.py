@@ -117,12 +117,17 @@ class CoPE(Encoding):
 
     # ------------------------------------------------------------ fast path
 
-    def _logits(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float):
-        """``(z, last, cdt)``: the scaled content logits ``(B, H, Nq, Nk)`` in the compute dtype and each
+    def _logits(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        """``(z, last)``: the scaled content logits ``(B, H, Nq, Nk)`` in the compute dtype and each
         query's last key index ``(B|1, Nq)``."""
         cdt = torch.promote_types(q.dtype, torch.float32)
         z = (q.to(cdt) * scale) @ k.to(cdt).transpose(-1, -2)  # (B, H, Nq, Nk); scaled on the narrow side
-        return z, query_key_index(qpos, kpos), cdt
+        return z, query_key_index(qpos, kpos)
+
+    def _position_logits(self, q: Tensor) -> Tensor:
+        """``q e^T`` ``(B, H, Nq, npos_max)`` in the compute dtype: each query against the integer positions."""
+        cdt = torch.promote_types(q.dtype, torch.float32)
+        return q.to(cdt) @ self.pos_emb.to(cdt).transpose(-1, -2)
 
     def positions(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
         """Contextual positions ``p_ij`` (clipped at ``npos_max - 1``; 0 for future keys).
@@ -132,12 +137,12 @@ class CoPE(Encoding):
         Returns:
             ``(B, H, Nq, Nk)`` float32 (float64 for float64 inputs).
         """
-        z, last, _ = self._logits(q, k, qpos, kpos, scale)
+        z, last = self._logits(q, k, qpos, kpos, scale)
         return kcope.positions(z, last, self.npos_max - 1)
 
     def score(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor:
-        z, last, cdt = self._logits(q, k, qpos, kpos, scale)
-        L = q.to(cdt) @ self.pos_emb.to(cdt).transpose(-1, -2)  # (B, H, Nq, npos_max)
+        z, last = self._logits(q, k, qpos, kpos, scale)
+        L = self._position_logits(q)  # (B, H, Nq, npos_max)
         # the compiled kernel (relpos.kernels.cope) where built, else the same numbers in PyTorch
         return kcope.term(z, L, last) if kcope.usable(z, L) else kcope.reference(z, L, last)
 
@@ -147,8 +152,7 @@ class CoPE(Encoding):
                     past_only: bool = False) -> ScoreState:
         """Each query's logits against the integer positions, ``q e^T`` ``(B, H, Nq, npos_max)``,
         once per call; the gates come from the engine's own content logits (:attr:`reads_logits`)."""
-        cdt = torch.promote_types(q.dtype, torch.float32)
-        return ScoreState((q.to(cdt) @ self.pos_emb.to(cdt).transpose(-1, -2),), ("q",), {})
+        return ScoreState((self._position_logits(q),), ("q",), {})
 
     def score_with(self, state: ScoreState, qpos: Tensor, kpos: Tensor) -> Tensor:
         raise NotImplementedError("CoPE's term reads the content logits: engines call score_into (reads_logits)")

@@ -34,6 +34,12 @@ void check_args(const torch::Tensor& g, const torch::Tensor& L, const torch::Ten
   TORCH_CHECK(L.size(2) >= 2, "L needs at least 2 positions");
 }
 
+// `t` must be contiguous, of `ref`'s shape and dtype
+void check_like(const torch::Tensor& t, const torch::Tensor& ref, const char* name, const char* ref_name) {
+  TORCH_CHECK(t.sizes() == ref.sizes() && t.is_contiguous() && t.scalar_type() == ref.scalar_type(),
+              name, " must be contiguous, of ", ref_name, "'s shape and dtype");
+}
+
 // the interpolation at count acc (>= 0, or NaN), acc rounded to the term's dtype first: p = min(acc, cap), i0 = floor p, i1 = ceil p, w = p - i0
 template <typename T>
 struct Interp {
@@ -56,8 +62,7 @@ struct Interp {
 // j <= last are written (the term is 0 past them). `out` may hold the content logits g came from.
 void cope_forward(torch::Tensor out, torch::Tensor g, torch::Tensor L, torch::Tensor last) {
   check_args(g, L, last);
-  TORCH_CHECK(out.sizes() == g.sizes() && out.is_contiguous() && out.scalar_type() == g.scalar_type(),
-              "out must be contiguous, of g's shape and dtype");
+  check_like(out, g, "out", "g");
   const int64_t M = g.size(0), R = g.size(1), C = g.size(2), P = L.size(2);
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "cope_forward", [&] {
     const scalar_t* gd = g.data_ptr<scalar_t>();
@@ -88,11 +93,9 @@ void cope_forward(torch::Tensor out, torch::Tensor g, torch::Tensor L, torch::Te
 void cope_backward(torch::Tensor dz, torch::Tensor dL, torch::Tensor g, torch::Tensor L, torch::Tensor last,
                    torch::Tensor dterm) {
   check_args(g, L, last);
-  for (const auto* t : {&dterm, &dz})
-    TORCH_CHECK(t->sizes() == g.sizes() && t->is_contiguous() && t->scalar_type() == g.scalar_type(),
-                "dterm and dz must be contiguous, of g's shape and dtype");
-  TORCH_CHECK(dL.sizes() == L.sizes() && dL.is_contiguous() && dL.scalar_type() == L.scalar_type(),
-              "dL must be contiguous, of L's shape and dtype");
+  check_like(dterm, g, "dterm", "g");
+  check_like(dz, g, "dz", "g");
+  check_like(dL, L, "dL", "L");
   const int64_t M = g.size(0), R = g.size(1), C = g.size(2), P = L.size(2);
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "cope_backward", [&] {
     const scalar_t* gd = g.data_ptr<scalar_t>();

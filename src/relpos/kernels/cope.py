@@ -89,19 +89,18 @@ class _Term(torch.autograd.Function):
         return dz, dL, None
 
 
+def _flat(L: Tensor, last: Tensor, B: int, H: int, Nq: int) -> tuple[Tensor, Tensor]:
+    """``L (B|1, H|1, Nq, P)`` and ``last (B|1, Nq)`` as the kernel's contiguous ``(B H, Nq, P)`` and ``(B H, Nq)``."""
+    L3 = L.expand(B, H, Nq, L.shape[-1]).reshape(B * H, Nq, -1).contiguous()
+    last2 = last.to(torch.long)[:, None, :].expand(B, H, Nq).reshape(B * H, Nq).contiguous()
+    return L3, last2
+
+
 def term(z: Tensor, L: Tensor, last: Tensor) -> Tensor:
     """The term through the kernel (check :func:`usable` first); differentiable in ``z`` and ``L``.
     Arguments and result as :func:`reference`."""
     B, H, Nq, Nk = z.shape
-    P = L.shape[-1]
-    z3 = z.reshape(B * H, Nq, Nk).contiguous()
-    L3 = L.expand(B, H, Nq, P).reshape(B * H, Nq, P).contiguous()
-    last2 = last.to(torch.long)[:, None, :].expand(B, H, Nq).reshape(B * H, Nq).contiguous()
-    return _Term.apply(z3, L3, last2).view(B, H, Nq, Nk)
-
-
-def _flat(last: Tensor, B: int, H: int, Nq: int) -> Tensor:
-    return last.to(torch.long)[:, None, :].expand(B, H, Nq).reshape(B * H, Nq).contiguous()
+    return _Term.apply(z.reshape(B * H, Nq, Nk).contiguous(), *_flat(L, last, B, H, Nq)).view(B, H, Nq, Nk)
 
 
 def add_into(z: Tensor, L: Tensor, last: Tensor) -> tuple:
@@ -111,12 +110,10 @@ def add_into(z: Tensor, L: Tensor, last: Tensor) -> tuple:
     Args: as :func:`reference` (``z`` is overwritten). Returns the context :func:`add_backward` needs.
     """
     B, H, Nq, Nk = z.shape
-    P = L.shape[-1]
     L = L.detach().to(z.dtype)
     if usable(z, L) and z.is_contiguous():
         g3 = torch.sigmoid(z).view(B * H, Nq, Nk)
-        L3 = L.expand(B, H, Nq, P).reshape(B * H, Nq, P).contiguous()
-        last2 = _flat(last, B, H, Nq)
+        L3, last2 = _flat(L, last, B, H, Nq)
         kernels.load().cope_forward(z.view(B * H, Nq, Nk), g3, L3, last2)  # z += term, in place
         return True, g3, L3, last2
     z0 = z.clone()
