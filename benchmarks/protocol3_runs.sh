@@ -9,6 +9,11 @@
 #    the full preset's fingerprint, so each task becomes complete (three seeds) before the next starts;
 # 3. the full preset once more with every task: trains nothing new and writes the complete report.
 # Everything runs at nice 19 with two workers of one thread each (the project's 2-core machine).
+#
+# Across working sessions on machines that keep nothing outside the repository, the finished runs travel in
+# it: `python benchmarks/store_snapshot.py OUT/full docs/results/protocol3/full` (a consistent copy while the
+# run trains) and commit; the next session restores with
+# `python benchmarks/store_snapshot.py --restore docs/results/protocol3/full OUT/full` and reruns this script.
 set -u
 OUT=${1:?usage: benchmarks/protocol3_runs.sh OUT}
 R=${RELPOS:-.venv/bin/relpos}

@@ -1,0 +1,61 @@
+"""``benchmarks/store_snapshot.py``: a consistent copy of a live store that a rerun resumes from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from relpos.experiments.store import Store
+from tests.bench.scripts import load_script
+
+
+def _job(name: str) -> dict:
+    return {"job": name, "scheme": "alibi", "task": "lm", "seed": 0, "train": {"seconds": 1.0}, "runs": [
+        {"scheme": "alibi", "task": "lm", "seed": 0, "train_len": 64,
+         "measurements": [{"protocol": "lm", "eval_len": 64, "loss": 1.5, "count": 4}]}]}
+
+
+def _live(folder, jobs):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"fingerprint": "abc"}))
+    with Store(folder / "results.sqlite") as s:
+        s.bind("abc", {"k": 1})
+        for j in jobs:
+            s.write_job("abc", _job(j))
+    return load_script("store_snapshot")
+
+
+def test_snapshot_copies_every_job_and_restores(tmp_path):
+    mod = _live(tmp_path / "live", ["a", "b"])
+    assert mod.snapshot(tmp_path / "live", tmp_path / "snap") == 2
+    assert not (tmp_path / "snap" / "results.sqlite-wal").exists()  # one self-contained file
+    assert mod.snapshot(tmp_path / "snap", tmp_path / "new") == 2
+    with Store(tmp_path / "new" / "results.sqlite") as s:
+        assert s.done_jobs("abc") == {"a", "b"}
+        assert s.bind("abc", {"k": 1}) is False  # the same fingerprint: a rerun resumes
+    assert json.loads((tmp_path / "new" / "config.json").read_text())["fingerprint"] == "abc"
+
+
+def test_snapshot_refuses_to_shrink_and_foreign_files(tmp_path):
+    mod = _live(tmp_path / "big", ["a", "b"])
+    _live(tmp_path / "small", ["a"])
+    mod.snapshot(tmp_path / "big", tmp_path / "snap")
+    with pytest.raises(SystemExit, match="holds 2 finished jobs.*only 1"):
+        mod.snapshot(tmp_path / "small", tmp_path / "snap")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="notes.txt"):
+        mod.snapshot(tmp_path / "big", tmp_path / "other")
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+    with pytest.raises(SystemExit, match="holds no relpos compare results"):
+        mod.snapshot(tmp_path / "other", tmp_path / "x")
+
+
+def test_snapshot_of_a_store_being_written(tmp_path):
+    """Mid-run, the newest jobs sit in the write-ahead log: the copy still holds them."""
+    mod = _live(tmp_path / "live", ["a"])
+    with Store(tmp_path / "live" / "results.sqlite") as s:
+        s.write_job("abc", _job("b"))
+        assert (tmp_path / "live" / "results.sqlite-wal").stat().st_size > 0
+        assert mod.snapshot(tmp_path / "live", tmp_path / "snap") == 2
