@@ -264,3 +264,27 @@ def test_what_changed_reads_the_old_verdict_table_and_names_the_flips():
     assert "- copy: on the old page, not in these results (not run)." in lines  # a task the new run left out
     with pytest.raises(ValueError, match="no '## Verdict'"):
         claims.previous_from_page("# nothing\n")
+
+
+def test_times_of_results_without_a_store_are_carried_from_the_shipped_file(tmp_path):
+    """A folder copied without its results.sqlite keeps the CPU time shipped beside the earlier page, but only
+    for results with the same fingerprint; the time table says so when neither is there."""
+    from relpos.experiments.results_page import carry_times
+
+    res = lm_results()
+    f = _folder(tmp_path / "full", res)
+    jd = tmp_path / "json"
+    jd.mkdir()
+    old = {"full": {"cpu_seconds": 7200.0, "jobs": 9, "fingerprint": res["fingerprint"]},
+           "default": {"cpu_seconds": 1.0, "jobs": 1, "fingerprint": "other"}}
+    (jd / "times.json").write_text(json.dumps(old))
+    out = tmp_path / "results.md"
+    assert main(["--full", str(f), "--default", str(f), "--out", str(out), "--json-dir", str(jd), "--force"]) == 0
+    shipped = json.loads((jd / "times.json").read_text())
+    assert shipped["full"] == old["full"] and "default" not in shipped  # another fingerprint: not carried
+    rows = _tables(out.read_text(), "## Time")
+    assert rows[2][:3] == [f"full (`{res['fingerprint']}`)", "9", "2.00"]
+    inp = PageInputs(full=res, times={"full": {"cpu_seconds": 1.0, "jobs": 1, "fingerprint": res["fingerprint"]}})
+    assert carry_times(inp, old) == [] and inp.times["full"]["cpu_seconds"] == 1.0  # its own time wins
+    inp = PageInputs(scale_cells={"d64-L64": res})
+    assert _tables(page_markdown(inp), "## Time")[3][-1] == "no store: CPU time not recorded"

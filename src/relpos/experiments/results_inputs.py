@@ -7,7 +7,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-__all__ = ["PageInputs", "inputs_from_folders", "inputs_from_json_dir", "POSITION_PLOT", "ACCURACY_PLOT"]
+__all__ = ["PageInputs", "inputs_from_folders", "inputs_from_json_dir", "carry_times", "POSITION_PLOT",
+           "ACCURACY_PLOT"]
 
 #: The per-position plot the page shows (written by ``relpos compare`` into each folder).
 POSITION_PLOT = "lm_loss_by_position.png"
@@ -90,6 +91,22 @@ def inputs_from_folders(full=None, scale=None, default=None, previous: dict | No
     if previous is not None:
         ship["protocol2-verdict.json"] = previous
     return inp, ship
+
+
+def carry_times(inp: PageInputs, shipped: dict | None) -> list[str]:
+    """Keep the CPU times shipped before for results whose store is gone (a folder copied without its
+    ``results.sqlite``, or a machine that kept only the shipped JSON): an entry of ``shipped`` (a
+    ``times.json`` written beside an earlier page) is carried into ``inp.times`` when ``inp`` has no time of
+    its own for that key and its results carry the same fingerprint. Returns the keys carried."""
+    have = {"full": inp.full, "default": inp.default, **{f"scale/{k}": v for k, v in inp.scale_cells.items()}}
+    carried = []
+    for key, t in (shipped or {}).items():
+        res = have.get(key)
+        if key in inp.times or not res or not isinstance(t, dict) or t.get("fingerprint") != res.get("fingerprint"):
+            continue
+        inp.times[key] = t
+        carried.append(key)
+    return carried
 
 
 def inputs_from_json_dir(json_dir: str | Path) -> PageInputs:

@@ -32,6 +32,7 @@ from relpos.experiments.stats import CONFIDENCE, MIN_SEEDS
 from relpos.experiments.fitting import fitted_views
 from relpos.experiments.results_inputs import (  # re-exported: the page's API is one module
     PageInputs,
+    carry_times,
     inputs_from_folders,
     inputs_from_json_dir,
 )
@@ -252,6 +253,9 @@ def _time(inp: PageInputs) -> list[str]:
         tot = sum(v["cpu_seconds"] or 0 for v in sc.values())
         rows.append(f"| scale ({len(sc)} of 6 cells) | {sum(v['jobs'] for v in sc.values())} | {tot / 3600:.2f} | - | "
                     + ", ".join(f"{k[6:]} {v['cpu_seconds'] / 3600:.2f}" for k, v in sc.items()) + " |")
+    elif inp.scale_cells:
+        rows.append(f"| scale ({len(inp.scale_cells)} of 6 cells) | "
+                    f"{sum(len(r['runs']) for r in inp.scale_cells.values())} | - | - | no store: CPU time not recorded |")
     else:
         rows.append("| scale | - | - | - | no results |")
     return ["Process CPU time of every job (each training try and its evaluation), summed from each folder's "
@@ -409,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 prev = claims.previous_from_page(text)
         inp, ship = inputs_from_folders(a.full, a.scale, a.default, prev)
+        shipped = Path(a.json_dir) / "times.json"
+        if shipped.is_file():  # times of results whose store is gone stay on the page
+            carry_times(inp, json.loads(shipped.read_text()))
         path = write_page(inp, ship, a.out, a.json_dir, force=a.force)
     except (Refused, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
