@@ -288,3 +288,14 @@ def test_times_of_results_without_a_store_are_carried_from_the_shipped_file(tmp_
     assert carry_times(inp, old) == [] and inp.times["full"]["cpu_seconds"] == 1.0  # its own time wins
     inp = PageInputs(scale_cells={"d64-L64": res})
     assert _tables(page_markdown(inp), "## Time")[3][-1] == "no store: CPU time not recorded"
+
+
+def test_a_full_folder_filled_task_by_task_names_the_presets_missing_tasks():
+    """`--tasks lm` records only lm in the folder's config; the page still lists the full preset's other tasks."""
+    from relpos.experiments.presets import FULL_ALGORITHMIC
+
+    res = lm_results()
+    assert res["config"]["tasks"] == ["lm"]
+    page = page_markdown(PageInputs(full=res))
+    line = next(ln for ln in page.splitlines() if ln.startswith("- `full`: tasks without results yet"))
+    assert line.endswith(", ".join(sorted(FULL_ALGORITHMIC)) + ".")

@@ -264,6 +264,13 @@ def _time(inp: PageInputs) -> list[str]:
             "| preset | jobs | CPU-hours | span | per cell |", "|---|---:|---:|---:|---|", *rows, ""]
 
 
+def _preset_tasks(preset: str | None) -> set[str]:
+    """The tasks a named preset runs (a folder filled task by task with ``--tasks`` records only its own)."""
+    from relpos.experiments.presets import PRESETS
+
+    return set(PRESETS[preset]().tasks) if preset in PRESETS else set()
+
+
 def _missing(inp: PageInputs) -> list[str]:
     out = []
     for name in ("full", "default"):
@@ -271,7 +278,7 @@ def _missing(inp: PageInputs) -> list[str]:
         if res is None:
             out.append(f"- the `{name}` preset: no results.")
             continue
-        want = set(res["config"].get("tasks") or [])
+        want = set(res["config"].get("tasks") or []) | _preset_tasks(res["config"].get("preset"))
         have = {r["task"] for r in res["runs"]}
         if want - have:
             out.append(f"- `{name}`: tasks without results yet: {', '.join(sorted(want - have))}.")
