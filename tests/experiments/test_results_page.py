@@ -261,7 +261,10 @@ def test_what_changed_reads_the_old_verdict_table_and_names_the_flips():
     assert "LM verdicts that changed (held when the ratio is <= 1.05): t5 (held -> degraded)." in lines[0]
     row = next(ln for ln in lines if ln.startswith("| t5 |"))
     assert row.startswith("| t5 | 1.01 | 1.21 [") and "held -> degraded" in row
-    assert "- copy: on the old page, not in these results (not run)." in lines  # a task the new run left out
+    assert "- copy: on the old page, not in these results (no results yet)." in lines  # full runs copy: not yet
+    old_hints = old.replace("copy 2L", "copy-hints 2L")
+    lines = claims.changes(claims.previous_from_page(old_hints), res, ranking(res))
+    assert "- copy-hints: on the old page, not in these results (not part of this preset)." in lines
     with pytest.raises(ValueError, match="no '## Verdict'"):
         claims.previous_from_page("# nothing\n")
 

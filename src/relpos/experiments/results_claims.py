@@ -380,5 +380,10 @@ def changes(previous: dict | None, results: dict | None, rk: dict | None) -> lis
     # tasks of the old page that these results do not hold (the full preset leaves copy-hints to --tasks)
     ran = {r["task"] for r in results["runs"]}
     gone = sorted({m.group(1) for c in previous["columns"] if (m := re.fullmatch(r"(.+) (?:1\.5|2)L", c))} - ran)
-    algo += [f"- {t}: on the old page, not in these results (not run)." for t in gone]
+    from relpos.experiments.presets import PRESETS
+
+    preset = results["config"].get("preset")
+    planned = set(PRESETS[preset]().tasks) if preset in PRESETS else set()
+    algo += [f"- {t}: on the old page, not in these results ("
+             + ("no results yet)." if t in planned else "not part of this preset).") for t in gone]
     return head + out + ([""] + algo if algo else [])
