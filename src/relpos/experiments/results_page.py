@@ -333,6 +333,8 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
     L += (ch + [""] if ch else ["No protocol-2 verdict table was given (`--previous`).", ""])
     L += ["## Time", ""] + _time(inp) + ["## What is missing", ""] + _missing(inp)
     L += ["## Reproducing", "", "```bash", "make install",
+          "# the full preset's finished runs, where a store snapshot ships beside this page: resume from them",
+          "python benchmarks/store_snapshot.py --restore docs/results/protocol3/full runs/protocol3/full",
           "benchmarks/protocol3_runs.sh runs/protocol3   # the scale check, then the full preset task by task; "
           "resumable", ".venv/bin/relpos compare --out runs/default   # the default preset",
           ".venv/bin/python -m relpos.experiments.results_page --full runs/protocol3/full --scale "
