@@ -282,6 +282,12 @@ def _missing(inp: PageInputs) -> list[str]:
         have = {r["task"] for r in res["runs"]}
         if want - have:
             out.append(f"- `{name}`: tasks without results yet: {', '.join(sorted(want - have))}.")
+        pairs = len(res["config"].get("schemes") or []) * len(res["config"].get("seeds") or [])
+        for t in sorted(have):
+            got = len({(r["scheme"], r["seed"]) for r in res["runs"] if r["task"] == t and not r.get("variant")})
+            if got < pairs:
+                out.append(f"- `{name}`: {t} has {got} of its {pairs} scheme-seed runs; the rest are not run yet, "
+                           "so its ranks and intervals are provisional.")
         seeds = res["config"].get("seeds") or []
         if len(seeds) < MIN_SEEDS:
             out.append(f"- `{name}`: {len(seeds)} seed(s): nothing in it is ranked or has an interval.")
