@@ -238,18 +238,19 @@ def _recompute(name, enc, q, k, scale, rows):
     return step
 
 
-def measure(N: int, rounds: int, rows: int, log=print, schemes=SCHEMES) -> dict:
+def measure(N: int, rounds: int, rows: int, log=print, schemes=SCHEMES, batch: int = 1, heads: int = 8,
+            head_dim: int = 64) -> dict:
     import relpos
     from relpos.bench.spec import BenchSpec
     from relpos.bench.steps import make_encoding
 
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
-    spec = BenchSpec(memory=False)
-    H, D = spec.heads, spec.head_dim
+    spec = BenchSpec(memory=False, batch=batch, heads=heads, head_dim=head_dim)
+    B, H, D = spec.batch, spec.heads, spec.head_dim
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, H, N, D, generator=g, requires_grad=True) for _ in range(3))
-    go = torch.randn(1, H, N, D, generator=g)
+    q, k, v = (torch.randn(B, H, N, D, generator=g, requires_grad=True) for _ in range(3))  # (B, H, N, D)
+    go = torch.randn(B, H, N, D, generator=g)
     rows_out = []
     for name in schemes:
         enc = make_encoding(name, spec, N)
@@ -305,7 +306,8 @@ def markdown(doc: dict) -> str:
     lines = ["# The four slow schemes against the floor of their approach", "",
              f"Command: `{doc['command']}`", "",
              f"{doc['machine']}; one thread, process CPU time, median of {doc['rounds']} interleaved rounds; "
-             f"N = {doc['N']}, B = 1, H = 8, D = 64, float32, causal, forward+backward; blocks of "
+             f"N = {doc['N']}, B = {doc.get('batch', 1)}, H = {doc.get('heads', 8)}, D = {doc.get('head_dim', 64)}, "
+             "float32, causal, forward+backward; blocks of "
              f"{doc['block_rows']} query rows. Load average at the start / end: {doc['load_start']} / {doc['load_end']}.",
              "", "*floor* = position-free causal SDPA + the position term alone (forward and backward): *bounded* when "
              "it is above the target. *cost of the parts* = the content attention once the logits' gradient dS is "
@@ -330,32 +332,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="timed interleaved rounds (default 3)")
     p.add_argument("--rows", type=int, default=128, help="query rows per block of the floor's term (default 128)")
     p.add_argument("--schemes", default=",".join(SCHEMES), help="comma-separated subset (default: all four)")
+    p.add_argument("--batch", type=int, default=1, help="batch B (default 1)")
+    p.add_argument("--heads", type=int, default=8, help="heads H (default 8)")
+    p.add_argument("--head-dim", type=int, default=64, help="head width D (default 64; `small`/1024: --batch 4 "
+                   "--heads 4 --head-dim 32 --n 1024)")
+    p.add_argument("--name", default="slow_schemes", help="output file stem (default slow_schemes)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="results folder")
     args = p.parse_args(argv)
     schemes = tuple(x for x in args.schemes.split(",") if x)
     if not schemes or set(schemes) - set(SCHEMES):
         print(f"slow_schemes.py: --schemes must be a subset of {','.join(SCHEMES)}", file=sys.stderr)
         return 2
-    if args.n < 16 or args.rounds < 1 or args.rows < 1:
-        print("slow_schemes.py: --n must be >= 16, --rounds >= 1 and --rows >= 1", file=sys.stderr)
+    if args.n < 16 or args.rounds < 1 or args.rows < 1 or min(args.batch, args.heads, args.head_dim) < 1:
+        print("slow_schemes.py: --n must be >= 16, --rounds, --rows, --batch, --heads and --head-dim >= 1",
+              file=sys.stderr)
         return 2
     import os
 
     load0 = [round(x, 2) for x in os.getloadavg()]
     t0 = time.time()
-    doc = measure(args.n, args.rounds, args.rows, schemes=schemes)
+    doc = measure(args.n, args.rounds, args.rows, schemes=schemes, batch=args.batch, heads=args.heads,
+                  head_dim=args.head_dim)
     import relpos
     from relpos import kernels
 
     doc.update({"command": "python benchmarks/slow_schemes.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                 "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
                            f"relpos {getattr(relpos, '__version__', '?')}, kernels {kernels.status()}",
-                "N": args.n, "rounds": args.rounds, "block_rows": args.rows, "seconds": round(time.time() - t0, 1),
+                "N": args.n, "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim, "rounds": args.rounds, "block_rows": args.rows, "seconds": round(time.time() - t0, 1),
                 "load_start": load0, "load_end": [round(x, 2) for x in os.getloadavg()]})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "slow_schemes.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (out / "slow_schemes.md").write_text(markdown(doc))
+    (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / f"{args.name}.md").write_text(markdown(doc))
     print(markdown(doc))
     return 0
 

@@ -55,3 +55,15 @@ def test_schemes_are_checked(capsys):
     mod = load_script("slow_schemes")
     assert mod.main(["--schemes", "t5"]) == 2
     assert "--schemes" in capsys.readouterr().err
+
+
+def test_other_shapes_and_names(tmp_path):
+    """`--batch/--heads/--head-dim` measure another shape (the `small`/1024 model's) under its own file stem."""
+    mod = load_script("slow_schemes")
+    assert mod.main(["--n", "48", "--rounds", "1", "--rows", "16", "--schemes", "fire,deberta", "--batch", "2",
+                     "--heads", "2", "--head-dim", "8", "--name", "small", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "small.json").read_text())
+    assert (doc["batch"], doc["heads"], doc["head_dim"], doc["N"]) == (2, 2, 8, 48)
+    assert [r["scheme"] for r in doc["rows"]] == ["fire", "deberta"]
+    assert "N = 48, B = 2, H = 2, D = 8" in (tmp_path / "small.md").read_text()
+    assert mod.main(["--batch", "0"]) == 2
