@@ -1,0 +1,39 @@
+"""``benchmarks/protocol3_runs.sh``: the full preset's tasks in order, restored from and copied back to a
+snapshot in the repository, with ``relpos`` stubbed out (nothing trains)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from relpos.experiments.presets import FULL_ALGORITHMIC
+from relpos.experiments.store import Store
+from tests.bench.scripts import ROOT
+from tests.bench.test_store_snapshot import _live
+
+SCRIPT = ROOT / "benchmarks" / "protocol3_runs.sh"
+
+
+def test_it_runs_the_full_presets_tasks():
+    tasks = re.search(r"^for t in ([a-z -]+); do", SCRIPT.read_text(), re.M).group(1).split()
+    assert tasks == ["lm", *FULL_ALGORITHMIC]
+
+
+def test_it_restores_the_snapshot_and_copies_it_back(tmp_path):
+    _live(tmp_path / "snap", ["a", "b"])
+    stub = tmp_path / "relpos"
+    stub.write_text("#!/bin/sh\necho \"$@\" >> \"" + str(tmp_path / "calls") + "\"\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "RELPOS": str(stub), "PYTHON": sys.executable, "SNAPSHOT": str(tmp_path / "snap"),
+           "SKIP_SCALE": "1"}
+    out = tmp_path / "out"
+    subprocess.run(["bash", str(SCRIPT), str(out)], cwd=ROOT, env=env, check=True, timeout=120)
+    with Store(out / "full" / "results.sqlite") as s:
+        assert s.done_jobs("abc") == {"a", "b"}  # restored before anything ran
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c.split("--tasks ")[1].split()[0] for c in calls if "--tasks" in c] == ["lm", *FULL_ALGORITHMIC]
+    assert not any("scale" in c for c in calls)
+    log = (out / "runs.log").read_text()
+    assert log.count("snapshot: 2 finished jobs") == len(FULL_ALGORITHMIC) + 2  # after each task and at the end
