@@ -311,3 +311,20 @@ def test_a_task_with_runs_still_to_come_is_named_provisional():
     page = page_markdown(PageInputs(full=res))
     assert f"- `full`: lm has {pairs - 1} of its {pairs} scheme-seed runs; the rest are not run yet" in page
     assert "scheme-seed runs" not in page_markdown(PageInputs(full=lm_results()))
+
+
+def test_the_verdict_shows_a_learned_table_past_its_rows_as_na():
+    from relpos.experiments.results_doc import UNTRAINED
+    from relpos.experiments.verdict import _table, verdict
+
+    res = lm_results()
+    for r in res["runs"]:
+        if r["label"] == "alibi":
+            for p in r["position_loss"]:
+                if p["eval_len"] == N:
+                    p.update(bpb=None, loss=None, untrained_rows=True)
+    v = verdict(res)
+    header, rows = _table(res, v)
+    row = next(r for r in rows if r[0] == "alibi")
+    assert UNTRAINED in row and not any("alibi" in n and "whole-window" in n for n in v["notes"])
+    assert any(n.startswith("LM rows read past their trained table rows") and "alibi" in n for n in v["notes"])

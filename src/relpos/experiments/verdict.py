@@ -41,6 +41,7 @@ from collections import defaultdict
 
 from relpos.experiments.fitting import fitted_views, metric_at
 from relpos.experiments.ranking import lm_ratio
+from relpos.experiments.results_doc import UNTRAINED
 
 __all__ = ["verdict", "verdict_markdown", "verdict_text", "is_smoke_test", "lm_ratio", "SMOKE_NOTE"]
 
@@ -108,7 +109,8 @@ def verdict(results: dict) -> dict:
     rows = {}
     for lab, per_task in by.items():
         row: dict = {"fitted": {}, "lm": {}, "lm_provisional": {}, "acc": {}, "tok": {}, "span": None,
-                     "span_median": None, "local": None, "cost": None, "lm_window_fallback": False}
+                     "span_median": None, "local": None, "cost": None, "lm_window_fallback": False,
+               "lm_na": set()}
         costs = []
         for t, rs in per_task.items():
             fit = [r for r in rs if id(r) in ok]  # the run's gate, and this view at L
@@ -123,7 +125,10 @@ def verdict(results: dict) -> dict:
                 key = "lm" if fit else "lm_provisional"
                 lens = sorted({m["eval_len"] for r in src for m in r["metrics"]})
                 for f in lm_factors(lens, L):
-                    if L * f in lens:
+                    if L * f in lens and any(m.get("untrained_rows") for r in src
+                                             for m in r.get("position_loss") or [] if m["eval_len"] == L * f):
+                        row["lm_na"].add(f)  # a learned table read past its trained rows: no number
+                    elif L * f in lens:
                         ratios = [lm_ratio(r, L, L * f) for r in src]
                         row[key][f] = _ms([x for x, _ in ratios])
                         row["lm_window_fallback"] |= not all(far for _, far in ratios)
@@ -174,6 +179,10 @@ def _notes(rows: dict, tasks: list[str]) -> list[str]:
         if fb:
             out.append("LM rows without position buckets (results from before protocol 3): " + ", ".join(fb)
                        + " show the whole-window ratio, which is biased toward 1.")
+        na = sorted(lab for lab, row in rows.items() if row["lm_na"])
+        if na:
+            out.append("LM rows read past their trained table rows (a learned absolute table beyond L): "
+                       + ", ".join(na) + f"; shown as {UNTRAINED}, never as a number, and not ranked on LM.")
         prov = sorted(lab for lab, row in rows.items() if row["lm_provisional"] and not row["lm"])
         if prov:
             out.append("LM rows not fitted (the loss still improving at the end of the step budget, or a view that "
@@ -241,7 +250,10 @@ def _table(results: dict, v: dict | None = None) -> tuple[list[str], list[list[s
         if "lm" in tasks:
             span = "-" if row["span"] is None else (f"{row['span_median']:.0f}/{row['span']:.0f}"
                                                     + (" (local)" if row["local"] else ""))
-            if row["lm"]:
+            if row["lm_na"]:
+                cells += [UNTRAINED if f in row["lm_na"] else _f((row["lm"] or row["lm_provisional"]).get(f))
+                          for f in factors] + [span]
+            elif row["lm"]:
                 cells += [_f(row["lm"].get(f)) for f in factors] + [span]
             else:
                 prov = row["lm_provisional"]
