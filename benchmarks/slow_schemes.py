@@ -359,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     doc.update({"command": "python benchmarks/slow_schemes.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                 "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
                            f"relpos {getattr(relpos, '__version__', '?')}, kernels {kernels.status()}",
-                "N": args.n, "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim, "rounds": args.rounds, "block_rows": args.rows, "seconds": round(time.time() - t0, 1),
+                "N": args.n, "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim,
+                "rounds": args.rounds, "block_rows": args.rows, "seconds": round(time.time() - t0, 1),
                 "load_start": load0, "load_end": [round(x, 2) for x in os.getloadavg()]})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

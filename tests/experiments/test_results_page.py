@@ -237,15 +237,21 @@ def test_the_time_table_reads_the_stores_cpu_seconds():
     assert rows[3] == ["scale (2 of 6 cells)", "48", "1.50", "-", "d64-L64 0.50, d128-L64 1.00"]
 
 
+def _untrained_past_L(res: dict, label: str) -> None:
+    """Mark ``label``'s LM buckets at the longest length as read through untrained table rows, as results.json
+    does for a learned absolute table past L (losses nulled, per-window scores kept)."""
+    for r in res["runs"]:
+        if r["label"] == label:
+            for p in r["position_loss"]:
+                if p["eval_len"] == N:
+                    p.update(bpb=None, loss=None, untrained_rows=True)
+
+
 def test_a_learned_table_read_past_its_rows_gives_no_number():
     """results.json nulls the bucket losses past L of a learned absolute table but keeps their per-window
     scores; the claims never read them."""
     res = lm_results()
-    for r in res["runs"]:
-        if r["label"] == "alibi":
-            for p in r["position_loss"]:
-                if p["eval_len"] == N:
-                    p.update(bpb=None, loss=None, untrained_rows=True)
+    _untrained_past_L(res, "alibi")
     assert claims.value(res, "lm", "alibi") == (None, 0)
     assert claims.press(res).verdict == claims.UNMEASURED
 
@@ -318,11 +324,7 @@ def test_the_verdict_shows_a_learned_table_past_its_rows_as_na():
     from relpos.experiments.verdict import _table, verdict
 
     res = lm_results()
-    for r in res["runs"]:
-        if r["label"] == "alibi":
-            for p in r["position_loss"]:
-                if p["eval_len"] == N:
-                    p.update(bpb=None, loss=None, untrained_rows=True)
+    _untrained_past_L(res, "alibi")
     v = verdict(res)
     header, rows = _table(res, v)
     row = next(r for r in rows if r[0] == "alibi")

@@ -42,7 +42,7 @@ from relpos.experiments.config import ALGORITHMIC, DEFAULT_SCHEMES, ExperimentCo
 from relpos.experiments.fitting import FitConfig
 from relpos.experiments.settings import DataSettings, EvaluationSettings, ModelSettings, TrainingSettings
 
-__all__ = ["PRESETS", "QUICK_SCHEMES", "preset", "scale_cell", "SCALE_SIZES", "SCALE_TRAIN_LENS", "SCALE_STEPS"]
+__all__ = ["PRESETS", "QUICK_SCHEMES", "preset", "preset_tasks", "scale_cell", "SCALE_SIZES", "SCALE_TRAIN_LENS", "SCALE_STEPS"]
 
 #: The default preset's schemes: one per family -- no position (NoPE), absolute (sinusoidal), a learned
 #: relative table (T5), fixed and learned distance biases (ALiBi; KERPLE, FIRE), rotary (RoPE, with its
@@ -255,3 +255,7 @@ def preset(name: str, **overrides) -> ExperimentConfig:
     return cfg
 
 
+def preset_tasks(name: str | None) -> set[str]:
+    """The tasks a named preset runs; empty for a name that is not a preset. A folder filled task by task
+    (``--tasks``) records only its own tasks, so pages compare against this."""
+    return set(PRESETS[name]().tasks) if name in PRESETS else set()

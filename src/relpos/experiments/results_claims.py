@@ -380,10 +380,9 @@ def changes(previous: dict | None, results: dict | None, rk: dict | None) -> lis
     # tasks of the old page that these results do not hold (the full preset leaves copy-hints to --tasks)
     ran = {r["task"] for r in results["runs"]}
     gone = sorted({m.group(1) for c in previous["columns"] if (m := re.fullmatch(r"(.+) (?:1\.5|2)L", c))} - ran)
-    from relpos.experiments.presets import PRESETS
+    from relpos.experiments.presets import preset_tasks
 
-    preset = results["config"].get("preset")
-    planned = set(PRESETS[preset]().tasks) if preset in PRESETS else set()
+    planned = preset_tasks(results["config"].get("preset"))
     algo += [f"- {t}: on the old page, not in these results ("
              + ("no results yet)." if t in planned else "not part of this preset).") for t in gone]
     return head + out + ([""] + algo if algo else [])

@@ -30,6 +30,7 @@ from relpos.experiments.ranking import INTERVALS_NOTE, ranking, ranking_markdown
 from relpos.experiments.report import _tasks, markdown_tables, shown_runs
 from relpos.experiments.stats import CONFIDENCE, MIN_SEEDS
 from relpos.experiments.fitting import fitted_views
+from relpos.experiments.presets import preset_tasks
 from relpos.experiments.results_inputs import (  # re-exported: the page's API is one module
     PageInputs,
     carry_times,
@@ -264,13 +265,6 @@ def _time(inp: PageInputs) -> list[str]:
             "| preset | jobs | CPU-hours | span | per cell |", "|---|---:|---:|---:|---|", *rows, ""]
 
 
-def _preset_tasks(preset: str | None) -> set[str]:
-    """The tasks a named preset runs (a folder filled task by task with ``--tasks`` records only its own)."""
-    from relpos.experiments.presets import PRESETS
-
-    return set(PRESETS[preset]().tasks) if preset in PRESETS else set()
-
-
 def _missing(inp: PageInputs) -> list[str]:
     out = []
     for name in ("full", "default"):
@@ -278,7 +272,7 @@ def _missing(inp: PageInputs) -> list[str]:
         if res is None:
             out.append(f"- the `{name}` preset: no results.")
             continue
-        want = set(res["config"].get("tasks") or []) | _preset_tasks(res["config"].get("preset"))
+        want = set(res["config"].get("tasks") or []) | preset_tasks(res["config"].get("preset"))
         have = {r["task"] for r in res["runs"]}
         if want - have:
             out.append(f"- `{name}`: tasks without results yet: {', '.join(sorted(want - have))}.")

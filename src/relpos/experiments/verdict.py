@@ -110,7 +110,7 @@ def verdict(results: dict) -> dict:
     for lab, per_task in by.items():
         row: dict = {"fitted": {}, "lm": {}, "lm_provisional": {}, "acc": {}, "tok": {}, "span": None,
                      "span_median": None, "local": None, "cost": None, "lm_window_fallback": False,
-               "lm_na": set()}
+                     "lm_na": set()}
         costs = []
         for t, rs in per_task.items():
             fit = [r for r in rs if id(r) in ok]  # the run's gate, and this view at L
@@ -125,10 +125,12 @@ def verdict(results: dict) -> dict:
                 key = "lm" if fit else "lm_provisional"
                 lens = sorted({m["eval_len"] for r in src for m in r["metrics"]})
                 for f in lm_factors(lens, L):
-                    if L * f in lens and any(m.get("untrained_rows") for r in src
-                                             for m in r.get("position_loss") or [] if m["eval_len"] == L * f):
+                    if L * f not in lens:
+                        continue
+                    if any(m.get("untrained_rows") for r in src for m in r.get("position_loss") or []
+                           if m["eval_len"] == L * f):
                         row["lm_na"].add(f)  # a learned table read past its trained rows: no number
-                    elif L * f in lens:
+                    else:
                         ratios = [lm_ratio(r, L, L * f) for r in src]
                         row[key][f] = _ms([x for x, _ in ratios])
                         row["lm_window_fallback"] |= not all(far for _, far in ratios)
