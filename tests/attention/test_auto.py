@@ -77,11 +77,22 @@ def test_cpu_picks_follow_the_table(which, name, causal):
                 impl, cell = auto.table_pick(req)
             mask = "causal" if causal else "bidirectional"
             engine, mode = chunked.engine_for(req), "fwd+bwd" if grad else "fwd"
-            key = f"{enc.name}/{engine}/{mask}/{mode}"
+            key = f"{name}/{engine}/{mask}/{mode}"  # the table keys rows by registry name
             if str(N) not in doc["cells"].get(key, {}):  # not measured for this scheme: the engine's row
                 key = f"*/{engine}/{mask}/{mode}"
             assert cell == f"{key}@{N}", cell
             assert pick == impl == doc["cells"][key][str(N)]
+
+
+def test_a_preset_of_a_shared_class_reads_its_own_row():
+    # shaw-kv is Shaw(value=True): auto read shaw's row (dense, 1.5-1.7x slower) at causal N = 256, fwd+bwd
+    doc = TABLE  # head width 64
+    for name in ("shaw", "shaw-kv", "kerple-log", "kerple-power"):
+        enc = build(name, n_heads=8, head_dim=64, causal=True, max_len=2048)
+        assert enc.name == name
+        req = _req_at(enc, 256, causal=True, grad=True, D=64)
+        impl, cell = auto.table_pick(req, doc)
+        assert cell.startswith(f"{name}/") and impl == doc["cells"][cell.split("@")[0]]["256"]
 
 
 def test_deberta_bidirectional_training_picks_what_measured_fastest():

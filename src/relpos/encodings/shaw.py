@@ -97,6 +97,8 @@ class Shaw(Encoding):
         self.k = k
         self.use_value = value
         self.per_head = per_head
+        # The registry name of this configuration: ``impl="auto"``'s measured table keys its rows by it.
+        self.name = "shaw-kv" if value else "shaw"
         shape = (n_heads, 2 * k + 1, head_dim) if per_head else (2 * k + 1, head_dim)
         self.key_table = nn.Parameter(torch.randn(shape) * init_std)
         if value:
