@@ -63,3 +63,80 @@ def test_every_timed_run_follows_an_untimed_run_of_the_same_case(monkeypatch):
                        deadline=None)
     timed_at = [i for i, e in enumerate(events) if e[0] == "timed" and i >= 2]
     assert any(events[i - 2] != ("run", events[i][1]) for i in timed_at)
+
+
+def _scripted(monkeypatch, ms_by_impl, chosen="dense"):
+    """Steps whose timed cost is ``ms_by_impl[impl]()``; auto reports ``chosen``; returns the event log."""
+    events: list[tuple[str, str]] = []
+
+    def build_step(case, spec):
+        def step():
+            events.append(("run", case.impl))
+        step.name = case.impl
+        return step, (lambda: chosen if case.impl == "auto" else None)
+
+    def timed(step, spec):
+        step()
+        events.append(("timed", step.name))
+        ms = ms_by_impl.get(step.name, lambda: 1.0)()
+        return ms, ms
+
+    monkeypatch.setattr(runner, "build_step", build_step)
+    monkeypatch.setattr(runner, "timed", timed)
+    return events
+
+
+def _auto_row(records):
+    from relpos.bench.report import auto_rows
+
+    recs = [r.to_json() for r in records.values()]
+    return next(r for r in auto_rows(recs) if r["scheme"] == "t5")
+
+
+def test_a_pick_that_looks_slow_is_re_timed_pairwise(monkeypatch):
+    # the round robin puts auto's pick (dense) at 2x chunked; timed pairwise the two are equal: noise, not the pick
+    phase = {"retime": False}
+    events = _scripted(monkeypatch, {"dense": lambda: 1.0 if phase["retime"] else 2.0, "chunked": lambda: 1.0,
+                                     "auto": lambda: 2.0})
+    real = runner._retime_pick
+
+    def retime(*a, **k):
+        phase["retime"] = True
+        n = len(events)
+        real(*a, **k)
+        retime.events = events[n:]
+
+    monkeypatch.setattr(runner, "_retime_pick", retime)
+    group = [Case("t5", impl, 64, "fwd") for impl in ("dense", "chunked", "auto")]
+    records: dict = {}
+    runner._time_group(64, group, BenchSpec(memory=False, repeats=2), records, log=lambda s: None, deadline=None)
+    rt = records[("t5", "auto", 64, "fwd")].retime
+    assert rt == {"picked": "dense", "fastest": "chunked", "rounds": runner.RETIME_ROUNDS,
+                  "picked_ms": 1.0, "fastest_ms": 1.0}
+    timed_pairs = [e[1] for e in retime.events if e[0] == "timed"]
+    assert timed_pairs[:4] == ["dense", "chunked", "chunked", "dense"]  # alternating which goes first
+    assert len(timed_pairs) == 2 * runner.RETIME_ROUNDS
+    row = _auto_row(records)
+    assert row["retimed"] and row["pick_ratio_round_robin"] == 2.0 and row["pick_ratio"] == 1.0 and row["pick_within"]
+
+
+def test_a_slow_pick_stays_slow_when_re_timed(monkeypatch):
+    _scripted(monkeypatch, {"dense": lambda: 2.0, "chunked": lambda: 1.0, "auto": lambda: 2.0})
+    group = [Case("t5", impl, 64, "fwd") for impl in ("dense", "chunked", "auto")]
+    records: dict = {}
+    runner._time_group(64, group, BenchSpec(memory=False, repeats=2), records, log=lambda s: None, deadline=None)
+    row = _auto_row(records)
+    assert row["retimed"] and row["pick_ratio"] == 2.0 and row["pick_within"] is False
+    from relpos import bench
+
+    md = bench.markdown({"shape": "B=1", "baseline": "sdpa", "records": [r.to_json() for r in records.values()],
+                         "peers": []})
+    assert "t5 N = 64 fwd 2.00 -> 2.00), 1 of them still over" in md
+
+
+def test_a_fast_pick_is_not_re_timed(monkeypatch):
+    _scripted(monkeypatch, {"dense": lambda: 1.0, "chunked": lambda: 1.04, "auto": lambda: 1.0})
+    group = [Case("t5", impl, 64, "fwd") for impl in ("dense", "chunked", "auto")]
+    records: dict = {}
+    runner._time_group(64, group, BenchSpec(memory=False, repeats=2), records, log=lambda s: None, deadline=None)
+    assert records[("t5", "auto", 64, "fwd")].retime is None and not _auto_row(records)["retimed"]

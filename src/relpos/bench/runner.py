@@ -33,6 +33,10 @@ SLOW_S = 2.0
 #: of timed work (at most ``MORE_ROUNDS`` x ``repeats`` rounds), so the medians of small, noisy
 #: cells (N = 256: a few ms each) rest on many samples.
 GROUP_S, MORE_ROUNDS = 20.0, 5
+#: An ``auto`` pick slower than the fastest implementation by more than this factor in the round robin is
+#: re-timed against it pairwise (``RETIME_ROUNDS`` settled pairs, alternating which goes first): the round
+#: robin's medians of two near-equal cases move by 10-25 % with what ran before them (allocator state).
+RETIME_OVER, RETIME_ROUNDS = 1.05, 7
 
 _ROUND = ("median_ms", "baseline_ms", "ratio", "peak_mib", "baseline_peak_mib", "warmup_ms", "wall_ms", "cpu_ms",
           "baseline_wall_ms", "wall_ratio")
@@ -67,6 +71,9 @@ class Record:
     peak_mib: float | None = None
     baseline_peak_mib: float | None = None
     memory_note: str | None = None
+    #: ``auto`` only, when its pick looked slow: the pairwise re-time (see ``RETIME_OVER``):
+    #: ``{"picked", "fastest", "picked_ms", "fastest_ms", "rounds"}``.
+    retime: dict | None = None
 
     @property
     def key(self) -> tuple:
@@ -192,6 +199,10 @@ def _time_group(N: int, group: list[Case], spec: BenchSpec, records: dict, log, 
         rec = records[c.key]
         rec.median_ms, rec.wall_ms = statistics.median(clock[c.key]), statistics.median(walls[c.key])
         rec.cpu_ms, rec.runs = statistics.median(cpus[c.key]), len(clock[c.key])
+    steps = {c.key: step for c, step in runnable}
+    for c in group:
+        if c.impl == "auto":
+            _retime_pick(records[c.key], records, steps, spec, log)
     for c in group:
         rec = records[c.key]
         rec.baseline_ms, rec.baseline_wall_ms = base[c.mode]
@@ -201,6 +212,31 @@ def _time_group(N: int, group: list[Case], spec: BenchSpec, records: dict, log, 
             + (f"{rec.median_ms:9.1f} ms  x{rec.ratio:.2f} (wall x{rec.wall_ratio:.2f})"
                if rec.median_ms is not None else rec.status)
             + (f"  -> {rec.chosen}" if rec.chosen else ""))
+
+
+def _retime_pick(rec: Record, records: dict, steps: dict, spec: BenchSpec, log) -> None:
+    """Re-time ``auto``'s pick against the fastest implementation pairwise when the round robin put it over
+    ``RETIME_OVER`` (the same steps, settled, alternating order); store both medians in ``rec.retime``."""
+    timed_impls = {i: records[(rec.scheme, i, rec.N, rec.mode)] for i in ("dense", "chunked", "flex")
+                   if (rec.scheme, i, rec.N, rec.mode) in records}
+    timed_impls = {i: r for i, r in timed_impls.items() if r.median_ms is not None}
+    if rec.chosen not in timed_impls or len(timed_impls) < 2:
+        return
+    fastest = min(timed_impls, key=lambda i: timed_impls[i].median_ms)
+    if fastest == rec.chosen or timed_impls[rec.chosen].median_ms <= RETIME_OVER * timed_impls[fastest].median_ms:
+        return
+    pair = {i: steps[(rec.scheme, i, rec.N, rec.mode)] for i in (rec.chosen, fastest)}
+    clock = 1 if spec.clock == "cpu" else 0
+    times: dict[str, list[float]] = {i: [] for i in pair}
+    for r in range(RETIME_ROUNDS):
+        for i in (list(pair) if r % 2 == 0 else list(pair)[::-1]):
+            pair[i]()  # untimed: settle
+            times[i].append(timed(pair[i], spec)[clock])
+    rec.retime = {"picked": rec.chosen, "fastest": fastest, "rounds": RETIME_ROUNDS,
+                  "picked_ms": round(statistics.median(times[rec.chosen]), 3),
+                  "fastest_ms": round(statistics.median(times[fastest]), 3)}
+    log(f"  re-timed auto's pick {rec.scheme} N={rec.N} {rec.mode}: {rec.chosen} {rec.retime['picked_ms']} ms, "
+        f"{fastest} {rec.retime['fastest_ms']} ms")
 
 
 def _memory(records: dict, lengths, spec: BenchSpec, log) -> None:
