@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from relpos.bench.cases import MAIN_N, MODES, TARGETS
+from relpos.bench.spec import AUTO_CHOICES, AUTO_TOLERANCE
 
 __all__ = ["markdown", "peer_table", "auto_rows", "AUTO_TOLERANCE"]
-
-#: ``auto`` is on target where its time is within this factor of the fastest implementation's.
-AUTO_TOLERANCE = 1.05
 
 _IMPLS = ("dense", "chunked", "flex", "auto")
 
@@ -66,7 +64,7 @@ def auto_rows(recs: list[dict]) -> list[dict]:
     for (causal, scheme, impl, N, mode), a in idx.items():
         if impl != "auto" or a.get("median_ms") is None:
             continue
-        others = {i: idx[(causal, scheme, i, N, mode)] for i in ("dense", "chunked", "flex")
+        others = {i: idx[(causal, scheme, i, N, mode)] for i in AUTO_CHOICES
                   if (causal, scheme, i, N, mode) in idx and idx[(causal, scheme, i, N, mode)].get("median_ms")}
         if not others:
             continue

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from relpos.bench.spec import BenchSpec, Case
+from relpos.bench.spec import AUTO_CHOICES, AUTO_TOLERANCE, BenchSpec, Case
 from relpos.bench.memory import measure_memory
 from relpos.bench.steps import build_step, timed
 
@@ -33,10 +33,10 @@ SLOW_S = 2.0
 #: of timed work (at most ``MORE_ROUNDS`` x ``repeats`` rounds), so the medians of small, noisy
 #: cells (N = 256: a few ms each) rest on many samples.
 GROUP_S, MORE_ROUNDS = 20.0, 5
-#: An ``auto`` pick slower than the fastest implementation by more than this factor in the round robin is
-#: re-timed against it pairwise (``RETIME_ROUNDS`` settled pairs, alternating which goes first): the round
-#: robin's medians of two near-equal cases move by 10-25 % with what ran before them (allocator state).
-RETIME_OVER, RETIME_ROUNDS = 1.05, 7
+#: An ``auto`` pick slower than the fastest implementation by more than ``AUTO_TOLERANCE`` in the round robin
+#: is re-timed against it pairwise (this many settled pairs, alternating which goes first): the round robin's
+#: medians of two near-equal cases move by 10-25 % with what ran before them (allocator state).
+RETIME_ROUNDS = 7
 
 _ROUND = ("median_ms", "baseline_ms", "ratio", "peak_mib", "baseline_peak_mib", "warmup_ms", "wall_ms", "cpu_ms",
           "baseline_wall_ms", "wall_ratio")
@@ -71,7 +71,7 @@ class Record:
     peak_mib: float | None = None
     baseline_peak_mib: float | None = None
     memory_note: str | None = None
-    #: ``auto`` only, when its pick looked slow: the pairwise re-time (see ``RETIME_OVER``):
+    #: ``auto`` only, when its pick looked slow: the pairwise re-time (see ``RETIME_ROUNDS``):
     #: ``{"picked", "fastest", "picked_ms", "fastest_ms", "rounds"}``.
     retime: dict | None = None
 
@@ -216,14 +216,13 @@ def _time_group(N: int, group: list[Case], spec: BenchSpec, records: dict, log, 
 
 def _retime_pick(rec: Record, records: dict, steps: dict, spec: BenchSpec, log) -> None:
     """Re-time ``auto``'s pick against the fastest implementation pairwise when the round robin put it over
-    ``RETIME_OVER`` (the same steps, settled, alternating order); store both medians in ``rec.retime``."""
-    timed_impls = {i: records[(rec.scheme, i, rec.N, rec.mode)] for i in ("dense", "chunked", "flex")
-                   if (rec.scheme, i, rec.N, rec.mode) in records}
-    timed_impls = {i: r for i, r in timed_impls.items() if r.median_ms is not None}
+    ``AUTO_TOLERANCE`` (the same steps, settled, alternating order); store both medians in ``rec.retime``."""
+    timed_impls = {i: r for i in AUTO_CHOICES
+                   if (r := records.get((rec.scheme, i, rec.N, rec.mode))) is not None and r.median_ms is not None}
     if rec.chosen not in timed_impls or len(timed_impls) < 2:
         return
     fastest = min(timed_impls, key=lambda i: timed_impls[i].median_ms)
-    if fastest == rec.chosen or timed_impls[rec.chosen].median_ms <= RETIME_OVER * timed_impls[fastest].median_ms:
+    if fastest == rec.chosen or timed_impls[rec.chosen].median_ms <= AUTO_TOLERANCE * timed_impls[fastest].median_ms:
         return
     pair = {i: steps[(rec.scheme, i, rec.N, rec.mode)] for i in (rec.chosen, fastest)}
     clock = 1 if spec.clock == "cpu" else 0

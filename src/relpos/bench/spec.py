@@ -10,9 +10,13 @@ import dataclasses
 
 import torch
 
-__all__ = ["MODES", "BenchSpec", "Case", "runs_with_mask"]
+__all__ = ["MODES", "AUTO_CHOICES", "AUTO_TOLERANCE", "BenchSpec", "Case", "runs_with_mask"]
 
 MODES = ("fwd", "fwd+bwd")
+#: The implementations ``auto`` chooses from (what its pick is judged against).
+AUTO_CHOICES = ("dense", "chunked", "flex")
+#: ``auto`` is on target where its time is within this factor of the fastest implementation's.
+AUTO_TOLERANCE = 1.05
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
            "float16": torch.float16}
