@@ -124,6 +124,29 @@ def test_report_only_rebuilds_from_the_database(swept, capsys):
     assert (out / "lm_loss_vs_length.png").exists()
 
 
+def test_report_only_narrows_to_tasks_and_refuses_config_flags(swept, capsys):
+    """``--report-only --tasks lm`` reports only the language models (the finished task while the next one
+    trains) and keeps the rest in the database; a flag that would change the configuration is refused by name
+    (it used to be ignored silently)."""
+    out, s = swept
+    assert main(["compare", "--out", str(out), "--report-only", "--tasks", "lm"]) == 0
+    d = json.loads((out / "results.json").read_text())
+    assert {r["task"] for r in d["runs"]} == {"lm"} and "copy exact 2L" not in (out / "report.md").read_text()
+    assert "2 training runs" in capsys.readouterr().out  # alibi and rope on lm, of the 4 jobs
+    assert main(["compare", "--out", str(out), "--report-only"]) == 0
+    assert {r["task"] for r in json.loads((out / "results.json").read_text())["runs"]} == {"lm", "copy"}
+    assert "copy exact 2L" in (out / "report.md").read_text()
+    before = (out / "results.json").read_bytes()
+    for flags, name in ((["--seeds", "1"], "--seeds"), (["--schemes", "t5", "--steps", "9"], "--schemes, --steps")):
+        assert main(["compare", "--out", str(out), "--report-only", *flags]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"does not take {name} (accepted:" in err[0], err
+    assert main(["compare", "--out", str(out), "--report-only", "--tasks", "parity"]) == 2
+    err = capsys.readouterr().err
+    assert "--tasks parity: not a task of" in err and "lm, copy" in err
+    assert (out / "results.json").read_bytes() == before
+
+
 def test_report_only_needs_results(tmp_path, capsys):
     assert main(["compare", "--out", str(tmp_path), "--report-only"]) == 2
     assert "holds no relpos compare results" in capsys.readouterr().err

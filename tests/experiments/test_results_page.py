@@ -271,6 +271,9 @@ def test_what_changed_reads_the_old_verdict_table_and_names_the_flips():
     old_hints = old.replace("copy 2L", "copy-hints 2L")
     lines = claims.changes(claims.previous_from_page(old_hints), res, ranking(res))
     assert "- copy-hints: on the old page, not in these results (not part of this preset)." in lines
+    new_style = old.replace("copy 2L", "copy-hints exact 2L")  # a protocol-3 page as the previous one
+    lines = claims.changes(claims.previous_from_page(new_style), res, ranking(res))
+    assert "- copy-hints: on the old page, not in these results (not part of this preset)." in lines
     with pytest.raises(ValueError, match="no '## Verdict'"):
         claims.previous_from_page("# nothing\n")
 

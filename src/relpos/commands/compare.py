@@ -116,7 +116,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print the plan, the fingerprint and what --out already holds (done, running, failed, "
                         "to run; CPU time so far and left; what --reuse would copy); run nothing")
     g.add_argument("--report-only", action="store_true",
-                   help="rewrite results.json, plots and report.md of --out from its database; run nothing")
+                   help="rewrite results.json, plots and report.md of --out from its database; run nothing "
+                        "(--tasks narrows the report to those tasks)")
 
 
 def _none_or(items):
@@ -242,8 +243,12 @@ def main(args: argparse.Namespace) -> int:
     if args.out is not None and not args.out.strip():
         raise ValueError("--out is empty; name a new folder (default: runs/compare-<preset>)")
     if args.report_only:
+        if bad := _flags_besides(args, _REPORT_FLAGS):
+            print(f"relpos compare: --report-only rebuilds the report from the folder's own config.json; it does "
+                  f"not take {bad} (accepted: --out, --preset, --tasks, --no-plots)", file=sys.stderr)
+            return 2
         out = args.out or os.path.join("runs", f"compare-{args.preset}")
-        print(summary_text(rebuild_report(out, plots=not args.no_plots)))
+        print(summary_text(rebuild_report(out, plots=not args.no_plots, tasks=args.tasks)))
         return 0
     from relpos.experiments.hf_report import check_hf_flags, run_hf
 
@@ -308,6 +313,19 @@ def main(args: argparse.Namespace) -> int:
     if summary.interrupted:
         return 130
     return 1 if summary.failed else 0
+
+
+#: Flags ``--report-only`` takes (the configuration is the folder's; ``--tasks`` narrows the report).
+_REPORT_FLAGS = ("preset", "out", "tasks", "no_plots", "report_only")
+
+
+def _flags_besides(args: argparse.Namespace, accepted: tuple[str, ...]) -> str:
+    """The flags given (set away from their defaults) that are not in ``accepted``, as ``--a, --b``."""
+    from relpos.cli import build_parser
+
+    defaults = vars(build_parser().parse_args(["compare"]))
+    extra = sorted(k for k, v in vars(args).items() if k in defaults and k not in accepted and v != defaults[k])
+    return ", ".join("--" + k.replace("_", "-") for k in extra)
 
 
 #: Flags the scale check takes (its cells are fixed by the preset).

@@ -406,14 +406,17 @@ def _refuse_to_shrink(path: Path, results) -> None:
         )
 
 
-def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = "") -> CompareSummary:
+def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = "",
+                   tasks: list[str] | None = None) -> CompareSummary:
     """Rewrite results.json, the plots and report.md of a folder from its database.
 
     Runs nothing and changes no result; the configuration is the folder's own
-    ``config.json``.
+    ``config.json``. ``tasks``: report only these of the folder's tasks (for example the finished ones while
+    the next task trains); the other tasks' runs stay in the database.
 
     Raises:
         FileNotFoundError: the folder has no results database or config.json.
+        ValueError: a task in ``tasks`` that is not one of the folder's.
     """
     out = Path(out_dir)
     db, cj = out / "results.sqlite", out / "config.json"
@@ -426,10 +429,16 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
     fp = saved.pop("fingerprint")
     saved.pop("protocol", None)
     cfg = ExperimentConfig.from_dict(saved)
+    if tasks is not None and (bad := sorted(set(tasks) - set(cfg.tasks))):
+        raise ValueError(f"--tasks {','.join(bad)}: not a task of {out} (its tasks: {', '.join(cfg.tasks)})")
+    keep = (lambda t: True) if tasks is None else (lambda t: t in tasks)  # noqa: E731
     with Store(db, create=False) as st:  # refuses an empty or foreign database, changes nothing in it
-        results = results_dict(cfg.to_dict(), fp, st.runs(fp), st.jobs(fp), st.failures(fp))
-        n = len(st.done_jobs(fp))
-    _refuse_to_shrink(out / "results.json", results)
+        runs, jobs, failures = st.runs(fp), st.jobs(fp), st.failures(fp)
+        n = sum(keep(j["task"]) for j in jobs)
+    _refuse_to_shrink(out / "results.json", lambda: results_dict(cfg.to_dict(), fp, runs, jobs, failures))
+    results = results_dict(cfg.to_dict(), fp, [r for r in runs if keep(r["task"])],
+                           [j for j in jobs if keep(j["task"])],
+                           [f for f in failures if keep(f["job"].split("/", 1)[0])])
     write_json_atomic(out / "results.json", results)
     summary = CompareSummary(out, fp, total=n, skipped=n, results=results, report_only=True)
     if plots and results["runs"]:

@@ -364,8 +364,9 @@ def changes(previous: dict | None, results: dict | None, rk: dict | None) -> lis
             f"the ratio is <= {HOLD_RATIO}): " + (", ".join(moved) if moved else "none") + ".", ""]
     algo = []
     for t in sorted({r["task"] for r in results["runs"]} - set(NOT_ALGORITHMIC)):
-        col = f"{t} 2L"
-        old = {k: v for k in base if (v := _num(previous["rows"][k].get(col))) is not None}
+        cols = (f"{t} exact 2L", f"{t} 2L")  # this page's header, and the protocol-2 page's
+        old = {k: v for k in base if (v := _num(next((previous["rows"][k][c] for c in cols
+                                                        if c in previous["rows"][k]), None))) is not None}
         new = {k: v for k in base if math.isfinite(v := _accuracy(results, t, k, 2.0)[0])
                and _accuracy(results, t, k, 2.0)[1] >= MIN_SEEDS}
         if not old or not new:
@@ -379,7 +380,7 @@ def changes(previous: dict | None, results: dict | None, rk: dict | None) -> lis
                     f"({who(new, bn)}).")
     # tasks of the old page that these results do not hold (the full preset leaves copy-hints to --tasks)
     ran = {r["task"] for r in results["runs"]}
-    gone = sorted({m.group(1) for c in previous["columns"] if (m := re.fullmatch(r"(.+) (?:1\.5|2)L", c))} - ran)
+    gone = sorted({m.group(1) for c in previous["columns"] if (m := re.fullmatch(r"(.+?)(?: exact)? (?:1\.5|2)L", c))} - ran)
     from relpos.experiments.presets import preset_tasks
 
     planned = preset_tasks(results["config"].get("preset"))
