@@ -228,12 +228,13 @@ def test_the_shipped_protocol3_json_reads_into_a_page():
 
 
 def test_the_time_table_reads_the_stores_cpu_seconds():
-    times = {"full": {"cpu_seconds": 5400.0, "jobs": 3, "fingerprint": "fff", "span_seconds": 600.0},
+    times = {"full": {"cpu_seconds": 5400.0, "jobs": 3, "fingerprint": "fff", "span_seconds": 600.0,
+                      "by_task": {"lm": {"jobs": 2, "cpu_seconds": 3600.0}, "copy": {"jobs": 1, "cpu_seconds": 1800.0}}},
              "scale/d64-L64": {"cpu_seconds": 1800.0, "jobs": 24, "fingerprint": "a"},
              "scale/d128-L64": {"cpu_seconds": 3600.0, "jobs": 24, "fingerprint": "b"}}
     rows = _tables(page_markdown(PageInputs(full=lm_results(), times=times)), "## Time")
     assert rows[1] == ["default", "-", "-", "-", "no results"]
-    assert rows[2] == ["full (`fff`)", "3", "1.50", "10.0 min", ""]
+    assert rows[2] == ["full (`fff`)", "3", "1.50", "10.0 min", "lm 1.00 (2 jobs), copy 0.50 (1 job)"]
     assert rows[3] == ["scale (2 of 6 cells)", "48", "1.50", "-", "d64-L64 0.50, d128-L64 1.00"]
 
 

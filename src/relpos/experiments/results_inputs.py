@@ -53,8 +53,13 @@ def _cpu(folder: Path, res: dict | None) -> dict | None:
     ends = [(datetime.fromisoformat(j["finished_at"]).timestamp(), (j["train_seconds"] or 0) + (j["eval_seconds"] or 0))
             for j in jobs if j.get("finished_at")]
     span = max(e for e, _ in ends) - min(e - d for e, d in ends) if ends else None
+    by_task: dict[str, dict] = {}
+    for j in jobs:
+        t = by_task.setdefault(j["task"], {"jobs": 0, "cpu_seconds": 0.0})
+        t["jobs"] += 1
+        t["cpu_seconds"] += float((j["info"] or {}).get("cpu_seconds") or 0.0)
     return {"cpu_seconds": _cpu_seconds(folder, res["fingerprint"]), "jobs": len(jobs), "fingerprint": res["fingerprint"],
-            "span_seconds": span}
+            "span_seconds": span, "by_task": by_task}
 
 
 def inputs_from_folders(full=None, scale=None, default=None, previous: dict | None = None) -> tuple[PageInputs, dict]:

@@ -246,9 +246,11 @@ def _time(inp: PageInputs) -> list[str]:
             rows.append(f"| {name} | {len(res['runs'])} | - | - | no store: CPU time not recorded |")
         else:
             sp = t.get("span_seconds")
+            per = ", ".join(f"{k} {v['cpu_seconds'] / 3600:.2f} ({v['jobs']} job{'s' if v['jobs'] != 1 else ''})"
+                            for k, v in (t.get("by_task") or {}).items())
             rows.append(f"| {name} (`{t['fingerprint']}`) | {t['jobs']} | {t['cpu_seconds'] / 3600:.2f} | "
                         + ("-" if sp is None else f"{sp / 60:.1f} min" if sp < 7200 else f"{sp / 3600:.1f} h")
-                        + " | |")
+                        + f" | {per} |")
     sc = {k: v for k, v in inp.times.items() if k.startswith("scale/")}
     if sc:
         tot = sum(v["cpu_seconds"] or 0 for v in sc.values())
@@ -262,7 +264,7 @@ def _time(inp: PageInputs) -> list[str]:
     return ["Process CPU time of every job (each training try and its evaluation), summed from each folder's "
             "store (`cpu_seconds`; `times.json`). Span: from the first job's start to the last job's end (the wall "
             "time of a folder filled by one invocation; a folder filled across sessions includes the gaps).", "",
-            "| preset | jobs | CPU-hours | span | per cell |", "|---|---:|---:|---:|---|", *rows, ""]
+            "| preset | jobs | CPU-hours | span | per task or cell (CPU-hours) |", "|---|---:|---:|---:|---|", *rows, ""]
 
 
 def _missing(inp: PageInputs) -> list[str]:
