@@ -1,0 +1,26 @@
+#!/bin/bash
+# docs/results.md while the full preset still trains: the finished tasks of a live full folder, beside the
+# scale check and default preset as shipped in docs/results/protocol3/ (their stores are not shipped).
+#
+#   TASKS=lm,copy benchmarks/protocol3_page.sh OUT      # OUT as given to benchmarks/protocol3_runs.sh
+#
+# Reads OUT/full through a consistent copy (benchmarks/store_snapshot.py) into OUT/page/, never the live
+# store; `relpos compare --report-only --tasks` narrows the report to the finished tasks (TASKS; default lm).
+# Rewrites docs/results.md and docs/results/protocol3/ (the generator refuses pages it did not write).
+set -eu
+OUT=${1:?usage: TASKS=t1,t2 benchmarks/protocol3_page.sh OUT}
+PY=${PYTHON:-.venv/bin/python}
+R=${RELPOS:-.venv/bin/relpos}
+W="$OUT/page"
+case "$W" in */page) ;; *) exit 2 ;; esac
+rm -rf "$W/scale" "$W/default" "$W/full"  # this script's own scratch copies
+mkdir -p "$W"
+for f in docs/results/protocol3/scale-*-results.json; do
+  c=$(basename "$f" | sed 's/^scale-//; s/-results.json$//')
+  mkdir -p "$W/scale/$c" && cp "$f" "$W/scale/$c/results.json"
+done
+mkdir -p "$W/default" && cp docs/results/protocol3/default-results.json "$W/default/results.json"
+"$PY" benchmarks/store_snapshot.py "$OUT/full" "$W/full"
+OMP_NUM_THREADS=1 "$R" compare --report-only --tasks "${TASKS:-lm}" --out "$W/full" > "$W/report.log"
+"$PY" -m relpos.experiments.results_page --full "$W/full" --scale "$W/scale" --default "$W/default" \
+  --previous docs/results/protocol3/protocol2-verdict.json --out docs/results.md --json-dir docs/results/protocol3 --force
