@@ -255,6 +255,10 @@ def test_a_learned_table_read_past_its_rows_gives_no_number():
     _untrained_past_L(res, "alibi")
     assert claims.value(res, "lm", "alibi") == (None, 0)
     assert claims.press(res).verdict == claims.UNMEASURED
+    from relpos.experiments.ranking import ranking_markdown
+
+    row = next(ln for ln in ranking_markdown(res).splitlines() if ln.startswith("| alibi |") and "not ranked" in ln)
+    assert "not ranked (untrained rows: no number)" in row  # fitted 3/3: the reason is the rows, not the fit
 
 
 def test_what_changed_reads_the_old_verdict_table_and_names_the_flips():

@@ -240,6 +240,14 @@ def _score_name(task: str) -> str:
         f"{task}: per-token accuracy at 2L (higher is better)"
 
 
+def _no_score(results: dict, task: str, label: str) -> str:
+    """Why a fitted row has no ranking score on a task."""
+    rows = [r for r in results["runs"] if r["task"] == task and r["label"] == label]
+    if any(p.get("untrained_rows") for r in rows for p in [*(r.get("metrics") or []), *(r.get("position_loss") or [])]):
+        return "untrained rows: no number"
+    return "no score measured"
+
+
 def ranking_markdown(results: dict, rk: dict | None = None) -> str:
     """The ranking table (base schemes), the difference-from-best table and the variants-vs-RoPE table
     (``rk``: :func:`ranking` of ``results`` when the caller has it)."""
@@ -270,7 +278,8 @@ def ranking_markdown(results: dict, rk: dict | None = None) -> str:
                 cells.append(_iv(pt["vs_best"][lab], d))
             else:
                 k, n = rk["fitted"].get((t, lab), (0, 0))
-                cells.append(f"not ranked ({k}/{n} fitted)" if n else "-")
+                cells.append("-" if not n else f"not ranked ({k}/{n} fitted)" if k < MIN_SEEDS
+                             else f"not ranked ({_no_score(results, t, lab)})")
         out.append("| " + " | ".join(cells) + " |")
     out += ["", "Scores: " + "; ".join(_score_name(t) for t in tasks) + ". " + INTERVALS_NOTE
             + ("" if rk["per_example"] else " These results carry no per-example scores (made before protocol 3): "
