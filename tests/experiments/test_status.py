@@ -57,8 +57,11 @@ def test_cpu_left_is_estimated_per_task_and_says_what_it_cannot_estimate(tmp_pat
         st.write_job(fp, _result("lm/alibi/seed0", fitted=True, cpu=30.0))
         status = folder_status(cfg, tmp_path, keys)
     assert status.cpu_left() == (20.0, ["copy"])  # one lm run at the lm mean; copy has no finished run
-    assert status_lines(status)[0].endswith("about 20 CPU-seconds left at each task's mean so far "
-                                            "(no estimate yet for copy)")
+    assert status_lines(status)[0].endswith("at least 20 CPU-seconds left (at each task's mean so far) plus copy, "
+                                            "which have no finished run to estimate from")
+    only_copy_left = [k for k in keys if k.startswith("copy/")] + ["lm/rope/seed0", "lm/alibi/seed0"]
+    assert status_lines(folder_status(cfg, tmp_path, only_copy_left))[0].endswith(
+        "; no estimate of the time left yet (copy: no finished run)")  # never "about 0 CPU-seconds left"
     with Store(tmp_path / "results.sqlite") as st:
         for k in keys[2:]:
             st.write_job(fp, _result(k, fitted=True, cpu=5.0))

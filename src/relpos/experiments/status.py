@@ -131,8 +131,13 @@ def status_lines(st: FolderStatus) -> list[str]:
     head += f"; {c['running']} running, {c['failed']} failed, {c['to run']} to run"
     est, unknown = st.cpu_left()
     if cpu and c["done"] < len(st.jobs):
-        head += (f"; about {_fmt_s(est)} CPU-seconds left at each task's mean so far"
-                 + (f" (no estimate yet for {', '.join(unknown)})" if unknown else ""))
+        if not unknown:
+            head += f"; about {_fmt_s(est)} CPU-seconds left at each task's mean so far"
+        elif est:  # a lower bound: the tasks without a finished run add an unknown amount
+            head += (f"; at least {_fmt_s(est)} CPU-seconds left (at each task's mean so far) plus "
+                     f"{', '.join(unknown)}, which have no finished run to estimate from")
+        else:
+            head += f"; no estimate of the time left yet ({', '.join(unknown)}: no finished run)"
     width = max((len(j.job) for j in st.jobs), default=0)
     lines = [head]
     for j in st.jobs:
