@@ -148,7 +148,8 @@ def test_a_row_with_one_fitted_seed_never_enters_the_ranking():
     assert "nope" not in rk["per_task"]["copy"]["rank"] and rk["per_task"]["copy"]["best"] == "t5"
     page = page_markdown(PageInputs(full=res))
     assert "not ranked (1/3 fitted)" in page
-    assert claims.kazemnejad(res, rk).verdict == claims.UNMEASURED
+    f = claims.kazemnejad(res, rk)
+    assert f.verdict == claims.UNMEASURED and "its fitted seeds: copy 1/3." in f.evidence[0]  # why, by task
 
 
 # ------------------------------------------------------------------ the page

@@ -214,8 +214,12 @@ def kazemnejad(results: dict | None, rk: dict | None) -> Finding:
     tasks = _algo_tasks(rk) if rk else []
     ranked = [t for t in tasks if "nope" in rk["per_task"][t]["rank"]]
     if not ranked:
+        fits = [f"{t} {k}/{n}" for t in tasks for k, n in [rk["fitted"].get((t, "nope"), (0, 0))] if n]
         return Finding(c, UNMEASURED, ["NoPE is not ranked on any algorithmic task (no task, or fewer than "
-                                       f"{MIN_SEEDS} fitted seeds)."])
+                                       f"{MIN_SEEDS} fitted seeds)" + (f"; its fitted seeds: {', '.join(fits)}. "
+                                       "It did not learn these tasks at L within the budget at any rate of the "
+                                       "grid: a finding about trainability here, so its length generalisation "
+                                       "is not measured." if fits else ".")])
     ev, nope_ok = [], True
     for t in ranked:
         pt = rk["per_task"][t]
