@@ -131,6 +131,17 @@ def test_ruoss_rule_flips_with_the_data(rand, want):
     assert claims.ruoss(algo_results(), None).verdict == claims.UNMEASURED  # nothing randomized
 
 
+def test_ruoss_unmeasured_names_the_fitted_seeds():
+    res = algo_results(tasks=("copy",), rand=0.7)
+    for r in res["runs"]:
+        if r["label"] == "rope+rand-sampled":
+            r["train"], r["validation"] = _fit(False), {"score": 0.5}
+    f = claims.ruoss(res, ranking(res))
+    assert f.verdict == claims.UNMEASURED
+    assert f.evidence == ["copy: rope+rand-sampled and rope share 0 fitted seeds: not compared "
+                          "(rope+rand-sampled fitted 0/3, rope 3/3)."]
+
+
 @pytest.mark.parametrize("best, want", [(0.5, claims.HOLDS), (0.97, claims.FAILS)])
 def test_deletang_rule_flips_with_the_data(best, want):
     runs = [algo_run("parity", s, seed, best if s == "alibi" else 0.5) for s in BASE for seed in range(3)]

@@ -256,8 +256,9 @@ def ruoss(results: dict | None, rk: dict | None) -> Finding:
             d, n = diff(results, t, f"{s}+rand-sampled", s)
             d0, _ = diff(results, t, f"{s}+rand", s)
             if d is None:
+                fr = {lab: "{}/{}".format(*rk["fitted"].get((t, lab), (0, 0))) for lab in (f"{s}+rand-sampled", s)}
                 ev.append(f"{t}: {s}+rand-sampled and {s} share {n} fitted seed{'s' if n != 1 else ''}: not "
-                          "compared.")
+                          f"compared ({s}+rand-sampled fitted {fr[s + '+rand-sampled']}, {s} {fr[s]}).")
                 continue
             compared += 1
             better += d.lo > 0
