@@ -5,6 +5,7 @@ The public surface:
 * :func:`relpos.attention` -- one attention entry point for every scheme.
 * :func:`relpos.make_encoding` / :data:`relpos.SCHEMES` -- build a scheme by name.
 * :mod:`relpos.distance` -- pure functions (offsets, clipping, buckets, slopes).
+* :mod:`relpos.offsets` -- per-offset terms laid out on (query, key) pairs: Toeplitz, skew, unskew.
 * :mod:`relpos.nn` -- the attention layer and cache for your own model (``docs/use.md``).
 * :mod:`relpos.hf` -- put a scheme into a Hugging Face Llama-family model (optional extra).
 """

@@ -29,7 +29,6 @@ from relpos.validation import (
     check_choice,
     check_int,
     check_int_tensor,
-    check_tensor,
 )
 
 Convention = Literal["j-i", "i-j"]
@@ -332,171 +331,13 @@ def alibi_slopes(n_heads: int, *, dtype: torch.dtype = torch.float32) -> Tensor:
     return torch.tensor(slopes, dtype=dtype)
 
 
-# ------------------------------------------------------------------------ Toeplitz
-
-
-def offsets_range(q_len: int, k_len: int, q_offset: int = 0) -> Tensor:
-    """All distinct offsets ``d = j - i`` between ``Nq`` queries and ``Nk`` keys.
-
-    Returns the ``Nq + Nk - 1`` values ``-(q_offset + Nq - 1) .. Nk - 1 - q_offset``
-    in increasing order, as int64. Evaluate a Toeplitz term on these once, then
-    expand with :func:`toeplitz`.
-    """
-    check_int("q_len", q_len, 1, MAX_POSITIONS)
-    check_int("k_len", k_len, 1, MAX_POSITIONS)
-    check_int("q_offset", q_offset, 0, MAX_POSITIONS)
-    lo = -(q_offset + q_len - 1)
-    return torch.arange(lo, k_len - q_offset)
-
-
-def toeplitz(values: Tensor, q_len: int, k_len: int) -> Tensor:
-    """Expand per-offset values into a ``(..., Nq, Nk)`` Toeplitz matrix.
-
-    ``values[..., r]`` is the term for offset ``offsets_range(q_len, k_len, q_offset)[r]``;
-    the result satisfies ``out[..., t, j] = values[..., j - t + Nq - 1]``. It is
-    built with one ``Nq x Nk`` copy from a strided view; no index matrix is formed.
-
-    Args:
-        values: ``(..., Nq + Nk - 1)`` tensor.
-        q_len: ``Nq``.
-        k_len: ``Nk``.
-    """
-    check_tensor("values", values)
-    check_int("q_len", q_len, 1, MAX_POSITIONS)
-    check_int("k_len", k_len, 1, MAX_POSITIONS)
-    if values.dim() < 1:
-        raise ValueError("values must have at least 1 dimension (..., Nq + Nk - 1), got a 0-dim tensor")
-    if values.shape[-1] != q_len + k_len - 1:
-        raise ValueError(
-            f"values must have q_len + k_len - 1 = {q_len + k_len - 1} entries in the last dim, "
-            f"got {values.shape[-1]}"
-        )
-    # X[t', j] = values[t' + j] is a positive-strided view; row t of the result is
-    # row t' = Nq - 1 - t of X, so one flip (a single Nq x Nk copy) finishes it.
-    *lead, length = values.shape
-    st = values.stride()
-    x = values.as_strided((*lead, q_len, k_len), (*st[:-1], st[-1], st[-1]), values.storage_offset())
-    return x.flip(-2)
-
-
-class _SkewRows(torch.autograd.Function):
-    """Forward: a strided copy; backward: a strided write into zeros (no index tensor either way)."""
-
-    @staticmethod
-    def forward(ctx, values: Tensor, q_len: int, k_len: int) -> Tensor:
-        ctx.shape = values.shape
-        return _skew_view(values.contiguous(), q_len, k_len).clone()
-
-    @staticmethod
-    def backward(ctx, g: Tensor):
-        out = g.new_zeros(ctx.shape)
-        _skew_view(out, g.shape[-2], g.shape[-1]).copy_(g)
-        return out, None, None
-
-
-def _skew_view(x: Tensor, q_len: int, k_len: int) -> Tensor:
-    *lead, _, w = x.shape
-    st = x.stride()
-    return x.as_strided((*lead, q_len, k_len), (*st[:-2], st[-2] - st[-1], st[-1]), x.storage_offset() + q_len - 1)
-
-
-def skew_rows(values: Tensor, q_len: int, k_len: int) -> Tensor:
-    """Per-query values on offsets -> ``(..., Nq, Nk)``: ``out[..., t, j] = values[..., t, j - t + Nq - 1]``.
-
-    ``values[..., t, r]`` is query ``t``'s term for offset ``offsets_range(Nq, Nk, q_offset)[r]``
-    (a content-dependent Toeplitz term such as Transformer-XL's ``(q_t + v) . W_R R``): Transformer-XL's
-    "relative shift", done as one strided copy (and one strided write in the backward).
-
-    Args:
-        values: ``(..., Nq, Nq + Nk - 1)``.
-        q_len: ``Nq``.
-        k_len: ``Nk``.
-
-    Example:
-        >>> skew_rows(torch.arange(6.).view(2, 3), 2, 2)
-        tensor([[1., 2.],
-                [3., 4.]])
-    """
-    check_tensor("values", values)
-    check_int("q_len", q_len, 1, MAX_POSITIONS)
-    check_int("k_len", k_len, 1, MAX_POSITIONS)
-    if values.dim() < 2 or values.shape[-2] != q_len or values.shape[-1] != q_len + k_len - 1:
-        raise ValueError(f"values must have shape (..., q_len, q_len + k_len - 1) = (..., {q_len}, "
-                         f"{q_len + k_len - 1}), got {tuple(values.shape)}")
-    return _SkewRows.apply(values, q_len, k_len)
-
-
-def skew_rows_past(values: Tensor, q_len: int, k_len: int, fill: float = float("-inf")) -> Tensor:
-    """:func:`skew_rows` for causal calls: ``values (..., Nq, W)`` holds only the first ``W`` offset
-    columns (the offsets ``j - i <= 0`` a causal query sees, ``W = Nq + q_offset``), and every pair past
-    them (a future key) gets ``fill`` (-inf: the causal mask, folded in). Half the per-offset work of
-    a self-attention call.
-
-    Example:
-        >>> skew_rows_past(torch.arange(4.).view(2, 2), 2, 2)
-        tensor([[1., -inf],
-                [2., 3.]])
-    """
-    check_tensor("values", values)
-    check_int("q_len", q_len, 1, MAX_POSITIONS)
-    check_int("k_len", k_len, 1, MAX_POSITIONS)
-    W = q_len + k_len - 1
-    if values.dim() < 2 or values.shape[-2] != q_len or not 1 <= values.shape[-1] <= W:
-        raise ValueError(f"values must have shape (..., q_len, W) with q_len = {q_len} and 1 <= W <= "
-                         f"q_len + k_len - 1 = {W}, got {tuple(values.shape)}")
-    if values.shape[-1] < W:
-        values = torch.cat([values, values.new_full((*values.shape[:-1], W - values.shape[-1]), fill)], -1)
-    return _SkewRows.apply(values, q_len, k_len)
-
-
-class _UnskewRows(torch.autograd.Function):
-    """Inverse placement of :func:`skew_rows`: a strided write into zeros; backward a strided copy."""
-
-    @staticmethod
-    def forward(ctx, rows: Tensor) -> Tensor:
-        q_len, k_len = rows.shape[-2], rows.shape[-1]
-        out = rows.new_zeros(*rows.shape[:-1], q_len + k_len - 1)
-        _skew_view(out, q_len, k_len).copy_(rows)
-        return out
-
-    @staticmethod
-    def backward(ctx, g: Tensor):
-        q_len = g.shape[-2]
-        return _skew_view(g.contiguous(), q_len, g.shape[-1] - q_len + 1).clone()
-
-
-def unskew_rows(rows: Tensor) -> Tensor:
-    """``(..., Nq, Nk)`` -> ``(..., Nq, Nq + Nk - 1)``: each pair's value moved to its offset's column.
-
-    ``out[..., t, j - t + Nq - 1] = rows[..., t, j]`` and zeros elsewhere (the adjoint of
-    :func:`skew_rows`), e.g. attention weights summed per offset for a value-side term.
-
-    Example:
-        >>> unskew_rows(torch.tensor([[1., 2.], [3., 4.]]))
-        tensor([[0., 1., 2.],
-                [3., 4., 0.]])
-    """
-    check_tensor("rows", rows)
-    if rows.dim() < 2:
-        raise ValueError(f"rows must have shape (..., Nq, Nk), got {tuple(rows.shape)}")
-    return _UnskewRows.apply(rows)
-
-
-def contiguous_offsets(qpos: Tensor, kpos: Tensor) -> Tensor | None:
-    """The ``Nq + Nk - 1`` offsets ``j - i`` in :func:`skew_rows` order, or None.
-
-    Defined when positions are shared by the batch (``(1, N)``) and consecutive, so every
-    pair's offset is ``kpos[0] - qpos[0] + j - t`` and column ``j - t + Nq - 1`` of a
-    skewed row holds it; None otherwise (the caller takes its per-pair form).
-
-    Example:
-        >>> contiguous_offsets(torch.tensor([[3, 4]]), torch.arange(4)[None]).tolist()
-        [-4, -3, -2, -1, 0]
-    """
-    if qpos.dim() != 2 or kpos.dim() != 2 or qpos.shape[0] != 1 or kpos.shape[0] != 1:
-        return None
-    for p in (qpos, kpos):
-        if p.shape[-1] > 1 and not bool((p[0, 1:] - p[0, :-1] == 1).all()):
-            return None
-    nq, nk = qpos.shape[-1], kpos.shape[-1]
-    return torch.arange(1 - nq, nk, device=qpos.device) + (int(kpos[0, 0]) - int(qpos[0, 0]))
+# Per-offset layout helpers live in relpos.offsets; re-exported here for code written against
+# relpos.distance.
+from relpos.offsets import (  # noqa: E402
+    contiguous_offsets,
+    offsets_range,
+    skew_rows,
+    skew_rows_past,
+    toeplitz,
+    unskew_rows,
+)

@@ -3,7 +3,7 @@
 The ``(Nq, Nk)`` position term is formed once per call and shared by the whole
 batch (shape ``(1, H, Nq, Nk)``; never copied per batch element). Toeplitz terms
 are evaluated on the ``Nq + Nk - 1`` distinct offsets and expanded with one
-strided copy (:func:`relpos.distance.toeplitz`), never from an ``Nq x Nk``
+strided copy (:func:`relpos.offsets.toeplitz`), never from an ``Nq x Nk``
 bucket computation. Under causal masking the future offsets are set to -inf
 *before* the expansion, so the mask costs nothing extra. When a scheme adds
 nothing to the value side the final step is
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from relpos.attention import Request, check_finite
-from relpos.distance import offsets_range, skew_rows, skew_rows_past, toeplitz
+from relpos.offsets import offsets_range, skew_rows, skew_rows_past, toeplitz
 from relpos.first_order import first_order
 
 __all__ = ["supports", "run", "position_bias", "rotated_qk", "additive_terms", "row_has_key", "group_rows",
@@ -258,7 +258,7 @@ def _with_value_term(req: Request, q: Tensor, k: Tensor, term: Tensor | None, ma
 
 def past_columns(req: Request) -> int | None:
     """For a causal call on default positions: how many of the ``Nq + Nk - 1`` offset columns of
-    :func:`relpos.distance.skew_rows` a query can see (``j - i <= q_offset``); None otherwise."""
+    :func:`relpos.offsets.skew_rows` a query can see (``j - i <= q_offset``); None otherwise."""
     if not (req.causal and req.contiguous):
         return None
     Nq, Nk = req.shape[2], req.shape[3]
@@ -270,8 +270,8 @@ def _relative_key_term(req: Request, q: Tensor) -> tuple[Tensor, Tensor, bool] |
 
     ``scale (q . k + u . k + (q + v) . r(j - i))`` is ``scale (q + u) . k`` plus the term
     ``scale (q + v) . r`` formed on the ``Nq + Nk - 1`` offsets (one matmul) and expanded
-    by :func:`relpos.distance.skew_rows` (B, H, Nq, Nk); a causal call forms only the offsets its
-    queries see and gets -inf for the future keys (:func:`relpos.distance.skew_rows_past`: the causal
+    by :func:`relpos.offsets.skew_rows` (B, H, Nq, Nk); a causal call forms only the offsets its
+    queries see and gets -inf for the future keys (:func:`relpos.offsets.skew_rows_past`: the causal
     mask is then in the term, ``causal_in_term``). None where the form does not apply (other schemes,
     explicit positions, grouped heads).
     """

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from relpos.attention import Request
 from relpos.attention.dense import additive_terms, rotated_qk, row_has_key
-from relpos.distance import offsets_range
+from relpos.offsets import offsets_range
 
 __all__ = ["supports", "expressible", "run", "available", "COMPILE"]
 

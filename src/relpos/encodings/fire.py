@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from relpos.distance import contiguous_offsets, toeplitz
+from relpos.offsets import contiguous_offsets, toeplitz
 from relpos.encodings.base import Encoding
 from relpos.first_order import first_order
 from relpos.validation import MAX_TABLE, check_float, check_int
@@ -176,7 +176,7 @@ class FIRE(Encoding):
         Rows of queries below the threshold (``i < L``) all have the normaliser
         ``psi(L)``, so there the bias depends on ``j - i`` only: for positions shared
         by the batch and contiguous, the MLP itself is evaluated on those rows'
-        ``Nq' + Nk - 1`` distinct offsets and expanded (:func:`relpos.distance.toeplitz`);
+        ``Nq' + Nk - 1`` distinct offsets and expanded (:func:`relpos.offsets.toeplitz`);
         the rows at or past ``L`` take the per-pair form.
         """
         offs = contiguous_offsets(qpos, kpos)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from relpos.distance import contiguous_offsets, skew_rows, skew_rows_past, unskew_rows
+from relpos.offsets import contiguous_offsets, skew_rows, skew_rows_past, unskew_rows
 from relpos.encodings.base import ClippedTables, Encoding
 from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 

@@ -61,7 +61,7 @@ from relpos.attention import Request
 from relpos.attention.chunked import blocks, clipped, keybias, regions, relkey, sdpa
 from relpos.attention.chunked.kernels import toeplitz_terms
 from relpos.attention.chunked.regions import saturation_distance
-from relpos.distance import offsets_range
+from relpos.offsets import offsets_range
 
 __all__ = ["supports", "run", "engine_for", "engine", "ENGINES", "last_engine", "saturation_distance", "BLOCK_BYTES"]
 

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from relpos.attention import Request
 from relpos.attention.chunked.kernels import block_backward, cpu_flash_ok, flash_ops, knob, skewed
-from relpos.distance import offsets_range
+from relpos.offsets import offsets_range
 from relpos.first_order import first_order
 
 NAME = "relkey"
