@@ -12,9 +12,11 @@ OUT=${1:?usage: TASKS=t1,t2 benchmarks/protocol3_page.sh OUT}
 PY=${PYTHON:-.venv/bin/python}
 R=${RELPOS:-.venv/bin/relpos}
 W="$OUT/page"
-case "$W" in */page) ;; *) exit 2 ;; esac
+if [ -e "$W" ] && [ ! -f "$W/.protocol3_page" ]; then  # never clear a folder this script did not make
+  echo "protocol3_page.sh: $W exists and was not made by this script; move it aside" >&2; exit 2
+fi
+mkdir -p "$W" && touch "$W/.protocol3_page"
 rm -rf "$W/scale" "$W/default" "$W/full"  # this script's own scratch copies
-mkdir -p "$W"
 for f in docs/results/protocol3/scale-*-results.json; do
   c=$(basename "$f" | sed 's/^scale-//; s/-results.json$//')
   mkdir -p "$W/scale/$c" && cp "$f" "$W/scale/$c/results.json"
