@@ -59,5 +59,6 @@ class ALiBi(Encoding):
         m = self.slopes.double()
         B = max(qpos.shape[0], kpos.shape[0])
         qp, kp = qpos.expand(B, -1).tolist(), kpos.expand(B, -1).tolist()
-        dist = torch.tensor([[[abs(i - j) for j in kp[b]] for i in qp[b]] for b in range(B)], dtype=torch.float64)
+        dist = torch.tensor([[[abs(i - j) for j in kp[b]] for i in qp[b]] for b in range(B)],
+                            dtype=torch.float64, device=m.device)  # (B, Nq, Nk)
         return -m[None, :, None, None] * dist[:, None]  # (B, H, Nq, Nk)

@@ -129,8 +129,8 @@ class Kerple(Encoding):
         B = max(qpos.shape[0], kpos.shape[0])
         qp, kp = qpos.expand(B, -1).tolist(), kpos.expand(B, -1).tolist()
         dist = torch.tensor(
-            [[[abs(i - j) for j in kp[b]] for i in qp[b]] for b in range(B)], dtype=torch.float64
-        ).to(qpos.device)[:, None]  # (B, 1, Nq, Nk): |i - j|
+            [[[abs(i - j) for j in kp[b]] for i in qp[b]] for b in range(B)], dtype=torch.float64, device=qpos.device
+        )[:, None]  # (B, 1, Nq, Nk): |i - j|
         r1, r2 = r1[None, :, None, None], r2[None, :, None, None]  # (1, H, 1, 1)
         if self.kernel == "log":
             return -r1 * torch.log(1 + r2 * dist)  # (B, H, Nq, Nk)

@@ -119,4 +119,4 @@ class Sandwich(Encoding):
             embs = {n: emb(n) for n in set(qp[b]) | set(kp[b])}
             dots = [[sum(x * y for x, y in zip(embs[i], embs[j])) - dp / 2 for j in kp[b]] for i in qp[b]]
             out.append([[[d * scales[h] for d in row] for row in dots] for h in range(H)])
-        return torch.tensor(out, dtype=torch.float64)  # (B, H, Nq, Nk)
+        return torch.tensor(out, dtype=torch.float64, device=qpos.device)  # (B, H, Nq, Nk)

@@ -120,5 +120,5 @@ class T5Bias(Encoding):
         qp = qpos.expand(B, -1).tolist()
         kp = kpos.expand(B, -1).tolist()
         idx = [[[self._ref_bucket(j - i) for j in kp[b]] for i in qp[b]] for b in range(B)]
-        idx_t = torch.tensor(idx, dtype=torch.long)  # (B, Nq, Nk)
+        idx_t = torch.tensor(idx, dtype=torch.long, device=table.device)  # (B, Nq, Nk)
         return table[idx_t].permute(0, 3, 1, 2)  # (B, H, Nq, Nk)
