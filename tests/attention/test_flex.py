@@ -102,3 +102,25 @@ def test_gpu_compiled_with_gradients(name):  # pragma: no cover - no GPU in CI
     rg = torch.autograd.grad(ref.sum(), [q, k, v, *params])
     for a, b in zip(g, rg):
         torch.testing.assert_close(a, b.to(a.dtype), atol=5e-3, rtol=5e-3)
+
+
+def test_causal_block_mask_is_built_once_per_shape_and_offset(monkeypatch):
+    """The causal mask is cached by (Nq, Nk, q_offset, device); padding masks are built every call."""
+    import torch.nn.attention.flex_attention as fa
+
+    built = []
+    real = fa.create_block_mask
+    monkeypatch.setattr(fa, "create_block_mask", lambda *a, **kw: built.append(a[3:5]) or real(*a, **kw))
+    monkeypatch.setattr(flex, "_CAUSAL_MASKS", {})
+    enc = build("alibi")
+    q, k, v = _qkv(1, 3, 6, 6, 8)
+    for _ in range(3):
+        _close(enc, q, k, v, causal=True)
+    assert len(built) == 1
+    _close(enc, q[:, :, :2], k, v, causal=True, q_offset=4)  # another shape and offset: its own mask
+    assert len(built) == 2
+    pad = torch.tensor([[True, True, False, True, True, True]])
+    for _ in range(2):
+        _close(enc, q, k, v, causal=True, key_padding_mask=pad)
+    assert len(built) == 4
+    assert len(flex._CAUSAL_MASKS) == 2

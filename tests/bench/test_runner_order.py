@@ -140,3 +140,31 @@ def test_a_fast_pick_is_not_re_timed(monkeypatch):
     records: dict = {}
     runner._time_group(64, group, BenchSpec(memory=False, repeats=2), records, log=lambda s: None, deadline=None)
     assert records[("t5", "auto", 64, "fwd")].retime is None and not _auto_row(records)["retimed"]
+
+
+def test_a_slow_compiled_case_is_timed_after_its_compile_not_by_it(monkeypatch):
+    """On CUDA flex (and auto, which may pick it) compiles on its first run: a slow case is timed by its last
+    warm-up, which must come after the compile. The first GPU check reported 2-12 s compiles as flex step times."""
+    runs: dict = {}
+
+    def build_step(case, spec):
+        def step():
+            return None
+        step.name = case.impl
+        return step, (lambda: None)
+
+    def timed(step, spec):
+        n = runs[step.name] = runs.get(step.name, 0) + 1
+        if step.name == "flex":
+            return (5000.0, 5000.0) if n == 1 else (3000.0, 3000.0)  # compile, then a slow (> SLOW_S) step
+        return 1.0, 1.0
+
+    monkeypatch.setattr(runner, "build_step", build_step)
+    monkeypatch.setattr(runner, "timed", timed)
+    for device, expected in (("cuda", 3000.0), ("cpu", 5000.0)):  # CPU flex is not compiled: one warm-up
+        runs.clear()
+        records: dict = {}
+        runner._time_group(64, [Case("t5", "flex", 64, "fwd")], BenchSpec(memory=False, repeats=1, device=device),
+                           records, log=lambda s: None, deadline=None)
+        rec = records[("t5", "flex", 64, "fwd")]
+        assert (rec.median_ms, rec.runs) == (expected, 1)

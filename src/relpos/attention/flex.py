@@ -45,6 +45,11 @@ __all__ = ["supports", "expressible", "run", "available", "COMPILE"]
 COMPILE: bool | None = None
 
 _compiled = {}
+#: Causal block masks without key padding, by ``(Nq, Nk, q_offset, device)``: they depend on nothing else, and
+#: building one evaluates the mask on every ``(q, k)`` pair, ``O(Nq Nk)`` work on every call before the cache.
+_CAUSAL_MASKS: dict = {}
+#: Entries kept (oldest dropped first); a BlockMask holds ``O(Nq Nk / 128^2)`` integers.
+CAUSAL_MASKS_MAX = 16
 
 
 def available() -> bool:
@@ -177,7 +182,17 @@ def _block_mask(req: Request, rowbad: Tensor | None):
         def mask_mod(b, h, q_idx, kv_idx):
             return pad(b, q_idx, kv_idx)
 
-    return create_block_mask(mask_mod, B if kpm is not None else None, None, Nq, Nk, device=req.q.device)
+    cache = kpm is None and not torch.compiler.is_compiling()  # a compiled caller traces the build instead
+    key = (Nq, Nk, qo, str(req.q.device))
+    if cache and key in _CAUSAL_MASKS:
+        return _CAUSAL_MASKS[key]
+    bm = create_block_mask(mask_mod, B if kpm is not None else None, None, Nq, Nk, device=req.q.device,
+                           _compile=req.q.device.type == "cuda")  # compiled: no (Nq, Nk) mask in memory
+    if cache:
+        if len(_CAUSAL_MASKS) >= CAUSAL_MASKS_MAX:
+            _CAUSAL_MASKS.pop(next(iter(_CAUSAL_MASKS)))
+        _CAUSAL_MASKS[key] = bm
+    return bm
 
 
 def run(req: Request) -> Tensor:

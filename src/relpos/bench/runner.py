@@ -131,9 +131,17 @@ def _peer(impl: str):
     return PEERS[impl.split(":", 1)[1]] if impl.startswith("peer:") else None
 
 
-def _warmups(case: Case) -> int:
+def _warmups(case: Case, spec: BenchSpec) -> int:
+    """Untimed runs before timing: a peer's own count; 2 where relpos compiles (the first run compiles).
+
+    ``flex`` compiles on CUDA and ``auto`` may pick it there; a slow case is timed by its last warm-up
+    (:data:`SLOW_S`), which must not be the one that compiled (the first GPU check timed 2-12 s compiles
+    as flex's step time).
+    """
     peer = _peer(case.impl)
-    return 1 if peer is None else peer.warmups
+    if peer is not None:
+        return peer.warmups
+    return 2 if case.impl in ("flex", "auto") and spec.device != "cpu" else 1
 
 
 def _time_group(N: int, group: list[Case], spec: BenchSpec, records: dict, log, deadline: float | None) -> None:
@@ -150,7 +158,7 @@ def _time_group(N: int, group: list[Case], spec: BenchSpec, records: dict, log, 
         rec = records[c.key] = Record(c.scheme, c.impl, N, c.mode)
         try:
             step, info = build_step(c, spec)
-            for _ in range(_warmups(c)):  # raises UnsupportedError for unsupported cases
+            for _ in range(_warmups(c, spec)):  # raises UnsupportedError for unsupported cases
                 w, cpu = timed(step, spec)
             rec.warmup_ms, rec.chosen = w, info()
             runnable.append((c, step))
