@@ -9,6 +9,8 @@
 #    the full preset's fingerprint, so each task becomes complete (three seeds) before the next starts;
 # 3. the full preset once more with every task: trains nothing new and writes the complete report.
 # Everything runs at nice 19 with two workers of one thread each (the project's 2-core machine).
+# REUSE=FOLDER passes `--reuse FOLDER` to every full-preset call: after a deliberate change of the preset (a new
+# fingerprint), the runs of FOLDER that would be trained exactly the same are copied, not trained again.
 #
 # Across working sessions on machines that keep nothing outside the repository, the finished runs travel in
 # it: with SNAPSHOT=docs/results/protocol3/full the script first restores OUT/full from that snapshot (when
@@ -20,6 +22,7 @@ OUT=${1:?usage: benchmarks/protocol3_runs.sh OUT}
 R=${RELPOS:-.venv/bin/relpos}
 PY=${PYTHON:-.venv/bin/python}
 SNAPSHOT=${SNAPSHOT:-}
+REUSE_ARGS=(); [ -z "${REUSE:-}" ] || REUSE_ARGS=(--reuse "$REUSE")
 export OMP_NUM_THREADS=1
 mkdir -p "$OUT"
 log() { echo "$* $(date -u +%FT%TZ)" >> "$OUT/runs.log"; }
@@ -35,11 +38,11 @@ fi
 if [ -n "$SNAPSHOT" ]; then (while sleep 1800; do snap; done) & LOOP=$!; fi
 for t in lm copy copy-distinct reverse parity mqar; do  # the full preset's tasks (presets.FULL_ALGORITHMIC)
   log "full --tasks $t start"
-  nice -n 19 "$R" compare --preset full --tasks "$t" --workers 2 --no-progress --out "$OUT/full" >> "$OUT/full.out" 2>> "$OUT/full.err"
+  nice -n 19 "$R" compare --preset full --tasks "$t" "${REUSE_ARGS[@]}" --workers 2 --no-progress --out "$OUT/full" >> "$OUT/full.out" 2>> "$OUT/full.err"
   log "full --tasks $t end rc=$?"
   snap
 done
-nice -n 19 "$R" compare --preset full --workers 2 --no-progress --out "$OUT/full" >> "$OUT/full.out" 2>> "$OUT/full.err"
+nice -n 19 "$R" compare --preset full "${REUSE_ARGS[@]}" --workers 2 --no-progress --out "$OUT/full" >> "$OUT/full.out" 2>> "$OUT/full.err"
 log "full end rc=$?"
 snap
 [ -z "${LOOP:-}" ] || kill "$LOOP" 2>/dev/null

@@ -37,3 +37,16 @@ def test_it_restores_the_snapshot_and_copies_it_back(tmp_path):
     assert not any("scale" in c for c in calls)
     log = (out / "runs.log").read_text()
     assert log.count("snapshot: 2 finished jobs") == len(FULL_ALGORITHMIC) + 2  # after each task and at the end
+    assert not any("--reuse" in c for c in calls)
+
+
+def test_reuse_is_passed_to_every_full_preset_call(tmp_path):
+    stub = tmp_path / "relpos"
+    stub.write_text("#!/bin/sh\necho \"$@\" >> \"" + str(tmp_path / "calls") + "\"\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "RELPOS": str(stub), "PYTHON": sys.executable, "SKIP_SCALE": "1",
+           "REUSE": str(tmp_path / "old full")}
+    subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")], cwd=ROOT, env=env, check=True, timeout=120)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) == len(FULL_ALGORITHMIC) + 2
+    assert all(f"--reuse {tmp_path / 'old full'} " in c for c in calls)
