@@ -12,8 +12,12 @@ store is skipped, only what is missing trains.
     python benchmarks/store_snapshot.py --restore SNAPSHOT_FOLDER LIVE_FOLDER  # snapshot -> new live folder
 
 It prints how many finished runs the copy holds. It refuses to replace a store with one that holds fewer
-jobs (a stale snapshot over newer work), and to write into a folder holding files that relpos compare did
-not write.
+jobs (a stale snapshot over newer work), to replace a store of another fingerprint unless ``--supersede``
+says the preset was changed on purpose (the old store then lives on in the repository's history and in the
+new store's reused runs, ``relpos compare --reuse``), and to write into a folder holding files that relpos
+compare did not write.
+
+    python benchmarks/store_snapshot.py --supersede LIVE_FOLDER SNAPSHOT_FOLDER  # after a new fingerprint
 """
 
 from __future__ import annotations
@@ -39,8 +43,21 @@ def _jobs(db: Path) -> int:
         conn.close()
 
 
-def snapshot(src: Path, dest: Path) -> int:
-    """Copy ``src``'s store and configuration into ``dest``; return the number of finished jobs copied."""
+def _fingerprint(db: Path) -> str | None:
+    if not db.is_file():
+        return None
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'fingerprint'").fetchone()
+        return None if row is None else str(row[0])
+    finally:
+        conn.close()
+
+
+def snapshot(src: Path, dest: Path, supersede: bool = False) -> int:
+    """Copy ``src``'s store and configuration into ``dest``; return the number of finished jobs copied.
+
+    ``supersede``: replace a store of another fingerprint (never one of the same fingerprint with more jobs)."""
     db = src / "results.sqlite"
     if not db.is_file() or not (src / "config.json").is_file():
         raise SystemExit(f"store_snapshot: {src} holds no relpos compare results (results.sqlite and config.json)")
@@ -50,7 +67,12 @@ def snapshot(src: Path, dest: Path) -> int:
         raise SystemExit(f"store_snapshot: {dest} holds files relpos compare did not write ({', '.join(foreign)}); "
                          "choose an empty folder")
     have, new = _jobs(dest / "results.sqlite"), _jobs(db)
-    if new < have:
+    old_fp, new_fp = _fingerprint(dest / "results.sqlite"), _fingerprint(db)
+    other = old_fp is not None and old_fp != new_fp
+    if other and not supersede:
+        raise SystemExit(f"store_snapshot: {dest} holds the store of fingerprint {old_fp}, {src} that of {new_fp}; "
+                         "pass --supersede to replace it (a deliberate change of the preset)")
+    if new < have and not other:
         raise SystemExit(f"store_snapshot: {dest} holds {have} finished jobs, {src} only {new}; refusing to replace "
                          "the larger store")
     tmp = dest / "results.sqlite.tmp"
@@ -71,10 +93,12 @@ def snapshot(src: Path, dest: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--restore", action="store_true", help="copy a snapshot back into a (new) live folder")
+    ap.add_argument("--supersede", action="store_true",
+                    help="replace a store of another fingerprint (after a deliberate change of the preset)")
     ap.add_argument("src", type=Path)
     ap.add_argument("dest", type=Path)
     a = ap.parse_args(argv)
-    n = snapshot(a.src, a.dest)
+    n = snapshot(a.src, a.dest, supersede=a.supersede)
     print(f"{'restored' if a.restore else 'snapshot'}: {n} finished jobs in {a.dest / 'results.sqlite'}")
     return 0
 

@@ -52,6 +52,32 @@ def test_snapshot_refuses_to_shrink_and_foreign_files(tmp_path):
         mod.snapshot(tmp_path / "other", tmp_path / "x")
 
 
+def test_a_store_of_another_fingerprint_is_replaced_only_when_superseded(tmp_path):
+    mod = _live(tmp_path / "old", ["a", "b", "c"])
+    mod.snapshot(tmp_path / "old", tmp_path / "snap")
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "config.json").write_text(json.dumps({"fingerprint": "xyz"}))
+    with Store(tmp_path / "new" / "results.sqlite") as s:
+        s.bind("xyz", {"k": 2})
+        s.write_job("xyz", _job("a"))
+    with pytest.raises(SystemExit, match="fingerprint abc.*xyz.*--supersede"):
+        mod.snapshot(tmp_path / "new", tmp_path / "snap")
+    assert mod.snapshot(tmp_path / "new", tmp_path / "snap", supersede=True) == 1
+    with Store(tmp_path / "snap" / "results.sqlite") as s:
+        assert s.done_jobs("xyz") == {"a"}
+    _live(tmp_path / "small", [])  # back to fingerprint abc: refused again without --supersede
+    with pytest.raises(SystemExit, match="fingerprint xyz"):
+        mod.snapshot(tmp_path / "small", tmp_path / "snap")
+
+
+def test_superseding_never_shrinks_a_store_of_the_same_fingerprint(tmp_path):
+    mod = _live(tmp_path / "big", ["a", "b"])
+    _live(tmp_path / "small", ["a"])
+    mod.snapshot(tmp_path / "big", tmp_path / "snap")
+    with pytest.raises(SystemExit, match="holds 2 finished jobs.*only 1"):
+        mod.snapshot(tmp_path / "small", tmp_path / "snap", supersede=True)
+
+
 def test_snapshot_of_a_store_being_written(tmp_path):
     """Mid-run, the newest jobs sit in the write-ahead log: the copy still holds them."""
     mod = _live(tmp_path / "live", ["a"])
