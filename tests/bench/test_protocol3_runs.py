@@ -16,6 +16,14 @@ from tests.bench.test_store_snapshot import _live
 SCRIPT = ROOT / "benchmarks" / "protocol3_runs.sh"
 
 
+def _stub(tmp_path):
+    """A ``relpos`` that only appends its arguments to ``tmp_path/calls``."""
+    stub = tmp_path / "relpos"
+    stub.write_text("#!/bin/sh\necho \"$@\" >> \"" + str(tmp_path / "calls") + "\"\n")
+    stub.chmod(0o755)
+    return stub
+
+
 def test_it_runs_the_full_presets_tasks():
     tasks = re.search(r"^for t in ([a-z -]+); do", SCRIPT.read_text(), re.M).group(1).split()
     assert tasks == ["lm", *FULL_ALGORITHMIC]
@@ -23,9 +31,7 @@ def test_it_runs_the_full_presets_tasks():
 
 def test_it_restores_the_snapshot_and_copies_it_back(tmp_path):
     _live(tmp_path / "snap", ["a", "b"])
-    stub = tmp_path / "relpos"
-    stub.write_text("#!/bin/sh\necho \"$@\" >> \"" + str(tmp_path / "calls") + "\"\n")
-    stub.chmod(0o755)
+    stub = _stub(tmp_path)
     env = {**os.environ, "RELPOS": str(stub), "PYTHON": sys.executable, "SNAPSHOT": str(tmp_path / "snap"),
            "SKIP_SCALE": "1"}
     out = tmp_path / "out"
@@ -41,9 +47,7 @@ def test_it_restores_the_snapshot_and_copies_it_back(tmp_path):
 
 
 def test_reuse_is_passed_to_every_full_preset_call(tmp_path):
-    stub = tmp_path / "relpos"
-    stub.write_text("#!/bin/sh\necho \"$@\" >> \"" + str(tmp_path / "calls") + "\"\n")
-    stub.chmod(0o755)
+    stub = _stub(tmp_path)
     env = {**os.environ, "RELPOS": str(stub), "PYTHON": sys.executable, "SKIP_SCALE": "1",
            "REUSE": str(tmp_path / "old full")}
     subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")], cwd=ROOT, env=env, check=True, timeout=120)

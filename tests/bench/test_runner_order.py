@@ -6,20 +6,22 @@ from relpos.bench import runner
 from relpos.bench.spec import BenchSpec, Case
 
 
+def _named_step(case, spec):
+    """A scripted ``build_step``: a step that does nothing, named by its implementation."""
+    def step():
+        return None
+    step.name = case.impl
+    return step, (lambda: None)
+
+
 def test_every_case_follows_different_predecessors_across_rounds(monkeypatch):
     calls: list[str] = []
-
-    def build_step(case, spec):
-        def step():
-            return None
-        step.name = case.impl
-        return step, (lambda: None)
 
     def timed(step, spec):
         calls.append(step.name)
         return 1.0, 1.0
 
-    monkeypatch.setattr(runner, "build_step", build_step)
+    monkeypatch.setattr(runner, "build_step", _named_step)
     monkeypatch.setattr(runner, "timed", timed)
     group = [Case("t5", impl, 64, "fwd") for impl in ("dense", "chunked", "auto")]
     spec = BenchSpec(memory=False, repeats=3)
@@ -147,19 +149,13 @@ def test_a_slow_compiled_case_is_timed_after_its_compile_not_by_it(monkeypatch):
     warm-up, which must come after the compile. The first GPU check reported 2-12 s compiles as flex step times."""
     runs: dict = {}
 
-    def build_step(case, spec):
-        def step():
-            return None
-        step.name = case.impl
-        return step, (lambda: None)
-
     def timed(step, spec):
         n = runs[step.name] = runs.get(step.name, 0) + 1
         if step.name == "flex":
             return (5000.0, 5000.0) if n == 1 else (3000.0, 3000.0)  # compile, then a slow (> SLOW_S) step
         return 1.0, 1.0
 
-    monkeypatch.setattr(runner, "build_step", build_step)
+    monkeypatch.setattr(runner, "build_step", _named_step)
     monkeypatch.setattr(runner, "timed", timed)
     for device, expected in (("cuda", 3000.0), ("cpu", 5000.0)):  # CPU flex is not compiled: one warm-up
         runs.clear()

@@ -163,6 +163,10 @@ def _block_mask(req: Request, rowbad: Tensor | None):
 
     qo = req.q_offset
     kpm = req.key_padding_mask
+    cache = kpm is None and not torch.compiler.is_compiling()  # a compiled caller traces the build instead
+    key = (Nq, Nk, qo, str(req.q.device))
+    if cache and key in _CAUSAL_MASKS:
+        return _CAUSAL_MASKS[key]
     if kpm is not None and rowbad is not None:
         def pad(b, q_idx, kv_idx):
             return kpm[b, kv_idx] | rowbad[b, q_idx]
@@ -182,10 +186,6 @@ def _block_mask(req: Request, rowbad: Tensor | None):
         def mask_mod(b, h, q_idx, kv_idx):
             return pad(b, q_idx, kv_idx)
 
-    cache = kpm is None and not torch.compiler.is_compiling()  # a compiled caller traces the build instead
-    key = (Nq, Nk, qo, str(req.q.device))
-    if cache and key in _CAUSAL_MASKS:
-        return _CAUSAL_MASKS[key]
     bm = create_block_mask(mask_mod, B if kpm is not None else None, None, Nq, Nk, device=req.q.device,
                            _compile=req.q.device.type == "cuda")  # compiled: no (Nq, Nk) mask in memory
     if cache:

@@ -242,7 +242,8 @@ class FIRE(Encoding):
             for i in qp[b]:
                 dist = torch.tensor([abs(i - j) for j in kp[b]], dtype=torch.float64, device=c.device)  # (Nk,)
                 psi_d = torch.log(c * dist + 1.0)
-                norm = torch.log(c * torch.maximum(L, torch.tensor(float(i), dtype=torch.float64, device=c.device)) + 1.0) + self.eps
+                pos_i = torch.tensor(float(i), dtype=torch.float64, device=c.device)
+                norm = torch.log(c * torch.maximum(L, pos_i) + 1.0) + self.eps
                 z = psi_d / norm  # (Nk,)
                 hdn = torch.relu(z[:, None] * W1[:, 0][None, :] + b1)  # (Nk, W)
                 rows.append(hdn @ W2.T + b2)  # (Nk, H)
