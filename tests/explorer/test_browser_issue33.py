@@ -253,13 +253,17 @@ def _chart_ready(page) -> None:
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_extrapolation_units_filters_glossary_and_unfitted_rows(learner, lang):
-    import time
-
     page, _ = learner(lang=lang)
-    page.route("**/api/results**", lambda r: (time.sleep(0.8), r.continue_()))
+    # hold the results request until the loading line has been seen (a timed delay raced on a busy machine)
+    held, released = [], [False]
+    page.route("**/api/results**", lambda r: r.continue_() if released[0] else held.append(r))
     page.click("#tab-extrap")
     page.wait_for_selector("#v4-loading:not([hidden])")
     assert page.text_content("#v4-loading") == ("Loading the curves…" if lang == "en" else "正在载入曲线…")
+    assert held, "the curves were requested"
+    released[0] = True
+    for r in held:
+        r.continue_()
     _chart_ready(page)
     assert page.is_hidden("#v4-loading")
     words = {"en": ("bytes", "key–value pairs", "not fitted", "documented results"),
