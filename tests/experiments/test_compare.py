@@ -228,3 +228,24 @@ def test_a_sliced_invocation_does_not_narrow_the_folder_record(tmp_path):
     # another configuration starts its own record
     run_tiny(tmp_path / "p", schemes=["alibi"], tasks=["copy"], rope_variants=[], steps=4)
     assert json.loads((tmp_path / "p" / "config.json").read_text())["schemes"] == ["alibi"]
+
+
+def test_the_progress_line_times_every_learning_rate_try(tmp_path, monkeypatch):
+    """A job's "done in" (and so the time left) is its whole time: every try of the rate grid and its evaluation,
+    not only the kept try's training (a two-rate MQAR job read 476 s for 1,038 s of work)."""
+    import relpos.experiments.runner as R
+
+    real = R.run_job
+
+    def timed(job, cfg, **kw):
+        res = real(job, cfg, **kw)
+        res["train"].update(seconds=100.0, seconds_all_tries=250.0)
+        res["eval_seconds"] = 5.0
+        return res
+
+    monkeypatch.setattr(R, "run_job", timed)
+    lines: list[str] = []
+    compare(tiny(schemes=["alibi"], tasks=["copy"]), tmp_path / "p", runner=SerialRunner(), progress=False,
+            log=lines.append)
+    done = [x for x in lines if " done in " in x]
+    assert done and "done in 255.0 s" in done[0], done

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -240,7 +241,7 @@ def test_the_shipped_protocol3_json_reads_into_a_page():
 
 
 def test_the_time_table_reads_the_stores_cpu_seconds():
-    times = {"full": {"cpu_seconds": 5400.0, "jobs": 3, "fingerprint": "fff", "span_seconds": 600.0,
+    times = {"full": {"cpu_seconds": 5400.0, "jobs": 3, "fingerprint": "fff", "wall_seconds": 600.0,
                       "by_task": {"lm": {"jobs": 2, "cpu_seconds": 3600.0}, "copy": {"jobs": 1, "cpu_seconds": 1800.0}}},
              "scale/d64-L64": {"cpu_seconds": 1800.0, "jobs": 24, "fingerprint": "a"},
              "scale/d128-L64": {"cpu_seconds": 3600.0, "jobs": 24, "fingerprint": "b"}}
@@ -248,6 +249,28 @@ def test_the_time_table_reads_the_stores_cpu_seconds():
     assert rows[1] == ["default", "-", "-", "-", "no results"]
     assert rows[2] == ["full (`fff`)", "3", "1.50", "10.0 min", "lm 1.00 (2 jobs), copy 0.50 (1 job)"]
     assert rows[3] == ["scale (2 of 6 cells)", "48", "1.50", "-", "d64-L64 0.50, d128-L64 1.00"]
+
+
+def _job(end: str, tries: list[float], ev: float, reused_end: str | None = None) -> dict:
+    info = {"train": {"seconds": tries[-1], "seconds_all_tries": sum(tries)}, "eval_seconds": ev}
+    if reused_end:
+        info["reused_from"] = {"finished_at": reused_end}
+    return {"finished_at": end, "train_seconds": tries[-1], "eval_seconds": ev, "info": info}
+
+
+def test_wall_time_counts_every_try_leaves_out_gaps_and_dates_reused_jobs_when_trained():
+    from relpos.experiments.results_inputs import busy_seconds, job_interval
+
+    t0 = "2026-12-04T10:00:00+00:00"
+    a = _job("2026-12-04T10:10:00+00:00", [200.0, 300.0], 100.0)  # 600 s: starts at 10:00, not 10:05
+    assert job_interval(a) == (datetime.fromisoformat(t0).timestamp(), datetime.fromisoformat(t0).timestamp() + 600)
+    b = _job("2026-12-04T10:08:00+00:00", [300.0], 0.0)  # runs beside a (two workers): counted once
+    c = _job("2026-12-04T14:01:00+00:00", [60.0], 0.0)  # a later session: the gap between is not counted
+    # copied by --reuse at 15:00, trained the day before: dated by when it was trained
+    d = _job("2026-12-04T15:00:00+00:00", [100.0], 20.0, reused_end="2026-12-03T09:02:00+00:00")
+    assert busy_seconds([a, b, c]) == 600 + 60
+    assert busy_seconds([a, b, c, d]) == 600 + 60 + 120
+    assert busy_seconds([]) == 0.0
 
 
 def _untrained_past_L(res: dict, label: str) -> None:

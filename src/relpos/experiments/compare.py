@@ -352,7 +352,8 @@ def compare(
                 if res is not None:
                     store.write_job(fp, res)
                     summary.finished += 1
-                    secs = res["train"]["seconds"] + res["eval_seconds"]
+                    # the job's whole time: every learning-rate try and the evaluation
+                    secs = res["train"].get("seconds_all_tries", res["train"]["seconds"]) + res["eval_seconds"]
                     bar.finish(job, True, secs)
                 else:
                     store.record_failure(fp, job.key, err or "unknown error")

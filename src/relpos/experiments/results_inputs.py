@@ -39,6 +39,35 @@ def _results(folder: str | Path | None) -> dict | None:
     return json.loads(f.read_text()) if f.is_file() else None
 
 
+def job_interval(job: dict) -> tuple[float, float]:
+    """``(start, end)`` in seconds since the epoch of one stored job's own training (every try) and evaluation.
+
+    A job copied by ``--reuse`` keeps the time it was trained (``reused_from.finished_at``), not the copy's.
+    """
+    from datetime import datetime
+
+    info = job.get("info") or {}
+    end = (info.get("reused_from") or {}).get("finished_at") or job["finished_at"]
+    train = info.get("train") or {}
+    dur = float(train.get("seconds_all_tries", train.get("seconds", job.get("train_seconds") or 0.0)) or 0.0)
+    dur += float(info.get("eval_seconds", job.get("eval_seconds") or 0.0) or 0.0)
+    t1 = datetime.fromisoformat(end).timestamp()
+    return t1 - dur, t1
+
+
+def busy_seconds(jobs: list[dict]) -> float:
+    """Wall seconds during which at least one job ran: the union of the jobs' intervals, so the gaps between
+    working sessions (a folder filled across several) are not counted, and parallel jobs count once."""
+    total, cur = 0.0, None
+    for a, b in sorted(job_interval(j) for j in jobs):
+        if cur is None or a > cur[1]:
+            total += 0.0 if cur is None else cur[1] - cur[0]
+            cur = [a, b]
+        else:
+            cur[1] = max(cur[1], b)
+    return total + (0.0 if cur is None else cur[1] - cur[0])
+
+
 def _cpu(folder: Path, res: dict | None) -> dict | None:
     """CPU seconds and job count of a folder's store (every training try and evaluation), or None."""
     from relpos.experiments.scale import _cpu_seconds
@@ -46,20 +75,16 @@ def _cpu(folder: Path, res: dict | None) -> dict | None:
 
     if not res or not (folder / "results.sqlite").is_file():
         return None
-    from datetime import datetime
-
     with Store(folder / "results.sqlite", create=False) as st:
         jobs = st.jobs(res["fingerprint"])
-    ends = [(datetime.fromisoformat(j["finished_at"]).timestamp(), (j["train_seconds"] or 0) + (j["eval_seconds"] or 0))
-            for j in jobs if j.get("finished_at")]
-    span = max(e for e, _ in ends) - min(e - d for e, d in ends) if ends else None
+    wall = busy_seconds(jobs) if jobs else None
     by_task: dict[str, dict] = {}
     for j in jobs:
         t = by_task.setdefault(j["task"], {"jobs": 0, "cpu_seconds": 0.0})
         t["jobs"] += 1
         t["cpu_seconds"] += float((j["info"] or {}).get("cpu_seconds") or 0.0)
     return {"cpu_seconds": _cpu_seconds(folder, res["fingerprint"]), "jobs": len(jobs), "fingerprint": res["fingerprint"],
-            "span_seconds": span, "by_task": by_task}
+            "wall_seconds": wall, "by_task": by_task}
 
 
 def inputs_from_folders(full=None, scale=None, default=None, previous: dict | None = None) -> tuple[PageInputs, dict]:

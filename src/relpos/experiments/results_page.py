@@ -245,7 +245,7 @@ def _time(inp: PageInputs) -> list[str]:
         elif t is None:
             rows.append(f"| {name} | {len(res['runs'])} | - | - | no store: CPU time not recorded |")
         else:
-            sp = t.get("span_seconds")
+            sp = t.get("wall_seconds")  # a times.json of before 2026-12-04 has only a first-to-last span: not shown
             per = ", ".join(f"{k} {v['cpu_seconds'] / 3600:.2f} ({v['jobs']} job{'s' if v['jobs'] != 1 else ''})"
                             for k, v in (t.get("by_task") or {}).items())
             rows.append(f"| {name} (`{t['fingerprint']}`) | {t['jobs']} | {t['cpu_seconds'] / 3600:.2f} | "
@@ -262,9 +262,10 @@ def _time(inp: PageInputs) -> list[str]:
     else:
         rows.append("| scale | - | - | - | no results |")
     return ["Process CPU time of every job (each training try and its evaluation), summed from each folder's "
-            "store (`cpu_seconds`; `times.json`). Span: from the first job's start to the last job's end (the wall "
-            "time of a folder filled by one invocation; a folder filled across sessions includes the gaps).", "",
-            "| preset | jobs | CPU-hours | span | per task or cell (CPU-hours) |", "|---|---:|---:|---:|---|", *rows, ""]
+            "store (`cpu_seconds`; `times.json`). Wall: the hours during which at least one job ran (the union of the "
+            "jobs' own intervals, each from its end back over every training try and its evaluation; the gaps "
+            "between working sessions are left out, and a job copied by `--reuse` counts when it was trained).", "",
+            "| preset | jobs | CPU-hours | wall | per task or cell (CPU-hours) |", "|---|---:|---:|---:|---|", *rows, ""]
 
 
 def _missing(inp: PageInputs) -> list[str]:
