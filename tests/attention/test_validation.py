@@ -199,6 +199,20 @@ def test_non_finite_q_or_k_is_refused(impl, name, which, value):
         relpos.attention(t["q"], t["k"], t["v"], enc, causal=True, impl=impl)
 
 
+def test_the_finite_check_reads_one_value_back_per_call(monkeypatch):
+    """On a GPU each tensor-to-bool is a host synchronisation: finite q and k cost one, not one per tensor."""
+    from relpos.attention import check_finite
+
+    from types import SimpleNamespace
+
+    req = SimpleNamespace(q=torch.randn(1, 2, 6, 8), k=torch.randn(1, 2, 6, 8))  # check_finite reads only q and k
+    calls = []
+    real = torch.Tensor.__bool__
+    monkeypatch.setattr(torch.Tensor, "__bool__", lambda self: calls.append(1) or real(self))
+    check_finite(req)
+    assert len(calls) == 1
+
+
 @pytest.mark.parametrize("impl", ["reference", "dense", "chunked"])
 def test_nan_in_v_propagates_to_the_rows_that_see_it(impl):
     """v is not checked (documented): NaN reaches every row that sees it (others may be NaN too)."""
