@@ -201,9 +201,9 @@ def test_non_finite_q_or_k_is_refused(impl, name, which, value):
 
 def test_the_finite_check_reads_one_value_back_per_call(monkeypatch):
     """On a GPU each tensor-to-bool is a host synchronisation: finite q and k cost one, not one per tensor."""
-    from relpos.attention import check_finite
-
     from types import SimpleNamespace
+
+    from relpos.attention import check_finite
 
     req = SimpleNamespace(q=torch.randn(1, 2, 6, 8), k=torch.randn(1, 2, 6, 8))  # check_finite reads only q and k
     calls = []

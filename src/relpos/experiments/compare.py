@@ -34,7 +34,7 @@ from relpos.experiments.config import ExperimentConfig, config_diff
 from relpos.experiments.plots import make_plots
 from relpos.experiments.report import results_dict, text_tables, write_json_atomic, write_report
 from relpos.experiments.runner import Job, LocalRunner, SerialRunner
-from relpos.experiments.store import ConfigMismatchError, Store, error_line, read_store_meta
+from relpos.experiments.store import ConfigMismatchError, Store, error_line, job_seconds, read_store_meta
 
 __all__ = ["plan", "compare", "rebuild_report", "summary_text", "CompareSummary", "prepare_output", "build_results",
            "folder_config", "OUTPUT_FILES"]
@@ -352,9 +352,7 @@ def compare(
                 if res is not None:
                     store.write_job(fp, res)
                     summary.finished += 1
-                    # the job's whole time: every learning-rate try and the evaluation
-                    secs = res["train"].get("seconds_all_tries", res["train"]["seconds"]) + res["eval_seconds"]
-                    bar.finish(job, True, secs)
+                    bar.finish(job, True, job_seconds(res))
                 else:
                     store.record_failure(fp, job.key, err or "unknown error")
                     summary.failed.append(job.key)

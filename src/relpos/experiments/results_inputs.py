@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 __all__ = ["PageInputs", "inputs_from_folders", "inputs_from_json_dir", "carry_times", "POSITION_PLOT",
@@ -46,26 +47,21 @@ def job_interval(job: dict) -> tuple[float, float]:
     """
     from datetime import datetime
 
+    from relpos.experiments.store import job_seconds
+
     info = job.get("info") or {}
-    end = (info.get("reused_from") or {}).get("finished_at") or job["finished_at"]
-    train = info.get("train") or {}
-    dur = float(train.get("seconds_all_tries", train.get("seconds", job.get("train_seconds") or 0.0)) or 0.0)
-    dur += float(info.get("eval_seconds", job.get("eval_seconds") or 0.0) or 0.0)
-    t1 = datetime.fromisoformat(end).timestamp()
-    return t1 - dur, t1
+    end = datetime.fromisoformat((info.get("reused_from") or {}).get("finished_at") or job["finished_at"]).timestamp()
+    return end - job_seconds(info), end
 
 
 def busy_seconds(jobs: list[dict]) -> float:
     """Wall seconds during which at least one job ran: the union of the jobs' intervals, so the gaps between
     working sessions (a folder filled across several) are not counted, and parallel jobs count once."""
-    total, cur = 0.0, None
+    total, reach = 0.0, -math.inf
     for a, b in sorted(job_interval(j) for j in jobs):
-        if cur is None or a > cur[1]:
-            total += 0.0 if cur is None else cur[1] - cur[0]
-            cur = [a, b]
-        else:
-            cur[1] = max(cur[1], b)
-    return total + (0.0 if cur is None else cur[1] - cur[0])
+        total += max(0.0, b - max(a, reach))  # the part of this interval past everything before it
+        reach = max(reach, b)
+    return total
 
 
 def _cpu(folder: Path, res: dict | None) -> dict | None:

@@ -146,6 +146,13 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def job_seconds(result: dict) -> float:
+    """A job's own wall seconds from its result (or a stored job's ``info``): every learning-rate try and the
+    evaluation (``train.seconds`` alone is the kept try; results of before the rate grid have only that)."""
+    train = result.get("train") or {}
+    return float(train.get("seconds_all_tries", train.get("seconds")) or 0.0) + float(result.get("eval_seconds") or 0.0)
+
+
 def _num(v):
     """SQLite has no NaN/inf: store them as NULL."""
     if v is None:
