@@ -164,6 +164,26 @@ def test_a_row_with_one_fitted_seed_never_enters_the_ranking():
     assert f.verdict == claims.UNMEASURED and "its fitted seeds: copy 1/3." in f.evidence[0]  # why, by task
 
 
+def test_a_scheme_ranked_alone_on_a_task_gains_nothing_from_it():
+    """On a task where every other scheme fitted one seed, the one ranked scheme is first by default: the task
+    is left out of every MRR (the overall one and Kazemnejad's), and the page says so."""
+    res = algo_results(tasks=("copy", "reverse"), nope=0.8, t5=0.6)
+    for r in res["runs"]:  # reverse: only sinusoidal (the worst on copy) keeps two fitted seeds
+        if r["task"] == "reverse" and r["scheme"] != "sinusoidal" and r["seed"]:
+            r["train"], r["validation"] = _fit(False), {"score": 0.5}
+    rk = ranking(res)
+    assert rk["per_task"]["reverse"]["rank"] == {"sinusoidal": 1} and rk["compared"] == ["copy"]
+    mrr = {lab: m for lab, m, _ in rk["order"]}
+    assert mrr["sinusoidal"] == pytest.approx(1 / rk["per_task"]["copy"]["rank"]["sinusoidal"])
+    assert mrr["sinusoidal"] < 1.0  # it would read 1/2 * (1 + 1/r) > 1/r with reverse counted
+    page = page_markdown(PageInputs(full=res))
+    assert "- **reverse** (per-token accuracy at 2L): only sinusoidal 0.10 is ranked, so nothing is compared" in page
+    assert "left out of the MRR: reverse." in page and "| 1 (alone) |" in page
+    assert "at least two schemes are ranked; 1 task(s)): first of 5: nope" in page
+    f = claims.kazemnejad(res, rk)  # reverse (NoPE not ranked there) never enters T5's or the others' MRR
+    assert "sinusoidal" not in f.evidence[-1] and f.verdict == claims.HOLDS, f.evidence
+
+
 # ------------------------------------------------------------------ the page
 
 

@@ -181,10 +181,18 @@ def _fitted_fraction(results: dict) -> dict:
     return {k: tuple(v) for k, v in c.items()}
 
 
+def compared_tasks(rk: dict) -> list[str]:
+    """The tasks that enter a mean reciprocal rank: those on which at least two schemes are ranked. A scheme
+    ranked alone on a task (every other one fitted fewer than :data:`MIN_SEEDS` seeds) is first by default,
+    not by comparison, so that task says nothing about its place."""
+    return [t for t in rk["tasks"] if len(rk["per_task"][t]["rank"]) >= 2]
+
+
 def ranking(results: dict) -> dict:
     """The protocol-3 ranking of a results document.
 
-    Returns ``{"tasks": [...], "per_task": {task: rank_against_best(...)}, "order": [(label, mrr, n ranked)],
+    Returns ``{"tasks": [...], "compared": tasks in the MRR (:func:`compared_tasks`), "per_task": {task:
+    rank_against_best(...)}, "order": [(label, mrr, n compared tasks ranked on)],
     "variants": {task: {label: (Interval | None, seeds)}}, "fitted": {(task, label): (k, n)},
     "per_example": bool}``.
     """
@@ -197,9 +205,10 @@ def ranking(results: dict) -> dict:
         per_task[t] = rank_against_best(dict(data[t]), _ratio if t == "lm" else None, higher_is_better=t != "lm",
                                         n_boot=N_BOOT_REPORT)
     labels = sorted({lab for t in tasks for lab in data[t]} | {r["label"] for r in results["runs"] if is_base(r)})
+    compared = compared_tasks({"tasks": tasks, "per_task": per_task})
     order = []
     for lab in labels:
-        rks = [per_task[t]["rank"][lab] for t in tasks if lab in per_task[t]["rank"]]
+        rks = [per_task[t]["rank"][lab] for t in compared if lab in per_task[t]["rank"]]
         order.append((lab, statistics.fmean(1.0 / r for r in rks) if rks else math.nan, len(rks)))
     order.sort(key=lambda x: (-(x[1] if math.isfinite(x[1]) else -1.0), x[0]))
     # the views of RoPE and randomized positions against plain RoPE
@@ -221,7 +230,7 @@ def ranking(results: dict) -> dict:
                     iv = None
             variants.setdefault(t, {})[lab] = (iv, len(common))
     per_ex = any(r.get("per_example") for r in results["runs"])
-    out = {"tasks": tasks, "per_task": per_task, "order": order, "variants": variants,
+    out = {"tasks": tasks, "compared": compared, "per_task": per_task, "order": order, "variants": variants,
            "fitted": _fitted_fraction(results), "per_example": per_ex}
     return out
 
@@ -256,13 +265,18 @@ def ranking_markdown(results: dict, rk: dict | None = None) -> str:
     if not tasks:
         return ""
     out = ["## Ranking (base schemes, paired bootstrap)", ""]
+    alone = [t for t in tasks if len(rk["per_task"][t]["rank"]) == 1]  # not in compared_tasks
     header = ["scheme", "MRR", "tasks ranked"] + [f"{t} rank" for t in tasks] + [f"{t} fitted" for t in tasks]
     out += ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for lab, mrr, n in rk["order"]:
         cells = [lab, "-" if not math.isfinite(mrr) else f"{mrr:.2f}", str(n)]
-        cells += [str(rk["per_task"][t]["rank"].get(lab, "-")) for t in tasks]
+        cells += [str(rk["per_task"][t]["rank"].get(lab, "-")) + (" (alone)" if t in alone
+                  and lab in rk["per_task"][t]["rank"] else "") for t in tasks]
         cells += ["{}/{}".format(*rk["fitted"].get((t, lab), (0, 0))) for t in tasks]
         out.append("| " + " | ".join(cells) + " |")
+    if alone:
+        out += ["", f"Ranked alone (every other scheme fitted fewer than {MIN_SEEDS} seeds), so left out of the "
+                "MRR: " + ", ".join(alone) + "."]
     out += ["", "Difference from the best scheme of each task (score of the row minus the best's; "
             f"{CONFIDENCE:.0%} interval; `tie`: it contains 0):", ""]
     header = ["scheme"] + [f"{t} (best: {rk['per_task'][t]['best'] or '-'})" for t in tasks]

@@ -144,17 +144,22 @@ def _headline(res: dict, rk: dict) -> list[str]:
         first = sorted((lab for lab, r in pt["rank"].items() if r == 1), key=lambda x: (x != pt["best"], x))
         d = 3 if t == "lm" else 2
         what = "far-position ratio, lower is better" if t == "lm" else "per-token accuracy at 2L"
-        out.append(f"- **{t}** ({what}): first, tied by the paired bootstrap: "
-                   + ", ".join(f"{lab} {pt['scores'][lab]:.{d}f}" for lab in first)
-                   + f"; {len(pt['rank']) - len(first)} scheme(s) behind"
+        scores = ", ".join(f"{lab} {pt['scores'][lab]:.{d}f}" for lab in first)
+        if len(pt["rank"]) == 1:
+            head = f"only {scores} is ranked, so nothing is compared and the task is left out of the MRR"
+        else:
+            head = (f"first, tied by the paired bootstrap: {scores}" if len(first) > 1 else f"first: {scores}")
+            head += f"; {len(pt['rank']) - len(first)} scheme(s) behind"
+        out.append(f"- **{t}** ({what}): {head}"
                    + (f"; not ranked (fewer than {MIN_SEEDS} fitted seeds): {', '.join(pt['excluded'])}"
                       if pt["excluded"] else "") + ".")
     ranked = [(lab, m, n) for lab, m, n in rk["order"] if math.isfinite(m)]
     if ranked:
         top = max(m for _, m, _ in ranked)
         lead = [lab for lab, m, _ in ranked if m >= top - 1e-12]
-        out.append(f"- **Overall** (mean reciprocal rank over the tasks each scheme is ranked on; "
-                   f"{len(rk['tasks'])} task(s)): first of {len(ranked)}: {', '.join(lead)} (MRR {top:.2f}).")
+        out.append(f"- **Overall** (mean reciprocal rank over the tasks each scheme is ranked on, of those on which "
+                   f"at least two schemes are ranked; {len(rk['compared'])} task(s)): first of {len(ranked)}: "
+                   f"{', '.join(lead)} (MRR {top:.2f}).")
     return out + [""] if out else []
 
 
