@@ -187,6 +187,17 @@ def test_a_scheme_ranked_alone_on_a_task_gains_nothing_from_it():
 # ------------------------------------------------------------------ the page
 
 
+@pytest.mark.parametrize("factor", [4, 8])
+def test_the_page_states_the_randomized_position_range_from_the_results(factor):
+    res = algo_results(tasks=("copy",), rand=0.5)
+    res["config"]["random_positions_factor"] = factor
+    page = page_markdown(PageInputs(full=res))
+    line = next(ln for ln in page.splitlines() if ln.startswith("* **Randomized positions**"))
+    assert f"trained for rope). Each training sequence takes a sorted sample of distinct positions from [0, {factor} x " \
+           "the longest evaluated sequence" in line
+    assert "Randomized positions" not in page_markdown(PageInputs(full=algo_results(tasks=("copy",))))
+
+
 def _tables(page: str, heading: str) -> list[list[str]]:
     sec = page.split(heading, 1)[1].split("\n## ", 1)[0]
     return [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in sec.splitlines() if ln.startswith("| ")]

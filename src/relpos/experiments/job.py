@@ -40,6 +40,8 @@ __all__ = [
 
 #: Sampled position draws averaged by the randomized-positions evaluation.
 SAMPLED_DRAWS = 4
+#: Test windows over which the effective attention span is measured (issue 30: at least 32).
+SPAN_WINDOWS = 32
 
 
 @dataclass(frozen=True, order=True)
@@ -345,13 +347,13 @@ def _has_scalings(model) -> bool:
 
 def _spans(task, model) -> dict:
     """Effective attention span at the training length and at the longest evaluation length (<= 1024), over
-    32 windows."""
+    :data:`SPAN_WINDOWS` test windows."""
     from relpos.tasks.span import effective_span
 
     out = {}
     lengths = sorted({task.train_len, min(max(task.eval_lengths), 1024)})
     for n in lengths:
-        x = task._chunks(32, n)[:, :-1]  # (32, n) windows (issue 30: at least 32)
+        x = task._chunks(SPAN_WINDOWS, n)[:, :-1]  # (SPAN_WINDOWS, n) windows
         out[str(n)] = effective_span(model, x)
     return out
 

@@ -213,8 +213,11 @@ def _table_rows(results: dict, task: str, view: tuple[dict, set[int]] | None = N
                     + [UNTRAINED if (lab, n) in na else _fmt(*agg[lab].get((n, k), (math.nan, 0, 0)), 0)
                        for n in ns for k in ("median", "max")]
                     for lab in _order(agg, results)]
+            from relpos.experiments.job import SPAN_WINDOWS
+
             tables.append(("Effective attention span (bytes back that hold 99 % of the attention mass, first key "
-                           "left out), median and maximum over every head, measured on test windows",
+                           f"left out), median and maximum over every head, measured on {SPAN_WINDOWS} test "
+                           "windows per run",
                            ["scheme", "fitted"] + [f"{n}{'*' if tl and n > tl else ''} {k}" for n in ns
                                                    for k in ("median", "max")], rows))
     else:

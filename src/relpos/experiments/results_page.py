@@ -121,7 +121,23 @@ def _read_first(res: dict | None) -> list[str]:
             f"* **Intervals.** {INTERVALS_NOTE}",
             "* **Cost vs NoPE.** Milliseconds per training step over NoPE's on the same task, the fastest run of "
             "each (wall time on a shared machine, where other work only ever adds time), averaged over tasks; "
-            "`benchmarks/train_step.py` measures the same ratio side by side on a quiet machine.", ""]
+            "`benchmarks/train_step.py` measures the same ratio side by side on a quiet machine.",
+            *_randomized(cfg), ""]
+
+
+def _randomized(cfg: dict) -> list[str]:
+    """The randomized-position range and the two ways such a model is read, from the results' config."""
+    rand = list(cfg.get("randomized") or [])
+    if not rand:
+        return []
+    from relpos.experiments.job import SAMPLED_DRAWS
+
+    f = cfg.get("random_positions_factor", 1)
+    return [f"* **Randomized positions** (Ruoss et al. 2023; trained for {', '.join(rand)}). Each training "
+            f"sequence takes a sorted sample of distinct positions from [0, {f} x the longest evaluated sequence of "
+            f"its task, in tokens); `X+rand` reads the test set at positions 0..N-1, `X+rand-sampled` at sampled positions as trained "
+            f"(the mean of {SAMPLED_DRAWS} draws). Both are views of one trained model, ranked against plain `X`, "
+            "never in the base ranking."]
 
 
 def _verdict(res: dict | None, name: str) -> list[str]:
