@@ -193,8 +193,8 @@ def test_the_page_states_the_randomized_position_range_from_the_results(factor):
     res["config"]["random_positions_factor"] = factor
     page = page_markdown(PageInputs(full=res))
     line = next(ln for ln in page.splitlines() if ln.startswith("* **Randomized positions**"))
-    assert f"trained for rope). Each training sequence takes a sorted sample of distinct positions from [0, {factor} x " \
-           "the longest evaluated sequence" in line
+    assert ("trained for rope). Each training sequence takes a sorted sample of distinct positions from "
+            f"[0, {factor} x the longest evaluated sequence") in line
     assert "Randomized positions" not in page_markdown(PageInputs(full=algo_results(tasks=("copy",))))
 
 

@@ -181,17 +181,10 @@ def _fitted_fraction(results: dict) -> dict:
     return {k: tuple(v) for k, v in c.items()}
 
 
-def compared_tasks(rk: dict) -> list[str]:
-    """The tasks that enter a mean reciprocal rank: those on which at least two schemes are ranked. A scheme
-    ranked alone on a task (every other one fitted fewer than :data:`MIN_SEEDS` seeds) is first by default,
-    not by comparison, so that task says nothing about its place."""
-    return [t for t in rk["tasks"] if len(rk["per_task"][t]["rank"]) >= 2]
-
-
 def ranking(results: dict) -> dict:
     """The protocol-3 ranking of a results document.
 
-    Returns ``{"tasks": [...], "compared": tasks in the MRR (:func:`compared_tasks`), "per_task": {task:
+    Returns ``{"tasks": [...], "compared": the tasks in the MRR, "per_task": {task:
     rank_against_best(...)}, "order": [(label, mrr, n compared tasks ranked on)],
     "variants": {task: {label: (Interval | None, seeds)}}, "fitted": {(task, label): (k, n)},
     "per_example": bool}``.
@@ -205,7 +198,9 @@ def ranking(results: dict) -> dict:
         per_task[t] = rank_against_best(dict(data[t]), _ratio if t == "lm" else None, higher_is_better=t != "lm",
                                         n_boot=N_BOOT_REPORT)
     labels = sorted({lab for t in tasks for lab in data[t]} | {r["label"] for r in results["runs"] if is_base(r)})
-    compared = compared_tasks({"tasks": tasks, "per_task": per_task})
+    # the tasks in an MRR: at least two schemes ranked. A scheme ranked alone (every other fitted fewer than
+    # MIN_SEEDS seeds) is first by default, not by comparison, so that task says nothing about its place
+    compared = [t for t in tasks if len(per_task[t]["rank"]) >= 2]
     order = []
     for lab in labels:
         rks = [per_task[t]["rank"][lab] for t in compared if lab in per_task[t]["rank"]]
@@ -265,7 +260,7 @@ def ranking_markdown(results: dict, rk: dict | None = None) -> str:
     if not tasks:
         return ""
     out = ["## Ranking (base schemes, paired bootstrap)", ""]
-    alone = [t for t in tasks if len(rk["per_task"][t]["rank"]) == 1]  # not in compared_tasks
+    alone = [t for t in tasks if t not in rk["compared"] and rk["per_task"][t]["rank"]]  # one scheme ranked
     header = ["scheme", "MRR", "tasks ranked"] + [f"{t} rank" for t in tasks] + [f"{t} fitted" for t in tasks]
     out += ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for lab, mrr, n in rk["order"]:

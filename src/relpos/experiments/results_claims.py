@@ -26,7 +26,7 @@ import statistics
 import numpy as np
 
 from relpos.experiments.fitting import fitted_views, metric_at
-from relpos.experiments.ranking import N_BOOT_REPORT, compared_tasks, seed_inputs
+from relpos.experiments.ranking import N_BOOT_REPORT, seed_inputs
 from relpos.experiments.stats import MIN_SEEDS, Interval, paired_bootstrap
 from relpos.experiments.verdict import HOLD_ACC, HOLD_RATIO
 
@@ -212,7 +212,7 @@ def press(results: dict | None) -> Finding:
 def kazemnejad(results: dict | None, rk: dict | None) -> Finding:
     c = CLAIMS["kazemnejad"]
     # a scheme ranked alone on a task is first by default, not by comparison: such a task says nothing here
-    tasks = [t for t in _algo_tasks(rk) if t in compared_tasks(rk)] if rk else []
+    tasks = [t for t in _algo_tasks(rk) if t in rk["compared"]] if rk else []
     ranked = [t for t in tasks if "nope" in rk["per_task"][t]["rank"]]
     if not ranked:
         fits = [f"{t} {k}/{n}" for t in tasks for k, n in [rk["fitted"].get((t, "nope"), (0, 0))] if n]

@@ -135,9 +135,9 @@ def _randomized(cfg: dict) -> list[str]:
     f = cfg.get("random_positions_factor", 1)
     return [f"* **Randomized positions** (Ruoss et al. 2023; trained for {', '.join(rand)}). Each training "
             f"sequence takes a sorted sample of distinct positions from [0, {f} x the longest evaluated sequence of "
-            f"its task, in tokens); `X+rand` reads the test set at positions 0..N-1, `X+rand-sampled` at sampled positions as trained "
-            f"(the mean of {SAMPLED_DRAWS} draws). Both are views of one trained model, ranked against plain `X`, "
-            "never in the base ranking."]
+            "its task, in tokens); `X+rand` reads the test set at positions 0..N-1, `X+rand-sampled` at sampled "
+            f"positions as trained (the mean of {SAMPLED_DRAWS} draws). Both are views of one trained model, ranked "
+            "against plain `X`, never in the base ranking."]
 
 
 def _verdict(res: dict | None, name: str) -> list[str]:
@@ -161,7 +161,7 @@ def _headline(res: dict, rk: dict) -> list[str]:
         d = 3 if t == "lm" else 2
         what = "far-position ratio, lower is better" if t == "lm" else "per-token accuracy at 2L"
         scores = ", ".join(f"{lab} {pt['scores'][lab]:.{d}f}" for lab in first)
-        if len(pt["rank"]) == 1:
+        if t not in rk["compared"]:  # one scheme ranked (a task with none was skipped above)
             head = f"only {scores} is ranked, so nothing is compared and the task is left out of the MRR"
         else:
             head = (f"first, tied by the paired bootstrap: {scores}" if len(first) > 1 else f"first: {scores}")
