@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -92,11 +93,15 @@ def build(args, task: MQAR) -> nn.Module:
                                      share_encoding={"yes": True, "no": False}.get(args.share_encoding)))
 
 
-def run(args) -> list[tuple[int, float, float]]:
-    """Train and return ``(step, validation loss, per-token accuracy)`` every 250 steps."""
+def run(args) -> list[tuple[int, float, float, float]]:
+    """Train and return ``(step, validation loss, per-token accuracy, exact match)`` every 250 steps.
+
+    Exact match is the fraction of validation examples whose every answer is right (the compare gate's
+    score); ``--json`` writes the history and the run's settings as it goes, so a killed run leaves its curve.
+    """
     torch.set_num_threads(1)
     task = MQAR(train_len=args.pairs, eval_lengths=args.eval_lengths or [args.pairs], n_keys=args.n_keys,
-                n_values=args.n_values, n_eval=args.n_eval,
+                n_values=args.n_values, n_eval=args.n_eval, n_val=args.n_val,
                 queries=args.queries, order=args.order, min_len=args.min_len)
     torch.manual_seed(args.seed)
     model = build(args, task)
@@ -121,9 +126,14 @@ def run(args) -> list[tuple[int, float, float]]:
             with torch.no_grad():
                 logits, mask = model(xv), yv != IGNORE
                 loss = F.cross_entropy(logits[mask], yv[mask]).item()
-                acc = (logits.argmax(-1)[mask] == yv[mask]).float().mean().item()
-            history.append((step, loss, acc))
-            print(f"step {step:6d}  val loss {loss:.3f}  per-token acc {acc:.3f}  {time.time() - t0:.0f}s", flush=True)
+                hit = (logits.argmax(-1) == yv) | ~mask
+                acc = hit[mask].float().mean().item()
+                exact = hit.all(-1).float().mean().item()
+            history.append((step, loss, acc, exact))
+            print(f"step {step:6d}  val loss {loss:.3f}  per-token acc {acc:.3f}  exact {exact:.3f}  "
+                  f"{time.time() - t0:.0f}s", flush=True)
+            if args.json:
+                _write_json(args, history, time.time() - t0, done=False)
             model.train()
         if step == args.steps:
             break
@@ -137,9 +147,21 @@ def run(args) -> list[tuple[int, float, float]]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
     breakdown(model, task, xv, yv)
+    if args.json:
+        _write_json(args, history, time.time() - t0, done=True)
     if args.save:
         torch.save(model.state_dict(), args.save)
     return history
+
+
+def _write_json(args, history, seconds: float, done: bool) -> None:
+    """The run's settings and validation curve, replaced atomically (a new file, then a rename)."""
+    tmp = f"{args.json}.tmp"
+    with open(tmp, "x") as f:
+        json.dump({"args": {k: v for k, v in vars(args).items() if k not in ("json", "save")},
+                   "history": [dict(zip(("step", "loss", "acc", "exact"), h)) for h in history],
+                   "seconds": round(seconds, 1), "done": done}, f, indent=1)
+    os.replace(tmp, args.json)
 
 
 def breakdown(model: nn.Module, task: MQAR, xv: torch.Tensor, yv: torch.Tensor) -> dict:
@@ -200,6 +222,8 @@ def parse(argv=None):
     ap.add_argument("--eval-lengths", type=lambda s: [int(v) for v in s.split(",")], default=None,
                     help="task eval_lengths (they key the data stream; default: --pairs)")
     ap.add_argument("--n-eval", type=int, default=128, help="task n_eval (it keys the data stream too)")
+    ap.add_argument("--n-val", type=int, default=256, help="validation examples (half of them at L)")
+    ap.add_argument("--json", default=None, help="write the settings and the validation curve to this new file")
     ap.add_argument("--save", default=None, help="write the trained model's state dict to this path")
     return ap.parse_args(argv)
 
