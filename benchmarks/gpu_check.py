@@ -138,7 +138,7 @@ def ddp_worker(out: str) -> None:
 
     from relpos.data import ByteLMSource, stdlib_corpus
     from relpos.model import ModelConfig
-    from relpos.train import TrainConfig, train
+    from relpos.training.loop import TrainConfig, train
 
     mc = ModelConfig(d_model=64, n_layers=2, n_heads=4, max_len=128, scheme="t5")
     tc = TrainConfig(steps=2, batch_size=8, seq_len=64, warmup=1, progress=False, device="cuda")

@@ -11,13 +11,13 @@ machine; all four runs are in ``benchmarks/results/hf_long_window_32k.json``)::
     $B --tokens 4096 --dtypes float32 --how chunked                      # checks the projection
 
 Issue 31: the loss of a window is computed without materialising its full
-``(N, vocab)`` logits (:meth:`relpos.experiments.hf_eval.HFCausalLM.token_losses`
+``(N, vocab)`` logits (:meth:`relpos.pretrained.evaluate.HFCausalLM.token_losses`
 runs the last hidden states through the output layer and the cross-entropy in
 chunks). This script builds a random LLaMA-family model -- ``--shape smollm2``:
 SmolLM2-135M's shape (30 layers, width 576, 9 heads / 3 KV heads, vocabulary
 49,152, tied embeddings, ~135M parameters); ``--shape llama120m``: 10 layers,
 width 768, vocabulary 32,000 -- saves it, then, in a fresh process per case,
-loads it with :func:`relpos.experiments.hf_eval.load_hf_model` (``--dtype``) and
+loads it with :func:`relpos.pretrained.evaluate.load_hf_model` (``--dtype``) and
 scores one window of ``N`` tokens either
 
 * ``chunked``: through :func:`relpos.tasks.base.token_losses`, the call the LM
@@ -85,7 +85,7 @@ def case(folder: str, n: int, dtype: str, how: str, threads: int) -> dict:
     """One window in this process: seconds, resident memory with the model, the window's peak (MiB)."""
     import torch
 
-    from relpos.experiments.hf_eval import load_hf_model
+    from relpos.pretrained.evaluate import load_hf_model
     from relpos.tasks.base import token_losses
 
     torch.set_num_threads(threads)

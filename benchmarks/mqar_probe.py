@@ -108,7 +108,7 @@ def run(args) -> list[tuple[int, float, float, float]]:
     src = task.train_source(args.batch_size, args.seed)
     xv, yv = task.validation_batch()
     pos_params = list(model.pos.parameters()) if isinstance(getattr(model, "pos", None), nn.Module) else []
-    pos = {id(p) for p in pos_params}  # the scheme's parameters: never decayed, as in relpos.train
+    pos = {id(p) for p in pos_params}  # the scheme's parameters: never decayed, as in relpos.training.loop
     if args.freeze_position:
         if args.model != "relpos":
             raise SystemExit("--freeze-position applies to --model relpos")
@@ -217,7 +217,7 @@ def parse(argv=None):
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--decay", choices=["all", "matrices"], default="all",
-                    help="parameters weight decay applies to (never the position scheme's, as in relpos.train)")
+                    help="parameters weight decay applies to (never the position scheme's, as in relpos.training.loop)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-lengths", type=lambda s: [int(v) for v in s.split(",")], default=None,
                     help="task eval_lengths (they key the data stream; default: --pairs)")

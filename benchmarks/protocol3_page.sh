@@ -24,5 +24,5 @@ done
 mkdir -p "$W/default" && cp docs/results/protocol3/default-results.json "$W/default/results.json"
 "$PY" benchmarks/store_snapshot.py "$OUT/full" "$W/full"
 OMP_NUM_THREADS=1 "$R" compare --report-only --tasks "${TASKS:-lm}" --out "$W/full" > "$W/report.log"
-"$PY" -m relpos.experiments.results_page --full "$W/full" --scale "$W/scale" --default "$W/default" \
+"$PY" -m relpos.report.results_page --full "$W/full" --scale "$W/scale" --default "$W/default" \
   --previous docs/results/protocol3/protocol2-verdict.json --out docs/results.md --json-dir docs/results/protocol3 --force

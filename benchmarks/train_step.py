@@ -2,7 +2,7 @@
 
 Issue 13, part 3: at short lengths per-call overhead, not attention FLOPs, may
 dominate a model's step, so kernels that are fast at N = 2048 do not settle it.
-For each shape every registered scheme gets its own :class:`relpos.train.Trainer`
+For each shape every registered scheme gets its own :class:`relpos.training.loop.Trainer`
 (same model size, same data, ``attn_impl="auto"`` as ``ModelConfig``'s default);
 after one warm-up step each, timed steps run in interleaved rounds (order rotated
 every round), so drifts in machine load hit every scheme alike. A step is one full
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 #: name -> (what it is, model fields, batch, sequence length). The compare shapes come from
-#: relpos.experiments.config's presets (LM: train_len; copy: the task's padded width at train_len 8).
+#: relpos.compare.config's presets (LM: train_len; copy: the task's padded width at train_len 8).
 SHAPES: dict[str, tuple[str, dict, int, int]] = {
     "ci-lm": ("`relpos compare --preset ci`, LM task", {"d_model": 32, "n_layers": 2, "n_heads": 2}, 8, 32),
     "default-lm": ("`relpos compare` (default preset), LM task", {"d_model": 64, "n_layers": 2, "n_heads": 4}, 16, 64),
@@ -68,9 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _trainer(shape: str, scheme: str, compiled: bool, corpus: bytes):
     from relpos.data import ByteLMSource
-    from relpos.distributed import DistContext
+    from relpos.training.distributed import DistContext
     from relpos.model import ModelConfig
-    from relpos.train import TrainConfig, Trainer
+    from relpos.training.loop import TrainConfig, Trainer
 
     _, fields, B, N = SHAPES[shape]
     fields = dict(fields)

@@ -71,10 +71,10 @@ def run(args: argparse.Namespace) -> dict:
     import torch
 
     from relpos.data import ByteLMSource, stdlib_corpus
-    from relpos.distributed import DistContext
+    from relpos.training.distributed import DistContext
     from relpos.encodings import scheme_names
     from relpos.model import ModelConfig
-    from relpos.train import TrainConfig, Trainer
+    from relpos.training.loop import TrainConfig, Trainer
 
     torch.set_num_threads(args.threads)
     names = args.schemes or scheme_names()

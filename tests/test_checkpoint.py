@@ -11,11 +11,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from relpos import checkpoint
-from relpos.checkpoint import CheckpointError
+from relpos.training import checkpoint
+from relpos.training.checkpoint import CheckpointError
 from relpos.data import stdlib_corpus
 from relpos.model import ModelConfig, TransformerEncoder, TransformerLM
-from relpos.train import TrainConfig, train
+from relpos.training.loop import TrainConfig, train
 from tests.helpers import randomize_parameters
 
 

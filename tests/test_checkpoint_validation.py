@@ -17,13 +17,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from relpos import checkpoint
-from relpos import train as train_mod
-from relpos.checkpoint import CheckpointError
+from relpos.training import checkpoint
+from relpos.training import loop as train_mod
+from relpos.training.checkpoint import CheckpointError
 from relpos.cli import main as cli
 from relpos.data import stdlib_corpus
 from relpos.model import ModelConfig, TransformerLM
-from relpos.train import TrainConfig, TrainingDivergedError, train
+from relpos.training.loop import TrainConfig, TrainingDivergedError, train
 
 
 def resign(path, meta):

@@ -106,8 +106,7 @@ def test_generate_bad_flags(capsys, argv, expect):
 
 
 def test_disk_full_while_writing_is_one_line(tmp_path, capsys, monkeypatch):
-    from relpos import checkpoint
-
+    from relpos.training import checkpoint
     def full(path, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 

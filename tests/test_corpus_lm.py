@@ -83,7 +83,7 @@ def test_too_small_for_the_evaluation(corpus_file, tmp_path):
 
 def test_train_a_relpos_model_on_a_corpus(corpus_file, tmp_path):
     from relpos.model import ModelConfig
-    from relpos.train import TrainConfig, train
+    from relpos.training.loop import TrainConfig, train
 
     c = load_corpus(corpus_file, cache_dir=tmp_path)
     t = CorpusLanguageModelling(c, train_len=32, eval_lengths=[32, 64], eval_tokens=1024, blocks=16)
@@ -97,10 +97,10 @@ def test_train_a_relpos_model_on_a_corpus(corpus_file, tmp_path):
 
 def test_a_results_folder_from_another_corpus_is_refused_in_one_line(tmp_path):
     """The corpus hash is in the fingerprint; a folder made from other text is refused naming both hashes."""
-    from relpos.experiments.compare import compare
-    from relpos.experiments.presets import preset
-    from relpos.experiments.runner import SerialRunner
-    from relpos.experiments.store import ConfigMismatchError
+    from relpos.compare.sweep import compare
+    from relpos.compare.presets import preset
+    from relpos.compare.runner import SerialRunner
+    from relpos.compare.store import ConfigMismatchError
     from relpos.tasks.lm import corpus_mismatch
 
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"

@@ -2,7 +2,7 @@
 
 The test launches this file as the torchrun worker (``python -m
 torch.distributed.run --nproc_per_node 2 tests/test_ddp.py OUT``). Each worker
-trains with :func:`relpos.train.train` (the single-process code path) and writes
+trains with :func:`relpos.training.loop.train` (the single-process code path) and writes
 its final weights; the test checks that both replicas are identical and that
 losses and weights match one process training on the same global batches. The
 targets have an uneven number of ignored positions per row, so the two halves of
@@ -23,7 +23,7 @@ import torch
 
 from relpos.data import IGNORE_INDEX, ByteLMSource, stdlib_corpus
 from relpos.model import ModelConfig
-from relpos.train import TrainConfig, train
+from relpos.training.loop import TrainConfig, train
 
 STEPS = 4
 

@@ -11,9 +11,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from relpos.encodings.rope import RoPE  # noqa: E402
-from relpos.experiments.hf_eval import (HF_SCALINGS, hf_rope_parameters, load_hf_model,  # noqa: E402
+from relpos.pretrained.evaluate import (HF_SCALINGS, hf_rope_parameters, load_hf_model,  # noqa: E402
                                         relpos_rope_options, run_hf_job, run_hf_sweep)
-from relpos.experiments.hf_rope import APPLIED_SCALINGS  # noqa: E402
+from relpos.pretrained.scalings import APPLIED_SCALINGS  # noqa: E402
 from tests.data_helpers import prose, tiny_llama  # noqa: E402
 
 L0 = 64
@@ -125,13 +125,13 @@ def test_hf_sweep_end_to_end_resumable(model_dir, tmp_path):
 
 
 def _corpus(spec):
-    from relpos.experiments.hf_eval import HFEvalSpec, _lm_task
+    from relpos.pretrained.evaluate import HFEvalSpec, _lm_task
 
     return _lm_task(HFEvalSpec(**spec), L0, [L0, 2 * L0]).corpus
 
 
 def test_hf_job_matches_the_store_format(model_dir, tmp_path):
-    from relpos.experiments.store import Store
+    from relpos.compare.store import Store
 
     corpus = tmp_path / "c.txt"
     corpus.write_text(prose(300_000, seed=2))
@@ -166,7 +166,7 @@ def test_hf_bad_input(model_dir, tmp_path):
 
 
 def test_hf_command_line_writes_report_and_heatmaps(model_dir, tmp_path, monkeypatch, capsys):
-    from relpos.experiments.hf_report import main
+    from relpos.pretrained.sweep import main
 
     monkeypatch.setenv("RELPOS_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "c.jsonl"
@@ -190,7 +190,7 @@ def test_hf_command_line_writes_report_and_heatmaps(model_dir, tmp_path, monkeyp
 
 def test_plan_counts_every_forward_pass_at_each_length(model_dir, tmp_path):
     """``plan()["windows"]`` (what --dry-run's time estimate charges L**2 attention for) is what a job runs."""
-    from relpos.experiments.hf_eval import plan
+    from relpos.pretrained.evaluate import plan
 
     corpus = tmp_path / "c.txt"
     corpus.write_text(prose(300_000, seed=3))

@@ -18,8 +18,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 gguf = pytest.importorskip("gguf")
 
-from relpos.experiments.hf_eval import load_hf_model  # noqa: E402
-from relpos.experiments.hf_load import tokenizer_file  # noqa: E402
+from relpos.pretrained.evaluate import load_hf_model  # noqa: E402
+from relpos.pretrained.load import tokenizer_file  # noqa: E402
 from tests.data_helpers import prose, tiny_llama  # noqa: E402
 
 

@@ -15,8 +15,8 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from relpos.experiments.hf_eval import HFCausalLM, load_hf_model  # noqa: E402
-from relpos.experiments.hf_rope import installed_rope_types  # noqa: E402
+from relpos.pretrained.evaluate import HFCausalLM, load_hf_model  # noqa: E402
+from relpos.pretrained.scalings import installed_rope_types  # noqa: E402
 from relpos.tasks.base import IGNORE, token_losses  # noqa: E402
 from tests.data_helpers import prose, train_tokenizer  # noqa: E402
 
@@ -100,7 +100,7 @@ def test_native_row_is_the_checkpoint_as_shipped(rope_type, tmp_path, record_pro
 
 
 def test_native_is_the_first_row_and_plain_rope_is_named_none(tmp_path):
-    from relpos.experiments.hf_rope import HF_SCALINGS
+    from relpos.pretrained.scalings import HF_SCALINGS
 
     assert HF_SCALINGS[0] == "native"
     folder = sharp_llama(tmp_path / "l3", *ROPE_TYPES["llama3"])
@@ -122,7 +122,7 @@ def test_hf_context_overrides_the_original_context(tmp_path):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_chunked_loss_equals_the_loss_from_full_logits(tmp_path, monkeypatch, dtype):
-    import relpos.experiments.hf_eval as he
+    import relpos.pretrained.evaluate as he
 
     folder = sharp_llama(tmp_path / "c", *ROPE_TYPES["llama3"])
     m = load_hf_model(folder, device="cpu", dtype=dtype)
@@ -198,7 +198,7 @@ def test_passkey_zero_force_and_progress_only_on_a_terminal(l3, tmp_path, monkey
 
 
 def test_progress_bar_never_passes_its_total(monkeypatch, capsys):
-    from relpos.experiments.hf_eval import _Bar
+    from relpos.pretrained.evaluate import _Bar
 
     b = _Bar(3, "x", True)
     for _ in range(5):
@@ -210,7 +210,7 @@ def test_progress_bar_never_passes_its_total(monkeypatch, capsys):
 
 
 def test_lengths_above_max_eval_tokens_are_left_out_and_reported(l3):
-    from relpos.experiments.hf_eval import plan
+    from relpos.pretrained.evaluate import plan
 
     folder, corpus = l3
     p = plan({"model": str(folder), "corpus": str(corpus), "factors": [1, 2, 4], "max_eval_tokens": 64})

@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from relpos.cli import main  # noqa: E402
-from relpos.experiments.hf_load import check_config, load_config, model_source  # noqa: E402
+from relpos.pretrained.load import check_config, load_config, model_source  # noqa: E402
 from tests.data_helpers import prose, tiny_llama  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def test_unknown_model_type_refused_by_name_without_running_code(tmp_path):
 
 
 def test_every_transformers_call_passes_trust_remote_code_false():
-    src = (ROOT / "src/relpos/experiments/hf_load.py").read_text()
+    src = (ROOT / "src/relpos/pretrained/load.py").read_text()
     kw = model_source.__globals__["ModelSource"](Path("x"), Path("x")).kwargs()
     assert kw["trust_remote_code"] is False and kw["local_files_only"] is True
     assert src.count("from_pretrained(") == src.count("**src.kwargs()")

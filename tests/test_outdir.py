@@ -11,12 +11,12 @@ import os
 import pytest
 import torch
 
-from relpos import checkpoint
-from relpos import train as train_mod
+from relpos.training import checkpoint
+from relpos.training import loop as train_mod
 from relpos.cli import main as cli
 from relpos.model import ModelConfig, TransformerLM
 from relpos.outdir import OutputDirError, check_output_dir, prepare_output_dir
-from relpos.train import TrainConfig, train
+from relpos.training.loop import TrainConfig, train
 
 TRAIN = ["train", "--steps", "1", "--batch-size", "2", "--seq-len", "8", "--max-bytes", "4000",
          "--no-progress", "--device", "cpu"]
@@ -175,8 +175,8 @@ def test_prepare_output_dir_creates_and_reports_unwritable_parents(tmp_path):
 
 
 def _compare(out):
-    from relpos.experiments.compare import compare
-    from relpos.experiments.runner import SerialRunner
+    from relpos.compare.sweep import compare
+    from relpos.compare.runner import SerialRunner
     from tests.experiments.test_compare import quiet, tiny
 
     return compare(tiny(schemes=["alibi"], tasks=["copy"], rope_variants=[]), out, runner=SerialRunner(),
@@ -184,7 +184,7 @@ def _compare(out):
 
 
 def test_compare_refuses_a_foreign_folder_with_a_config_json(tmp_path, monkeypatch):
-    from relpos.experiments import compare as compare_mod
+    from relpos.compare import sweep as compare_mod
 
     d = tmp_path / "project"
     d.mkdir()
@@ -209,7 +209,7 @@ def test_compare_refuses_a_file_and_the_current_folder(tmp_path, monkeypatch):
 
 
 def test_compare_reopens_its_own_folder(tmp_path):
-    from relpos.experiments.store import is_results_store
+    from relpos.compare.store import is_results_store
 
     out = tmp_path / "run"
     s1 = _compare(out)

@@ -1,4 +1,4 @@
-"""relpos.schedule: cosine, constant, and a callback's cooldown."""
+"""relpos.training.schedule: cosine, constant, and a callback's cooldown."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relpos.schedule import Cooldown, lr_at
-from relpos.train import TrainConfig
+from relpos.training.schedule import Cooldown, lr_at
+from relpos.training.loop import TrainConfig
 
 
 def test_constant_schedule_holds_the_rate_after_warmup():

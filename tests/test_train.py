@@ -10,7 +10,7 @@ import torch
 from relpos import cli
 from relpos.data import IGNORE_INDEX, ByteLMSource, stdlib_corpus
 from relpos.model import ModelConfig
-from relpos.train import StepInfo, TrainConfig, Trainer, lr_at, train
+from relpos.training.loop import StepInfo, TrainConfig, Trainer, lr_at, train
 
 CORPUS_BYTES = 60_000
 

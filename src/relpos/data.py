@@ -12,7 +12,7 @@ version).
 
 Batch sources
 -------------
-:func:`relpos.train.train` reads batches from any object with a method
+:func:`relpos.training.loop.train` reads batches from any object with a method
 ``batch(step: int, micro: int) -> (x, y)`` returning the *global* micro-batch:
 ``x (B, N) int64`` token ids and ``y (B, N) int64`` targets, where ``-100`` marks
 targets that do not count in the loss. It must be a pure function of

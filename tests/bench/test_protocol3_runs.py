@@ -8,8 +8,8 @@ import re
 import subprocess
 import sys
 
-from relpos.experiments.presets import FULL_ALGORITHMIC
-from relpos.experiments.store import Store
+from relpos.compare.presets import FULL_ALGORITHMIC
+from relpos.compare.store import Store
 from tests.bench.scripts import ROOT
 from tests.bench.test_store_snapshot import _live
 

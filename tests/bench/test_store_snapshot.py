@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from relpos.experiments.store import Store
+from relpos.compare.store import Store
 from tests.bench.scripts import load_script
 
 

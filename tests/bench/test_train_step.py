@@ -28,7 +28,7 @@ def test_train_step_table(tmp_path):
 
 
 def test_compile_flag_is_checked():
-    from relpos.train import TrainConfig
+    from relpos.training.loop import TrainConfig
 
     with pytest.raises(TypeError, match="compile"):
         TrainConfig(compile="yes")
@@ -39,9 +39,9 @@ def test_compile_flag_is_checked():
 def test_compiled_training_matches_eager():
     """TrainConfig(compile=True) compiles the whole model (the trainer steps through the compiled
     module; ``model`` stays the plain one) and trains to the same losses as eager."""
-    from relpos.distributed import DistContext
+    from relpos.training.distributed import DistContext
     from relpos.model import ModelConfig
-    from relpos.train import TrainConfig, Trainer
+    from relpos.training.loop import TrainConfig, Trainer
 
     data = bytes(range(256)) * 40
     mc = ModelConfig(d_model=16, n_layers=1, n_heads=2, max_len=16, scheme="alibi")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from relpos import checkpoint
+from relpos.training import checkpoint
 from relpos.cli import main
 from relpos.model import ModelConfig, TransformerLM
 

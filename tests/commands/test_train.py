@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from relpos import checkpoint
+from relpos.training import checkpoint
 from relpos.cli import main
 from relpos.commands.train import _option
 

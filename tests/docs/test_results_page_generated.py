@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from relpos.experiments.results_page import MARKER, inputs_from_json_dir, page_markdown
+from relpos.report.results_page import MARKER, inputs_from_json_dir, page_markdown
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from relpos.experiments.compare import compare
-from relpos.experiments.presets import preset
-from relpos.experiments.runner import SerialRunner
+from relpos.compare.sweep import compare
+from relpos.compare.presets import preset
+from relpos.compare.runner import SerialRunner
 
 REPO = Path(__file__).resolve().parents[2]
 

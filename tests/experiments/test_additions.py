@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-import relpos.train
+import relpos.training.loop
 from relpos.cli import main
-from relpos.experiments.compare import compare
-from relpos.experiments.runner import SerialRunner
-from relpos.experiments.store import ConfigMismatchError, Store
+from relpos.compare.sweep import compare
+from relpos.compare.runner import SerialRunner
+from relpos.compare.store import ConfigMismatchError, Store
 from tests.experiments.test_compare import digest, quiet, tiny
 
 #: timing and provenance: everything else of a stored run must be equal between an addition and a fresh run
@@ -47,7 +47,7 @@ def _no_training(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("an evaluation-only addition trained a model")
 
-    monkeypatch.setattr(relpos.train, "train", refuse)
+    monkeypatch.setattr(relpos.training.loop, "train", refuse)
 
 
 PASSKEY = {"n": 1}

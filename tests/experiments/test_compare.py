@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from relpos.cli import main
-from relpos.experiments.compare import compare
-from relpos.experiments.runner import SerialRunner
-from relpos.experiments.store import ConfigMismatchError, Store
+from relpos.compare.sweep import compare
+from relpos.compare.runner import SerialRunner
+from relpos.compare.store import ConfigMismatchError, Store
 from tests.experiments.compare_support import REPO, digest, quiet, run_tiny, tiny
 
 
@@ -153,7 +153,7 @@ def test_report_only_needs_results(tmp_path, capsys):
 
 
 def test_a_failing_run_does_not_stop_the_sweep(tmp_path, monkeypatch):
-    import relpos.experiments.runner as R
+    import relpos.compare.runner as R
 
     real = R.run_job
 
@@ -200,7 +200,7 @@ def test_out_refuses_a_foreign_folder_a_file_and_the_current_folder(tmp_path, mo
 
 
 def test_trained_models_are_kept_and_load(swept, tmp_path):
-    from relpos.checkpoint import load
+    from relpos.training.checkpoint import load
 
     out, s = swept
     d = json.loads((out / "results.json").read_text())
@@ -233,7 +233,7 @@ def test_a_sliced_invocation_does_not_narrow_the_folder_record(tmp_path):
 def test_the_progress_line_times_every_learning_rate_try(tmp_path, monkeypatch):
     """A job's "done in" (and so the time left) is its whole time: every try of the rate grid and its evaluation,
     not only the kept try's training (a two-rate MQAR job read 476 s for 1,038 s of work)."""
-    import relpos.experiments.runner as R
+    import relpos.compare.runner as R
 
     real = R.run_job
 

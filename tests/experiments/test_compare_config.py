@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from relpos.cli import main
-from relpos.experiments.compare import plan
-from relpos.experiments.presets import preset
-from relpos.experiments.runner import Job, model_config_for, rope_variant_model_for
+from relpos.compare.sweep import plan
+from relpos.compare.presets import preset
+from relpos.compare.runner import Job, model_config_for, rope_variant_model_for
 from tests.experiments.compare_support import run_tiny, tiny
 
 
@@ -103,8 +103,8 @@ def test_lr_flags_replace_the_task_recipes_rate_and_grid():
 
 
 def test_trained_position_values_export_for_the_explorer(tmp_path):
-    from relpos.experiments.trained_export import main as export_main
-    from relpos.experiments.trained_export import trained_positions
+    from relpos.report.trained_export import main as export_main
+    from relpos.report.trained_export import trained_positions
 
     out = tmp_path / "sweep"
     run_tiny(out, schemes=["t5", "alibi"], tasks=["lm"])

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from relpos.experiments.compare import compare
-from relpos.experiments.presets import preset
-from relpos.experiments.store import Store
+from relpos.compare.sweep import compare
+from relpos.compare.presets import preset
+from relpos.compare.store import Store
 from tests.experiments.compare_support import REPO, quiet, tiny
 
 
@@ -124,7 +124,7 @@ def test_ci_preset_end_to_end(tmp_path):
 def test_ray_runner_on_a_local_instance(tmp_path):
     """--runner ray against a local Ray instance (skipped where Ray, an optional extra, is absent)."""
     pytest.importorskip("ray")
-    from relpos.experiments.runner import RayRunner
+    from relpos.compare.runner import RayRunner
 
     s = compare(tiny(schemes=["alibi", "nope"], tasks=["copy"]), tmp_path / "ray", runner=RayRunner(threads=1),
                 progress=False, log=quiet, plots=False)
@@ -144,7 +144,7 @@ def test_ray_runner_without_ray_is_a_clear_error(monkeypatch):
         return real_import(name, *a, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_ray)
-    from relpos.experiments.runner import make_runner
+    from relpos.compare.runner import make_runner
 
     with pytest.raises(ValueError, match=r"pip install 'relpos\[ray\]'"):
         make_runner("ray")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from relpos.experiments.config import DEFAULT_SCHEMES, ExperimentConfig, config_diff
-from relpos.experiments.presets import PRESETS, preset
+from relpos.compare.config import DEFAULT_SCHEMES, ExperimentConfig, config_diff
+from relpos.compare.presets import PRESETS, preset
 
 
 def test_presets_validate_and_cover_the_issue():
@@ -145,7 +145,7 @@ def test_task_train_overrides():
     # language modelling gets a grid like every task (issue 30: equal tuning)
     assert preset("ci", task_train={"lm": {"lr_grid": [1e-3, 3e-3]}}).validate().lr_grid("lm") == [1e-3, 3e-3]
     assert preset("ci", task_train={"copy": {"lr_grid": [1e-3, 3e-3]}}).validate().train_settings("copy")["lr_grid"]
-    from relpos.experiments.job import Job, train_config_for
+    from relpos.compare.job import Job, train_config_for
 
     full = preset("full").validate()
     for task, schedule, decay in (("mqar", "constant", "all"), ("copy", "cosine", "matrices"),
@@ -157,7 +157,7 @@ def test_task_train_overrides():
 
 
 def test_task_model_overrides_one_task_and_are_checked():
-    from relpos.experiments.job import Job, model_config_for
+    from relpos.compare.job import Job, model_config_for
 
     cfg = preset("ci", task_model={"copy": {"d_ff": 0, "init": "fan_in", "n_layers": 3}}).validate()
     assert cfg.model_settings("copy") == {"d_model": 32, "n_layers": 3, "n_heads": 2, "d_ff": 0, "init": "fan_in"}
@@ -208,7 +208,7 @@ PINNED = {
 
 
 def _pinned_configs():
-    from relpos.experiments.presets import scale_cell
+    from relpos.compare.presets import scale_cell
 
     cfgs = {n: preset(n) for n in ("default", "ci", "full")}
     for d in (64, 128, 256):
@@ -223,7 +223,7 @@ PINNED_CORPUS = "a6badb5b813293ce03a1f57f3e0bf5f621b29ce9068b581ff0128aad36cb371
 
 
 def _pinned_fingerprint(cfg) -> str:
-    from relpos.experiments.config import fingerprint_of
+    from relpos.compare.config import fingerprint_of
 
     proto = cfg.protocol()
     corpus = proto["tasks"]["lm"]["corpus"]
@@ -249,8 +249,8 @@ def test_preset_fingerprints_and_config_json_are_pinned():
 def test_sub_configurations_are_views_of_the_flat_fields():
     import dataclasses
 
-    from relpos.experiments.fitting import FitConfig
-    from relpos.experiments.settings import (
+    from relpos.compare.fitting import FitConfig
+    from relpos.compare.settings import (
         EVALUATION_KEYS,
         DataSettings,
         EvaluationSettings,
@@ -277,7 +277,7 @@ def test_sub_configurations_are_views_of_the_flat_fields():
     assert preset("ci", training=TrainingSettings(steps=9)).steps == 9
     # the sub-configurations' defaults are the configuration's, and together they cover every setting
     plain = ExperimentConfig()
-    from relpos.experiments.settings import PARTS
+    from relpos.compare.settings import PARTS
 
     covered = set()
     for name, cls in PARTS.items():

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from relpos.experiments.presets import preset
-from relpos.experiments.fitting import FitConfig, FitMonitor
-from relpos.experiments.job import Job, run_job
+from relpos.compare.presets import preset
+from relpos.compare.fitting import FitConfig, FitMonitor
+from relpos.compare.job import Job, run_job
 from relpos.tasks import make_task
 from tests.tasks.test_algorithmic import Oracle
 
@@ -44,7 +44,7 @@ def test_a_model_that_cannot_fit_never_stops_and_is_not_fitted():
 
 def test_cooldown_at_starts_a_cooldown_once_learned_and_stops_at_its_end():
     """A constant-rate algorithmic run cools down when the exact match reaches cooldown_at."""
-    from relpos.schedule import Cooldown
+    from relpos.training.schedule import Cooldown
 
     task = make_task("copy", train_len=4, eval_lengths=[4], n_val=8)
     mon = FitMonitor(task, FitConfig(val_every=10, confirm=3), steps=1000, cooldown_at=0.8, cooldown=0.5)
@@ -88,7 +88,7 @@ def _lm_monitor(losses, steps=100, **fit):
 
 
 def test_lm_plateau_cools_down_once_flat_then_stops_at_the_cooldown_end():
-    from relpos.schedule import Cooldown
+    from relpos.training.schedule import Cooldown
 
     mon = _lm_monitor([3.0, 2.5, 2.0, 1.999, 1.998] + [1.9] * 20, steps=1000, lm_cooldown=0.5)
     answers = {s: a for s in range(1, 200) if (a := mon(_step(s, None)))}
@@ -101,7 +101,7 @@ def test_lm_plateau_cools_down_once_flat_then_stops_at_the_cooldown_end():
 
 
 def test_lm_plateau_that_never_flattens_cools_down_in_time_and_is_not_fitted():
-    from relpos.schedule import Cooldown
+    from relpos.training.schedule import Cooldown
 
     mon = _lm_monitor([3.0 - 0.1 * i for i in range(30)], steps=100, lm_cooldown=0.25)
     answers = {s: a for s in range(1, 101) if (a := mon(_step(s, None)))}
@@ -111,7 +111,7 @@ def test_lm_plateau_that_never_flattens_cools_down_in_time_and_is_not_fitted():
 
 
 def test_lm_plateau_without_early_stop_uses_the_whole_budget_but_records_the_flattening():
-    from relpos.schedule import Cooldown
+    from relpos.training.schedule import Cooldown
 
     mon = _lm_monitor([3.0, 2.0, 1.999, 1.998] + [1.997] * 20, steps=100, lm_cooldown=0.25, early_stop=False)
     answers = {s: a for s in range(1, 101) if (a := mon(_step(s, None)))}
@@ -121,7 +121,7 @@ def test_lm_plateau_without_early_stop_uses_the_whole_budget_but_records_the_fla
 def test_plateau_cooldown_in_a_real_training_run():
     """train() honours the monitor's Cooldown: constant rate, then a linear decay, then it stops."""
     from relpos.model import ModelConfig
-    from relpos.train import TrainConfig, train
+    from relpos.training.loop import TrainConfig, train
 
     task = make_task("lm", train_len=16, eval_lengths=[16], eval_tokens=64, n_val=4)
     mon = _lm_monitor([3.0, 2.0, 1.999, 1.998] + [1.9] * 20, steps=200, lm_cooldown=0.5)
@@ -264,7 +264,7 @@ def test_randomized_position_models_are_validated_at_sampled_positions():
 
 def test_the_fit_gate_reads_validation_never_the_test_set():
     """Issue 30: the gate once read the held-out test score at L while retries followed validation."""
-    from relpos.experiments.job import _fit_record
+    from relpos.compare.job import _fit_record
 
     task = make_task("copy", train_len=4, eval_lengths=[4, 8], n_val=8)
     good, bad = FitMonitor(task, FitConfig(val_every=1), steps=1), FitMonitor(task, FitConfig(val_every=1), steps=1)
@@ -277,7 +277,7 @@ def test_the_fit_gate_reads_validation_never_the_test_set():
 
 
 def test_a_view_is_gated_on_its_own_validation_score():
-    from relpos.experiments.fitting import view_fitted
+    from relpos.compare.fitting import view_fitted
 
     row = {"task": "copy", "train_len": 4, "train": {"fit": {"fitted": True, "target": 0.95}},
            "metrics": [{"eval_len": 4, "accuracy": 1.0}]}
@@ -286,7 +286,7 @@ def test_a_view_is_gated_on_its_own_validation_score():
 
 
 def test_choose_try_prefers_fitted_then_score_then_token_then_order():
-    from relpos.experiments.fitting import choose_try
+    from relpos.compare.fitting import choose_try
 
     assert choose_try([{"fitted": False, "score": 0.94}, {"fitted": True, "score": 0.95}]) == 1
     assert choose_try([{"fitted": True, "score": 0.97, "token": 0.99}, {"fitted": True, "score": 0.97,
@@ -303,8 +303,8 @@ def test_greedy_decoding_at_sampled_positions_runs_at_the_draw_not_at_0_to_n():
     "sampled" numbers and the fit gate of randomized reverse runs were the 0..N-1 numbers)."""
     import torch
 
-    from relpos.experiments.fitting import SampledPositions
-    from relpos.experiments.job import sampled_positions_model_for
+    from relpos.compare.fitting import SampledPositions
+    from relpos.compare.job import sampled_positions_model_for
     from relpos.model import ModelConfig, TransformerLM
     from relpos.tasks import greedy_decode
 
@@ -338,7 +338,7 @@ def test_greedy_decoding_at_sampled_positions_runs_at_the_draw_not_at_0_to_n():
 
 
 def test_lr_tries_put_the_task_rate_first_only_when_the_grid_holds_it():
-    from relpos.experiments.fitting import lr_tries
+    from relpos.compare.fitting import lr_tries
 
     assert lr_tries([2e-3, 1e-3, 3e-3], 3e-3) == [3e-3, 2e-3, 1e-3]
     assert lr_tries([2e-3, 1e-3, 3e-3], 2e-3) == [2e-3, 1e-3, 3e-3]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from relpos.experiments.presets import preset
-from relpos.experiments.fitting import FitConfig
-from relpos.experiments.job import Job, length_options, model_config_for, run_job, sampled_positions_model_for
+from relpos.compare.presets import preset
+from relpos.compare.fitting import FitConfig
+from relpos.compare.job import Job, length_options, model_config_for, run_job, sampled_positions_model_for
 from relpos.model import ModelConfig, TransformerLM
 from relpos.tasks.span import span_of_maps
 
@@ -102,7 +102,7 @@ def test_span_of_known_attention_maps():
 
 
 def test_embedding_scale_follows_where_a_scheme_adds_positions():
-    from relpos.experiments.job import embed_scale_for
+    from relpos.compare.job import embed_scale_for
 
     assert embed_scale_for("sinusoidal", "auto") == "sqrt_d" and embed_scale_for("learned", "auto") == "sqrt_d"
     assert embed_scale_for("rope", "auto") == "none" and embed_scale_for("nope", "auto") == "none"

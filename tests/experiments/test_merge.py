@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from relpos.experiments.merge import main, merge_folders, merge_results
+from relpos.compare.merge import main, merge_folders, merge_results
 
 
 def _run(task, label, seed, acc):

@@ -1,13 +1,13 @@
-"""The LM far-position ratio is chosen in one place (:func:`relpos.experiments.ranking.lm_far_losses`): the
-verdict's number (:func:`relpos.experiments.verdict.lm_ratio`) and the ranking's per-seed inputs
-(:func:`relpos.experiments.ranking.seed_inputs`) agree on it, far positions and whole-window fallback alike."""
+"""The LM far-position ratio is chosen in one place (:func:`relpos.report.ranking.lm_far_losses`): the
+verdict's number (:func:`relpos.report.verdict.lm_ratio`) and the ranking's per-seed inputs
+(:func:`relpos.report.ranking.seed_inputs`) agree on it, far positions and whole-window fallback alike."""
 
 import math
 
 import pytest
 
-from relpos.experiments.ranking import lm_far_losses, seed_inputs
-from relpos.experiments.verdict import lm_ratio
+from relpos.report.ranking import lm_far_losses, seed_inputs
+from relpos.report.verdict import lm_ratio
 
 L, N = 8, 32
 
@@ -58,7 +58,7 @@ def test_a_learned_table_read_past_its_trained_rows_never_enters_the_ranking():
     for r in run["position_loss"] + run["metrics"]:
         if r["eval_len"] == N:
             r.update(bpb=None, loss=None, untrained_rows=True)
-    from relpos.experiments.stats import per_example_key
+    from relpos.report.stats import per_example_key
 
     run["per_example"] = {per_example_key("position", r["eval_len"], r["bucket_start"]): [1.0, 1.0]
                           for r in run["position_loss"]}  # still present, as results.json keeps them

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from relpos.experiments.plots import make_plots
-from relpos.experiments.report import (
+from relpos.report.plots import make_plots
+from relpos.report.tables import (
     aggregate,
     label,
     results_dict,
@@ -155,7 +155,7 @@ def test_learned_absolute_rows_past_training_are_shown_as_na_never_a_number(tmp_
     """A learned table's rows past the training length were never trained: no number is reported from them.
     Decided by the scheme's capability (a learned absolute table), so randomized training (every row
     trained) and relative schemes keep their numbers."""
-    from relpos.experiments.report import UNTRAINED, learned_table, markdown_tables
+    from relpos.report.tables import UNTRAINED, learned_table, markdown_tables
 
     runs = [stored_run("learned", None, "lm", 0, {8: 1.0, 16: 5.3}),
             stored_run("learned", "randomized", "lm", 0, {8: 1.0, 16: 1.1}),
@@ -185,7 +185,7 @@ def test_learned_absolute_rows_past_training_are_shown_as_na_never_a_number(tmp_
 
 
 def test_far_position_table_and_corpus_identity_in_the_report(tmp_path):
-    from relpos.experiments.report import corpus_lines, far_table
+    from relpos.report.tables import corpus_lines, far_table
 
     runs = [stored_run("alibi", None, "lm", 0, {8: 1.0, 16: 1.0})]
     ident = {"name": "python-stdlib", "python": "3.11.7", "sha256": "ab" * 32, "leak_window": 64, "unit": "bytes",
@@ -216,7 +216,7 @@ def test_the_fitted_column_gives_lm_validation_in_bits_per_byte_like_the_table_b
     # the fit record keeps the validation loss in nats; the LM tables are in bits per byte
     import math
 
-    from relpos.experiments.report import _fit_cell
+    from relpos.report.tables import _fit_cell
 
     runs = [{"task": "lm", "label": "rope", "train": {"fit": {"fitted": True, "score": 2 * math.log(2)}}}]
     res = {"runs": runs}

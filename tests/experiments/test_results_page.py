@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from relpos.experiments import results_claims as claims
-from relpos.experiments.ranking import ranking
-from relpos.experiments.results_page import MARKER, PageInputs, inputs_from_folders, inputs_from_json_dir, main, \
+from relpos.report import results_claims as claims
+from relpos.report.ranking import ranking
+from relpos.report.results_page import MARKER, PageInputs, inputs_from_folders, inputs_from_json_dir, main, \
     page_markdown
 
 L, N, W, E = 16, 64, 40, 60  # LM: training / longest length, test windows; algorithmic examples per length
@@ -290,7 +290,7 @@ def _job(end: str, tries: list[float], ev: float, reused_end: str | None = None)
 
 
 def test_wall_time_counts_every_try_leaves_out_gaps_and_dates_reused_jobs_when_trained():
-    from relpos.experiments.results_inputs import busy_seconds, job_interval
+    from relpos.report.results_inputs import busy_seconds, job_interval
 
     t0 = "2026-12-04T10:00:00+00:00"
     a = _job("2026-12-04T10:10:00+00:00", [200.0, 300.0], 100.0)  # 600 s: starts at 10:00, not 10:05
@@ -321,7 +321,7 @@ def test_a_learned_table_read_past_its_rows_gives_no_number():
     _untrained_past_L(res, "alibi")
     assert claims.value(res, "lm", "alibi") == (None, 0)
     assert claims.press(res).verdict == claims.UNMEASURED
-    from relpos.experiments.ranking import ranking_markdown
+    from relpos.report.ranking import ranking_markdown
 
     row = next(ln for ln in ranking_markdown(res).splitlines() if ln.startswith("| alibi |") and "not ranked" in ln)
     assert "not ranked (untrained rows: no number)" in row  # fitted 3/3: the reason is the rows, not the fit
@@ -352,7 +352,7 @@ def test_what_changed_reads_the_old_verdict_table_and_names_the_flips():
 def test_times_of_results_without_a_store_are_carried_from_the_shipped_file(tmp_path):
     """A folder copied without its results.sqlite keeps the CPU time shipped beside the earlier page, but only
     for results with the same fingerprint; the time table says so when neither is there."""
-    from relpos.experiments.results_page import carry_times
+    from relpos.report.results_page import carry_times
 
     res = lm_results()
     f = _folder(tmp_path / "full", res)
@@ -375,7 +375,7 @@ def test_times_of_results_without_a_store_are_carried_from_the_shipped_file(tmp_
 
 def test_a_full_folder_filled_task_by_task_names_the_presets_missing_tasks():
     """`--tasks lm` records only lm in the folder's config; the page still lists the full preset's other tasks."""
-    from relpos.experiments.presets import FULL_ALGORITHMIC
+    from relpos.compare.presets import FULL_ALGORITHMIC
 
     res = lm_results()
     assert res["config"]["tasks"] == ["lm"]
@@ -394,8 +394,8 @@ def test_a_task_with_runs_still_to_come_is_named_provisional():
 
 
 def test_the_verdict_shows_a_learned_table_past_its_rows_as_na():
-    from relpos.experiments.results_doc import UNTRAINED
-    from relpos.experiments.verdict import _table, verdict
+    from relpos.report.results_doc import UNTRAINED
+    from relpos.report.verdict import _table, verdict
 
     res = lm_results()
     _untrained_past_L(res, "alibi")

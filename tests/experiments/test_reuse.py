@@ -1,4 +1,4 @@
-"""``relpos.experiments.reuse``: runs of another folder are copied only where training them here would repeat
+"""``relpos.compare.reuse``: runs of another folder are copied only where training them here would repeat
 them exactly, and a copied run equals one trained afresh."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import copy
 import pytest
 
 from relpos.cli import main
-from relpos.experiments.compare import compare
-from relpos.experiments.fitting import FitConfig
-from relpos.experiments.reuse import same_tries, task_settings
-from relpos.experiments.runner import SerialRunner
-from relpos.experiments.store import Store
+from relpos.compare.sweep import compare
+from relpos.compare.fitting import FitConfig
+from relpos.compare.reuse import same_tries, task_settings
+from relpos.compare.runner import SerialRunner
+from relpos.compare.store import Store
 from tests.experiments.test_compare import quiet, tiny
 
 #: timing and provenance: everything else of a stored job must be equal between a copy and a fresh run
@@ -138,7 +138,7 @@ def test_foreign_source_is_refused_untouched(tmp_path, content):
     src = tmp_path / "src"
     src.mkdir()
     (src / "results.sqlite").write_bytes(content)
-    from relpos.experiments.store import NotAStoreError
+    from relpos.compare.store import NotAStoreError
 
     with pytest.raises(NotAStoreError):
         run(cfg_with(0.0, []), tmp_path / "o", reuse=[src])

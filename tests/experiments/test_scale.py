@@ -7,8 +7,8 @@ import json
 import pytest
 
 from relpos.cli import main
-from relpos.experiments.presets import QUICK_SCHEMES, SCALE_STEPS, preset, scale_cell
-from relpos.experiments.scale import cell_dir, cells, scale_markdown, scale_summary
+from relpos.compare.presets import QUICK_SCHEMES, SCALE_STEPS, preset, scale_cell
+from relpos.compare.scale import cell_dir, cells, scale_markdown, scale_summary
 
 
 def test_cells_cover_three_sizes_and_two_lengths_with_equal_tokens_per_step():

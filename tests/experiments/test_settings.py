@@ -1,14 +1,14 @@
-"""The typed sub-configurations (:mod:`relpos.experiments.settings`) repeat the defaults of
-:class:`~relpos.experiments.config.ExperimentConfig`'s flat fields; the two must never drift apart (the presets
+"""The typed sub-configurations (:mod:`relpos.compare.settings`) repeat the defaults of
+:class:`~relpos.compare.config.ExperimentConfig`'s flat fields; the two must never drift apart (the presets
 are built with ``from_parts``, so a part's default silently becomes a preset's value)."""
 
 import dataclasses
 
 import pytest
 
-from relpos.experiments.config import ExperimentConfig
-from relpos.experiments.fitting import FitConfig
-from relpos.experiments.settings import PARTS, part_fields
+from relpos.compare.config import ExperimentConfig
+from relpos.compare.fitting import FitConfig
+from relpos.compare.settings import PARTS, part_fields
 
 
 def _default(cls, name):

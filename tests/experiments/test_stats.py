@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from relpos.experiments.stats import (
+from relpos.report.stats import (
     MIN_SEEDS,
     paired_bootstrap,
     per_example_key,
@@ -92,8 +92,8 @@ def test_spearman_and_its_interval():
 
 
 def test_per_example_scores_travel_from_the_task_to_results_json():
-    from relpos.experiments.job import Job, run_job
-    from relpos.experiments.report import results_dict
+    from relpos.compare.job import Job, run_job
+    from relpos.report.tables import results_dict
     from tests.experiments.test_fitting import _tiny
 
     cfg = _tiny("copy", task_train={"copy": {"steps": 2, "batch_size": 4, "warmup": 1}})
@@ -115,7 +115,7 @@ def test_per_example_scores_travel_from_the_task_to_results_json():
 
 def test_lm_ranking_reads_the_far_position_ratio_per_window():
     """The LM score is the far-quarter loss at the longest length over the far quarter at L, per test window."""
-    from relpos.experiments.ranking import seed_inputs
+    from relpos.report.ranking import seed_inputs
 
     def run(far_loss_long):
         pos, per = [], {}

@@ -1,12 +1,12 @@
-"""``relpos.experiments.status``: what a folder holds for a plan (``compare --dry-run``)."""
+"""``relpos.compare.status``: what a folder holds for a plan (``compare --dry-run``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from relpos.experiments.presets import preset
-from relpos.experiments.status import folder_status, status_lines
-from relpos.experiments.store import NotAStoreError, Store
+from relpos.compare.presets import preset
+from relpos.compare.status import folder_status, status_lines
+from relpos.compare.store import NotAStoreError, Store
 from tests.experiments.test_store import fake_result
 
 

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from relpos.experiments.store import ConfigMismatchError, Store
+from relpos.compare.store import ConfigMismatchError, Store
 
 FP = "abc123"
 

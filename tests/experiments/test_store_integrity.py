@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from relpos.experiments.compare import compare, rebuild_report
-from relpos.experiments.runner import Job, SerialRunner
-from relpos.experiments.store import CorruptStoreError, NotAStoreError, Store, is_results_store
+from relpos.compare.sweep import compare, rebuild_report
+from relpos.compare.runner import Job, SerialRunner
+from relpos.compare.store import CorruptStoreError, NotAStoreError, Store, is_results_store
 from relpos.outdir import clean_stale_tmp, write_json_atomic
 from tests.experiments.test_compare import quiet, tiny
 from tests.experiments.test_store import FP, fake_result
@@ -211,7 +211,7 @@ def test_two_processes_share_the_jobs(tmp_path):
 
 
 def test_runners_skip_jobs_they_cannot_claim(monkeypatch):
-    from relpos.experiments import runner
+    from relpos.compare import runner
 
     ran = []
     monkeypatch.setattr(runner, "run_job", lambda job, cfg, **k: ran.append(job["scheme"]) or {"ok": 1})

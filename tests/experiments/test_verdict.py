@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from relpos.experiments.verdict import SMOKE_NOTE, verdict, verdict_markdown, verdict_text
+from relpos.report.verdict import SMOKE_NOTE, verdict, verdict_markdown, verdict_text
 
 
 def _run(label, task, seed, fitted, metrics, *, ms=10.0, span=None, L=None):
@@ -179,7 +179,7 @@ def test_algorithmic_tasks_are_ranked_by_per_token_accuracy_at_2l_when_reported(
 
 def test_a_view_that_misses_the_gate_at_L_is_not_fitted_and_never_ranked():
     """Randomized RoPE passes its gate at sampled positions; evaluated at 0..N-1 it is another model at L."""
-    from relpos.experiments.report import markdown_tables
+    from relpos.report.tables import markdown_tables
 
     res = _results()
     for seed in range(2):

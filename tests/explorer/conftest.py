@@ -77,8 +77,8 @@ def results_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def checkpoint_dir(tmp_path_factory):
-    """A tiny TransformerLM with random (but non-trivial) weights, saved with relpos.checkpoint.save."""
-    from relpos import checkpoint
+    """A tiny TransformerLM with random (but non-trivial) weights, saved with relpos.training.checkpoint.save."""
+    from relpos.training import checkpoint
     from relpos.model import ModelConfig, TransformerLM
 
     torch.manual_seed(0)

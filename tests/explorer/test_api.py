@@ -433,8 +433,7 @@ def test_results_missing_and_malformed(tmp_path, monkeypatch):
 
 
 def test_attention_maps_match_model(ex, checkpoint_dir):
-    from relpos import checkpoint
-
+    from relpos.training import checkpoint
     model, cfg = checkpoint.load(checkpoint_dir)
     text = "ab c\n"
     out = ex.get("attention", {"text": text, "layer": "1"})
@@ -462,7 +461,7 @@ def test_attention_caps(ex, checkpoint_dir):
 def test_checkpoint_loaded_only_through_safe_loader(tmp_path, checkpoint_dir):
     import shutil
 
-    from relpos.checkpoint import CheckpointError
+    from relpos.training.checkpoint import CheckpointError
 
     bad = tmp_path / "bad"
     shutil.copytree(checkpoint_dir, bad)

@@ -12,7 +12,7 @@ from relpos.explorer import Explorer
 @pytest.fixture(scope="module")
 def shipped_dirs(tmp_path_factory):
     """Two stand-ins for the shipped models (t5, the default, and rope), saved like them."""
-    from relpos import checkpoint
+    from relpos.training import checkpoint
     from relpos.model import ModelConfig, TransformerLM
 
     dirs = []
@@ -63,7 +63,7 @@ def test_without_shipped_models_view_0_opens_on_initial_values(checkpoint_dir):
 
 def test_a_checkpoint_not_over_bytes_is_refused_by_name(tmp_path, capsys):
     """A copy-task model (12 tokens) would fail on the bytes of the learner's text: refused at start, one line."""
-    from relpos import checkpoint
+    from relpos.training import checkpoint
     from relpos.cli import main
     from relpos.model import ModelConfig, TransformerLM
 

@@ -64,8 +64,7 @@ def test_extrapolation_view(view, server):
 
 
 def test_attention_view_matches_model(view, checkpoint_dir):
-    from relpos import checkpoint
-
+    from relpos.training import checkpoint
     page, watch = view("attn")
     page.wait_for_selector("#v5-thumbs .thumb")
     text = page.input_value("#v5-text")

@@ -95,7 +95,7 @@ def test_a_tokenizer_that_covers_the_text_is_accepted(tmp_path):
 def test_version_1_without_a_hash_is_refused(tmp_path, capsys):
     import torch
 
-    from relpos import checkpoint
+    from relpos.training import checkpoint
     from relpos.cli import main
     from relpos.model import ModelConfig, TransformerLM
 
@@ -117,7 +117,7 @@ def test_version_1_without_a_hash_is_refused(tmp_path, capsys):
 def test_unknown_versions_are_refused(tmp_path, version):
     import torch
 
-    from relpos import checkpoint
+    from relpos.training import checkpoint
     from relpos.model import ModelConfig, TransformerLM
 
     torch.manual_seed(0)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from relpos.cli import main
-from relpos.experiments.compare import compare, prepare_output
-from relpos.experiments.runner import SerialRunner
-from relpos.experiments.store import ConfigMismatchError, CorruptStoreError, NotAStoreError, Store
+from relpos.compare.sweep import compare, prepare_output
+from relpos.compare.runner import SerialRunner
+from relpos.compare.store import ConfigMismatchError, CorruptStoreError, NotAStoreError, Store
 from relpos.outdir import OutputDirError
 from tests.experiments.test_compare import quiet, tiny
 
@@ -171,7 +171,7 @@ def test_check_writable_refuses_a_read_only_folder(tmp_path):
 
 
 def test_train_into_a_read_only_out_fails_before_the_first_step(tmp_path, capsys, monkeypatch):
-    import relpos.train as T
+    import relpos.training.loop as T
 
     def no_training(*a, **k):  # pragma: no cover - reached only when the check is missing
         raise AssertionError("training started")
@@ -192,7 +192,7 @@ def test_train_refuses_a_mount_point(tmp_path, capsys, monkeypatch):
     target = tmp_path / "mnt"
     target.mkdir()
     real_ismount = os.path.ismount
-    monkeypatch.setattr("relpos.checkpoint.os.path.ismount", lambda p: Path(p) == target or real_ismount(p))
+    monkeypatch.setattr("relpos.training.checkpoint.os.path.ismount", lambda p: Path(p) == target or real_ismount(p))
     rc = main(["train", "--steps", "600", "--out", str(target), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and "is a mount point" in err and "Traceback" not in err

@@ -64,7 +64,7 @@ def test_fifo_results_sqlite_in_relposs_own_folder(tmp_path):
 
 @pytest.mark.parametrize("name", ["config.json", "results.json"])
 def test_fifo_beside_the_database_is_refused_before_it_is_read(tmp_path, name):
-    from relpos.experiments.compare import prepare_output, rebuild_report
+    from relpos.compare.sweep import prepare_output, rebuild_report
     from relpos.outdir import OutputDirError
     from tests.experiments.test_compare import tiny
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from relpos import checkpoint
+from relpos.training import checkpoint
 from relpos.cli import main
 
 TRAIN = ["train", "--preset", "tiny", "--scheme", "alibi", "--batch-size", "2", "--seq-len", "8",

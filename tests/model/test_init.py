@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from relpos import checkpoint
+from relpos.training import checkpoint
 from relpos.model import ModelConfig, TransformerEncoder, TransformerLM
 
 

@@ -16,7 +16,7 @@ import os
 import shlex
 import sys
 
-from relpos.experiments.config import ALL_TASKS
+from relpos.compare.config import ALL_TASKS
 
 HELP = "train each position scheme at a short length, evaluate far past it, and report (the main benchmark)"
 
@@ -91,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with --hf-model 10, and 0 turns it off); added to a finished --out folder, it is "
                         "evaluated on the saved models: no training")
     g = p.add_argument_group("your pretrained model")
-    from relpos.experiments.hf_report import add_hf_arguments
+    from relpos.pretrained.sweep import add_hf_arguments
 
     add_hf_arguments(g)
     g.add_argument("--device", default=None, help="cpu or cuda for --hf-model (default: cuda when available)")
@@ -128,7 +128,7 @@ def _none_or(items):
 
 def build_config(args: argparse.Namespace):
     """The :class:`ExperimentConfig` that the flags describe (validated)."""
-    from relpos.experiments.presets import preset
+    from relpos.compare.presets import preset
 
     cfg = preset(args.preset)
     if args.schemes is not None:
@@ -140,7 +140,7 @@ def build_config(args: argparse.Namespace):
         cfg.seeds = list(args.seeds)
     if _none_or(args.randomized) is not None:
         cfg.randomized = _none_or(args.randomized)
-    # one concern at a time (relpos.experiments.settings): evaluation, model, training, data, tuning
+    # one concern at a time (relpos.compare.settings): evaluation, model, training, data, tuning
     ev, model, train, data = cfg.evaluation, cfg.model, cfg.training, cfg.data
     if _none_or(args.rope_variants) is not None:
         ev.rope_variants = _none_or(args.rope_variants)
@@ -197,7 +197,7 @@ def build_config(args: argparse.Namespace):
     if args.no_early_stop:
         fit["early_stop"] = False
     if fit:
-        from relpos.experiments.fitting import FitConfig
+        from relpos.compare.fitting import FitConfig
 
         cfg.tuning = FitConfig(**{**dataclasses.asdict(cfg.tuning), **fit})
     cfg.workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
@@ -237,8 +237,8 @@ def passkey_warning(cfg) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from relpos.experiments.compare import compare, plan, rebuild_report, summary_text
-    from relpos.experiments.runner import make_runner
+    from relpos.compare.sweep import compare, plan, rebuild_report, summary_text
+    from relpos.compare.runner import make_runner
 
     if args.out is not None and not args.out.strip():
         raise ValueError("--out is empty; name a new folder (default: runs/compare-<preset>)")
@@ -250,7 +250,7 @@ def main(args: argparse.Namespace) -> int:
         out = args.out or os.path.join("runs", f"compare-{args.preset}")
         print(summary_text(rebuild_report(out, plots=not args.no_plots, tasks=args.tasks)))
         return 0
-    from relpos.experiments.hf_report import check_hf_flags, run_hf
+    from relpos.pretrained.sweep import check_hf_flags, run_hf
 
     check_hf_flags(args)
     if args.hf_model:
@@ -265,9 +265,9 @@ def main(args: argparse.Namespace) -> int:
                   "relpos compare)", file=sys.stderr)
             return 2
     if args.dry_run:
-        from relpos.experiments.status import folder_status, status_lines
+        from relpos.compare.status import folder_status, status_lines
 
-        from relpos.experiments.additions import join_evaluations
+        from relpos.compare.additions import join_evaluations
 
         adds = join_evaluations(cfg, out, force=args.force)  # the folder's evaluations joined, as a run would
         jobs = plan(cfg)
@@ -278,7 +278,7 @@ def main(args: argparse.Namespace) -> int:
         lines += [f"{out} also measures {k} (added earlier): kept" for k in (adds.kept if adds else [])]
         shown = cfg
         if adds is not None and adds.needed:
-            from relpos.experiments.additions import missing_line
+            from relpos.compare.additions import missing_line
 
             lines.append(missing_line(adds) if adds.missing() else
                          f"would add {adds.what()} to {out} by evaluating the saved models of {len(adds.jobs)} "
@@ -288,7 +288,7 @@ def main(args: argparse.Namespace) -> int:
         status = folder_status(shown, out, [j.key for j in jobs])
         lines += status_lines(status)
         if args.reuse:  # after the summary line, before the per-run lines
-            from relpos.experiments.reuse import reusable
+            from relpos.compare.reuse import reusable
 
             skip = {j.job for j in status.jobs if j.state in ("done", "running")}
             for i, folder in enumerate(args.reuse):
@@ -334,10 +334,10 @@ _SCALE_FLAGS = ("preset", "out", "workers", "threads", "runner", "ray_address", 
 
 
 def _run_scale(args: argparse.Namespace) -> int:
-    """``--preset scale``: every cell of the scale check (:mod:`relpos.experiments.scale`), resumable."""
+    """``--preset scale``: every cell of the scale check (:mod:`relpos.compare.scale`), resumable."""
     from relpos.cli import build_parser
-    from relpos.experiments.runner import make_runner
-    from relpos.experiments.scale import run_scale, scale_markdown
+    from relpos.compare.runner import make_runner
+    from relpos.compare.scale import run_scale, scale_markdown
 
     defaults = vars(build_parser().parse_args(["compare"]))
     extra = sorted(k for k, v in vars(args).items() if k in defaults and k not in _SCALE_FLAGS and v != defaults[k])

@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from relpos import checkpoint
+    from relpos.training import checkpoint
     from relpos.commands._common import check_device
     from relpos.data import decode, encode
     from relpos.validation import MAX_POSITIONS, check_float, check_int

@@ -55,12 +55,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from relpos import distributed as D
-    from relpos.checkpoint import check_checkpoint_target
+    from relpos.training import distributed as D
+    from relpos.training.checkpoint import check_checkpoint_target
     from relpos.commands._common import check_device
     from relpos.data import ByteLMSource, stdlib_corpus
     from relpos.model import ModelConfig
-    from relpos.train import TrainConfig, evaluate_loss, train
+    from relpos.training.loop import TrainConfig, evaluate_loss, train
 
     overrides: dict = {"scheme": args.scheme, "scheme_options": dict(args.option)}
     if args.share_encoding != "default":

@@ -1,15 +1,11 @@
-"""The ``relpos compare`` benchmark: configuration, runners, results store, report.
+"""Deprecated: the old home of the compare sweep, kept for one release.
 
-* :mod:`relpos.experiments.config` -- :class:`ExperimentConfig`, validation, fingerprint.
-* :mod:`relpos.experiments.presets` -- the named presets (default, ci, full).
-* :mod:`relpos.experiments.runner` -- one job = train + evaluate; local/ray/torchrun runners.
-* :mod:`relpos.experiments.store` -- the SQLite results database.
-* :mod:`relpos.experiments.report` -- results.json, tables, report.md.
-* :mod:`relpos.experiments.plots` -- the report's PNG plots.
-* :mod:`relpos.experiments.compare` -- the sweep itself.
+Its modules now live by concern: :mod:`relpos.compare` (plan, run, fit, store), :mod:`relpos.report` (statistics,
+verdicts, tables, the results page) and :mod:`relpos.pretrained` (a user's checkpoint). The three module commands
+that users ran from here still run: ``python -m relpos.experiments.results_page``, ``...merge`` and
+``...hf_report``, each the same as its new home.
 """
 
-from relpos.experiments.config import ExperimentConfig
-from relpos.experiments.presets import PRESETS, preset
+from relpos.compare import PRESETS, ExperimentConfig, preset
 
 __all__ = ["ExperimentConfig", "PRESETS", "preset"]

@@ -104,7 +104,7 @@ class Explorer:
     Args:
         results: ``relpos compare`` output folders (or results.json files) to offer.
         checkpoints: checkpoint folders, loaded now through
-            :func:`relpos.checkpoint.load` (the safe loader; nothing is unpickled).
+            :func:`relpos.training.checkpoint.load` (the safe loader; nothing is unpickled).
         limits: size caps, :class:`Limits` by default.
 
     Raises:
@@ -127,8 +127,7 @@ class Explorer:
             self.results.append(bundled)
         self.checkpoints: list[_Checkpoint] = []
         for c in checkpoints:
-            from relpos import checkpoint as ckpt
-
+            from relpos.training import checkpoint as ckpt
             model, cfg = ckpt.load(c)
             if getattr(cfg, "vocab_size", 256) != 256:  # views 0 and 5 feed it the bytes of a text
                 raise ValueError(f"--checkpoint {c}: a model over {cfg.vocab_size} tokens; the explorer reads text "
@@ -139,8 +138,7 @@ class Explorer:
         # the trained models relpos ships come after the user's own: views 0 and 5 open on one of them ...
         self.default_model: int | None = None
         for d in (models_mod.shipped_model_dirs() if shipped_models else []):
-            from relpos import checkpoint as ckpt
-
+            from relpos.training import checkpoint as ckpt
             model, cfg = ckpt.load(d)
             model.eval()
             if d.name == models_mod.DEFAULT_MODEL or self.default_model is None:

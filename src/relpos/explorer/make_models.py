@@ -9,11 +9,11 @@ of a shared 2-core machine, measured times below and in each model's ``config.js
 Each model is ``relpos compare --preset default``'s language model (byte-level, the built-in
 corpus -- Python's standard library, the train split of :func:`relpos.data.stdlib_corpus` --,
 d_model 64, 2 layers, 4 heads, training windows of 64 bytes, seed 0), trained by the same
-recipe and stopped by the same fit gate (:class:`relpos.experiments.fitting.FitMonitor`: a
+recipe and stopped by the same fit gate (:class:`relpos.compare.fitting.FitMonitor`: a
 constant rate until the validation loss flattens, then a cooldown). Only a model that passes
 the fit gate is written; one that does not is reported and left out. The models land in
 ``relpos/explorer/data/models/<scheme>/`` as ordinary relpos checkpoints (safetensors + JSON,
-loaded by :func:`relpos.checkpoint.load`), with what they were trained on, the fit record and
+loaded by :func:`relpos.training.checkpoint.load`), with what they were trained on, the fit record and
 the measured time in ``config.json``'s ``extra``.
 
 Measured (2026-12-02, one thread, shared machine): see docs/explorer.md, "Shipped models".
@@ -45,11 +45,11 @@ def train_one(scheme: str, out_dir: Path, *, seed: int = 0, threads: int = 1) ->
     """
     import torch
 
-    from relpos.checkpoint import save
-    from relpos.experiments.fitting import FitMonitor
-    from relpos.experiments.job import Job, model_config_for, train_config_for
-    from relpos.experiments.presets import preset
-    from relpos.train import train
+    from relpos.training.checkpoint import save
+    from relpos.compare.fitting import FitMonitor
+    from relpos.compare.job import Job, model_config_for, train_config_for
+    from relpos.compare.presets import preset
+    from relpos.training.loop import train
 
     torch.set_num_threads(threads)
     cfg = preset("default")
@@ -86,7 +86,7 @@ def train_one(scheme: str, out_dir: Path, *, seed: int = 0, threads: int = 1) ->
     if fitted:
         target = out_dir / scheme
         if target.exists():  # only ever a folder this script wrote (a relpos checkpoint)
-            from relpos.checkpoint import is_checkpoint_dir
+            from relpos.training.checkpoint import is_checkpoint_dir
 
             if not is_checkpoint_dir(target):
                 raise SystemExit(f"{target} exists and is not a relpos checkpoint; not touching it")

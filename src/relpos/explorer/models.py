@@ -1,7 +1,7 @@
 """The small trained language models the explorer ships, and a layer's terms on a text.
 
 The models live in ``relpos/explorer/data/models/<scheme>/`` as ordinary relpos checkpoints
-(safetensors + JSON, read only through :func:`relpos.checkpoint.load`; nothing is unpickled),
+(safetensors + JSON, read only through :func:`relpos.training.checkpoint.load`; nothing is unpickled),
 made by ``python -m relpos.explorer.make_models`` (the command, recipe, corpus, fit record and
 measured time are in each ``config.json``'s ``extra``). Only models that passed the fit gate are
 written, so every shipped model is fitted.

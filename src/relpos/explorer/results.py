@@ -300,12 +300,12 @@ def length_unit(task: str, config: dict) -> str:
 
 
 def _row_fitted(run: dict, runs: list) -> bool | None:
-    """The fit gate of one results row (:func:`relpos.experiments.fitting.view_fitted`), None if not recorded."""
+    """The fit gate of one results row (:func:`relpos.compare.fitting.view_fitted`), None if not recorded."""
     fit = (run.get("train") or {}).get("fit") if isinstance(run.get("train"), dict) else None
     if not isinstance(fit, dict) or "fitted" not in fit:
         return None
     try:
-        from relpos.experiments.fitting import view_fitted
+        from relpos.compare.fitting import view_fitted
 
         return bool(view_fitted(run, runs))
     except (KeyError, TypeError, ValueError):

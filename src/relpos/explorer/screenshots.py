@@ -26,10 +26,10 @@ SHOTS = tuple((name, view, "en", 1280) for name, view in VIEWS) + tuple(
 
 def train_demo_checkpoint(out: Path, steps: int, scheme: str = "alibi") -> Path:
     """A tiny byte-level LM trained briefly on the standard library (for the attention view)."""
-    from relpos import checkpoint
+    from relpos.training import checkpoint
     from relpos.data import ByteLMSource, stdlib_corpus
     from relpos.model import ModelConfig
-    from relpos.train import TrainConfig, train
+    from relpos.training.loop import TrainConfig, train
 
     cfg = ModelConfig.preset("tiny", scheme=scheme, n_heads=4, d_model=64)
     data = ByteLMSource(stdlib_corpus("train", max_bytes=2_000_000), batch_size=16, seq_len=64, seed=0)

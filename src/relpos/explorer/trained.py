@@ -57,8 +57,7 @@ def _model_values() -> dict:
 
     out = {}
     for d in models_mod.shipped_model_dirs():
-        from relpos import checkpoint as ckpt
-
+        from relpos.training import checkpoint as ckpt
         model, cfg = ckpt.load(d)
         enc = model.layer_encoding(0)
         if enc is None or not any(True for _ in enc.parameters()):

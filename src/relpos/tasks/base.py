@@ -1,7 +1,7 @@
 """What every benchmark task provides, and the model-level evaluation tools they share.
 
 A task knows how to make training batches (the batch-source protocol of
-:func:`relpos.train.train`: ``batch(step, micro) -> (x, y)`` with ``-100`` marking
+:func:`relpos.training.loop.train`: ``batch(step, micro) -> (x, y)`` with ``-100`` marking
 targets that do not count) and how to measure a trained model at a list of
 evaluation lengths. Tasks never train anything themselves.
 
@@ -43,7 +43,7 @@ ModelFor = Callable[[int], nn.Module]
 
 
 class BatchSource(Protocol):
-    """The training-batch protocol (see :mod:`relpos.train`)."""
+    """The training-batch protocol (see :mod:`relpos.training.loop`)."""
 
     def batch(self, step: int, micro: int = 0) -> tuple[Tensor, Tensor]:  # (B, N), (B, N) int64
         ...
@@ -71,7 +71,7 @@ class Measurement:
         per_example: optional, one number per evaluation example in a fixed order that is the same for
             every scheme of a seed (algorithmic: exact match 0/1 of each prompt; language modelling: the
             mean loss of each window): what the paired bootstrap of
-            :mod:`relpos.experiments.stats` resamples.
+            :mod:`relpos.report.stats` resamples.
         per_example_token: optional, per-token accuracy of each example (algorithmic tasks).
     """
 

@@ -109,7 +109,7 @@ def engine_for(req: Request) -> str:
 def run(req: Request) -> Tensor:
     from relpos.attention import check_finite
 
-    check_finite(req)  # NaN/inf in q or k -> ValueError (issue 29 item 15; added by "use")
+    check_finite(req)  # NaN/inf in q or k -> ValueError, never a NaN output
     return _run(req)
 
 
@@ -118,7 +118,7 @@ def _run(req: Request) -> Tensor:
     from relpos.attention.dense import rotated_qk
 
     G = req.groups
-    if G > 1:  # grouped-query attention (k, v with H / G heads; added by "use", issue 32)
+    if G > 1:  # grouped-query attention (k, v with H / G heads)
         B, H, Nq, _ = req.q.shape
         if not (req.encoding.acts_on - {"embedding", "qk"}):
             # no per-head term: each set of query heads g, g + G, ... runs against the shared k, v (no copy)

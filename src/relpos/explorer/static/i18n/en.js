@@ -67,7 +67,7 @@ export default {
   snapshot_miss: 'This setting is not in the snapshot. Run relpos explore for live values.',
   snapshot_readonly: 'Editing is off in a snapshot.',
   loading: 'Computing…',
-  footer: 'Numbers come from <code>relpos</code> itself (<code>relpos.distance</code>, <code>relpos.encodings</code>, checkpoints through <code>relpos.checkpoint.load</code>). Colours: Okabe–Ito and ColorBrewer RdBu / viridis, chosen to survive colour-blindness; every colour is also written out as text.',
+  footer: 'Numbers come from <code>relpos</code> itself (<code>relpos.distance</code>, <code>relpos.encodings</code>, checkpoints through <code>relpos.training.checkpoint.load</code>). Colours: Okabe–Ito and ColorBrewer RdBu / viridis, chosen to survive colour-blindness; every colour is also written out as text.',
   'unit.chars': 'characters', 'unit.tokens': 'tokens', 'unit.bytes': 'bytes', 'unit.heads': 'heads',
   'unit.positions': 'positions', 'unit.parameters': 'parameters', 'unit.operations': 'operations', 'unit.levels': 'levels', 'unit.dims': 'dimensions', 'unit.value': '', 'unit.request': 'bytes',
 

@@ -66,7 +66,7 @@ export default {
   snapshot_miss: '快照里没有这个设置的数据。请运行 relpos explore 实时计算。',
   snapshot_readonly: '快照中不能编辑。',
   loading: '计算中……',
-  footer: '数字全部来自 <code>relpos</code> 本身（<code>relpos.distance</code>、<code>relpos.encodings</code>，检查点经 <code>relpos.checkpoint.load</code> 安全加载）。配色采用 Okabe–Ito 与 ColorBrewer RdBu / viridis，对色觉障碍友好；每种颜色的含义也都以文字写出。',
+  footer: '数字全部来自 <code>relpos</code> 本身（<code>relpos.distance</code>、<code>relpos.encodings</code>，检查点经 <code>relpos.training.checkpoint.load</code> 安全加载）。配色采用 Okabe–Ito 与 ColorBrewer RdBu / viridis，对色觉障碍友好；每种颜色的含义也都以文字写出。',
   'err.too_large_v': '{field} = {value} 太大：最多 {limit} {unit}。',
   'err.too_large': '输入太大：{field} 最多 {limit} {unit}。',
   'err.too_costly_v': '这组选项的开销太大（{fields}）：需要 {value} {unit}，最多 {limit} {unit}。',

@@ -1,0 +1,303 @@
+"""Tables and heatmaps of the Hugging Face evaluation, and its command line.
+
+``relpos compare --hf-model PATH --corpus CORPUS`` (and the module entry point
+``python -m relpos.pretrained.sweep`` with the same flags) runs
+:func:`relpos.pretrained.evaluate.run_hf_sweep` (resumable: run it again to
+finish an interrupted sweep; a new ``--scalings`` entry adds only its job) and
+writes ``OUT/hf_report.md`` (first line :data:`~relpos.pretrained.evaluate.HF_MARK`;
+a report without it is never overwritten) and one passkey heatmap per scaling,
+``OUT/passkey_<model>_<scaling>.png``. ``--dry-run`` prints what would be
+evaluated (lengths, tokens, a time estimate) and writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from relpos.corpus.summary import corpus_lines  # re-exported: hf_report.py was its home
+from relpos.tasks.passkey import passkey_table
+
+__all__ = ["hf_report", "passkey_heatmap", "corpus_lines", "add_hf_arguments", "run_hf", "main"]
+
+#: forward-pass throughput assumed by the --dry-run time estimate (FLOP/s, as the estimate counts them). CPU:
+#: measured 5e10 (8k tokens) to 1e11 (32k) for a SmolLM2-135M-shaped model in float32 on a shared 2-core
+#: machine (benchmarks/hf_long_window.py); bfloat16 on a CPU without bf16 instructions is ~2x slower
+ASSUMED_FLOPS = {"cpu": 5e10, "cuda": 2e13}
+
+
+def _metric(run: dict, protocol: str, L: int, key: str):
+    for m in run["measurements"]:
+        if m["protocol"] == protocol and m["eval_len"] == L and m.get("bucket_start", -1) == -1:
+            return m.get(key)
+    return None
+
+
+def _fmt(v) -> str:
+    return "" if v is None else f"{v:.3f}"
+
+
+def _order(variant) -> int:
+    from relpos.pretrained.scalings import HF_SCALINGS
+
+    v = variant or "none"
+    return HF_SCALINGS.index(v) if v in HF_SCALINGS else len(HF_SCALINGS)
+
+
+def _label(r: dict) -> str:
+    v = r["variant"] or "none"
+    if v == "native":
+        rt = r.get("info", {}).get("hf", {}).get("rope_type", "?")
+        return f"native ({rt}, as shipped)"
+    return v
+
+
+def hf_report(runs: Sequence[dict]) -> str:
+    """Markdown: per model, the corpus, then loss per token and bits per byte by scaling and length, then passkey."""
+    lines: list[str] = []
+    models = sorted({r["scheme"] for r in runs})
+    for model in models:
+        lm = sorted((r for r in runs if r["scheme"] == model and r["task"] == "lm"), key=lambda r: _order(r["variant"]))
+        if not lm:
+            continue
+        info = lm[0].get("info", {}).get("hf", {})
+        L0 = lm[0]["train_len"]
+        unit = info.get("units", "tokens")
+        lengths = sorted({m["eval_len"] for r in lm for m in r["measurements"] if m["protocol"] == "window"})
+        lines += [f"## {model}", "",
+                  f"Original context L0 = {L0} {unit}; the checkpoint's own rope_type: "
+                  f"{info.get('rope_type', '?')}; dtype {info.get('dtype', '?')}. `native` is the checkpoint exactly "
+                  "as its config says; every other row replaces its RoPE scaling with that one at factor "
+                  "max(1, L / L0) on its base RoPE.", ""]
+        if info.get("left_out"):
+            lines += [f"Lengths left out (above --max-eval-tokens {info.get('max_eval_tokens')}): "
+                      + ", ".join(str(L) for L in info["left_out"]) + ".", ""]
+        if info.get("corpus_report"):
+            lines += ["Corpus:", "", "```", *corpus_lines(info["corpus_report"]), "```", ""]
+        for proto, what in (("window", "Window loss (nats per token) / bits per byte"),
+                            ("fixed_target", "Fixed-target loss (nats per token) on the same final tokens")):
+            lines += [f"**{what}**, by context length:", "",
+                      "| scaling | " + " | ".join(f"{L} ({L / L0:g}x)" for L in lengths) + " |",
+                      "|---|" + "---|" * len(lengths)]
+            for r in lm:
+                cells = []
+                for L in lengths:
+                    loss = _metric(r, proto, L, "loss")
+                    cells.append(_fmt(loss) + (f" / {_fmt(_metric(r, proto, L, 'bpb'))}" if proto == "window" else ""))
+                lines.append(f"| {_label(r)} | " + " | ".join(cells) + " |")
+            lines.append("")
+        for r in sorted((r for r in runs if r["scheme"] == model and r["task"] == "passkey"),
+                        key=lambda r: _order(r["variant"])):
+            lines += [passkey_table(r["measurements"], title=f"passkey, {_label(r)}"), ""]
+    return "\n".join(lines)
+
+
+def passkey_heatmap(measurements: Sequence[dict], path: str | os.PathLike, *, title: str = "passkey accuracy"):
+    """Save a depth x length heatmap of passkey accuracy (``accuracy`` rows with a depth bucket) to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = {(int(m["eval_len"]), int(m["bucket_start"])): m["accuracy"] for m in measurements
+             if m.get("protocol") == "accuracy" and int(m.get("bucket_start", -1)) >= 0}
+    lengths = sorted({k[0] for k in cells})
+    depths = sorted({k[1] for k in cells})
+    grid = [[cells.get((L, d), float("nan")) for L in lengths] for d in depths]
+    fig, ax = plt.subplots(figsize=(1.6 + 0.9 * len(lengths), 1.2 + 0.45 * len(depths)))
+    im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+    ax.set_xticks(range(len(lengths)), [str(L) for L in lengths])
+    ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths])
+    ax.set_xlabel("context length")
+    ax.set_ylabel("needle depth")
+    ax.set_title(title, fontsize=9)
+    for i, row in enumerate(grid):
+        for j, v in enumerate(row):
+            if v == v:
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w" if v < 0.5 else "k", fontsize=8)
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+# ------------------------------------------------------------------ command line
+
+
+def _factors(s: str) -> list[float]:
+    out = []
+    for x in (t.strip() for t in str(s).split(",")):
+        if not x:
+            continue
+        try:
+            out.append(float(x))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {x!r}") from None
+    return out
+
+
+def _scalings(s: str) -> list[str]:
+    return [t.strip() for t in str(s).split(",") if t.strip()]
+
+
+def add_hf_arguments(g, *, module: bool = False) -> None:
+    """The flags of an HF evaluation (``relpos compare --hf-model`` and the module entry point)."""
+    g.add_argument("--hf-model", default=None, required=module, metavar="PATH",
+                   help="a local LLaMA-family checkpoint (folder with config.json, or a .gguf file): evaluated "
+                        "zero-shot as shipped and under each RoPE scaling (needs --corpus; no training)")
+    g.add_argument("--hf-factors", type=_factors, default=None, metavar="F,F,...",
+                   help="evaluation lengths as multiples of the model's original context (default 1,2,4,8)")
+    g.add_argument("--hf-context", type=int, default=None, metavar="N",
+                   help="the model's original context L0 (default: original_max_position_embeddings, else "
+                        "max_position_embeddings of its config)")
+    g.add_argument("--scalings", type=_scalings, default=None, metavar="S,S,...",
+                   help="rows: native (the checkpoint as shipped), none, linear, dynamic, yarn, llama3 "
+                        "(default: all)")
+    g.add_argument("--max-eval-tokens", type=int, default=None, metavar="M",
+                   help="longest evaluated length and tokens per forward pass (default 32768); longer lengths "
+                        "are left out and listed")
+    g.add_argument("--dtype", default=None, metavar="DTYPE",
+                   help="float32 (default), bfloat16 or float16 weights; GGUF files are dequantised to it")
+    if module:
+        g.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+
+
+_HF_ONLY = ("hf_factors", "hf_context", "scalings", "max_eval_tokens", "dtype")
+
+
+def check_hf_flags(args) -> None:
+    """HF-only flags without ``--hf-model`` are refused by name (never silently ignored)."""
+    if getattr(args, "hf_model", None):
+        return
+    given = [f for f in _HF_ONLY if getattr(args, f, None) is not None]
+    if given:
+        raise ValueError(f"--{given[0].replace('_', '-')} needs --hf-model PATH")
+
+
+def spec_from_args(args) -> dict:
+    from relpos.corpus.cli import corpus_spec_from_args
+
+    corpus = corpus_spec_from_args(args)
+    if corpus is None:
+        raise ValueError("--hf-model needs --corpus PATH")
+    corpus.pop("tokenizer", None)  # the model's tokenizer (or --tokenizer) is set by the spec
+    spec = {"model": args.hf_model, "corpus": corpus, "tokenizer": args.tokenizer, "device": args.device}
+    for key, flag in (("factors", "hf_factors"), ("context", "hf_context"), ("scalings", "scalings"),
+                      ("max_eval_tokens", "max_eval_tokens"), ("dtype", "dtype"), ("eval_tokens", "eval_tokens"),
+                      ("passkey_n", "passkey")):
+        v = getattr(args, flag, None)
+        if v is not None:
+            spec[key] = v
+    return spec
+
+
+def dry_run_lines(spec: dict, out: Path) -> list[str]:
+    """What an evaluation would do; reads the model's config (never its weights) and writes nothing."""
+    from relpos.pretrained.evaluate import HFEvalSpec, _device, _stored_fingerprint, check_hf_output_dir, plan
+    from relpos.pretrained.load import estimate_params, load_config, model_source
+    from relpos.pretrained.scalings import rope_params
+
+    spec = HFEvalSpec(**spec)
+    src = model_source(spec["model"])
+    check_hf_output_dir(out)
+    if not Path(spec["corpus"]["path"]).exists():
+        raise ValueError(f"--corpus {spec['corpus']['path']!r} does not exist")
+    cfg = load_config(src, dtype=spec["dtype"])
+    p = plan(spec, cfg)
+    n = estimate_params(cfg.to_dict())
+    L0 = p["original"]
+    where = "--hf-context" if spec["context"] else "the config"
+    per = p["tokens"]["lm"] + p["tokens"]["passkey"]
+    total = per * len(p["scalings"])
+    layers, hidden = int(cfg.num_hidden_layers), int(cfg.hidden_size)
+    # every forward pass of length L: 2 x parameters per token, and attention's L**2 for each one
+    flops = total * 2 * n + sum(w * 4 * layers * hidden * L * L for L, w in p["windows"].items()) * len(p["scalings"])
+    dev = _device(spec["device"]).split(":")[0]
+    secs = flops / ASSUMED_FLOPS[dev]
+    lines = [f"--hf-model {src.path}: {cfg.model_type}, ~{n / 1e6:,.1f}M parameters, native rope_type "
+             f"{p['rope_type']} {rope_params(cfg) if p['rope_type'] != 'default' else ''}".rstrip(),
+             f"original context L0 = {L0} (from {where}); lengths " +
+             ", ".join(f"{L} ({L / L0:g}x)" for L in p["lengths"]),
+             f"scalings: {', '.join(p['scalings'])}; dtype {spec['dtype']}; device {dev}"]
+    if p["left_out"]:
+        lines.append(f"left out (above --max-eval-tokens {spec['max_eval_tokens']}): "
+                     + ", ".join(map(str, p["left_out"])))
+    lines.append(f"tokens per scaling: {p['tokens']['lm']:,} language modelling + {p['tokens']['passkey']:,} "
+                 f"passkey; {total:,} in all")
+    lines.append(f"estimated time: ~{secs:,.0f} s (assuming {ASSUMED_FLOPS[dev]:.0e} FLOP/s on {dev}; "
+                 "2 x parameters per token plus attention)")
+    old = _stored_fingerprint(out) if out.exists() else None
+    lines.append(f"--out {out}: " + ("new folder" if not out.exists() else
+                                     f"holds evaluation {old}" if old else "empty folder"))
+    lines.append("dry run: nothing evaluated, nothing written")
+    return lines
+
+
+def run_hf(args) -> int:
+    """``relpos compare --hf-model``: evaluate, then write hf_report.md and the heatmaps (``--dry-run``: plan only)."""
+    from relpos.pretrained.evaluate import HF_MARK, HFEvalSpec, check_hf_output_dir, run_hf_sweep
+
+    spec = HFEvalSpec(**spec_from_args(args))
+    from relpos.pretrained.load import model_source
+
+    name = model_source(spec["model"]).name
+    if args.out is not None and str(args.out) == "":
+        from relpos.outdir import OutputDirError
+
+        raise OutputDirError("--out is empty; name a new folder")
+    out = Path(args.out if args.out is not None else os.path.join("runs", f"hf-{name}"))
+    if getattr(args, "dry_run", False):
+        print("\n".join(dry_run_lines(spec, out)))
+        return 0
+    t0 = time.perf_counter()
+    runs = run_hf_sweep(out, spec, progress=getattr(args, "progress", None), force=getattr(args, "force", False),
+                        log=lambda s: print(s, file=sys.stderr))
+    check_hf_output_dir(out)  # the report beside the database is still relpos's own
+    text = hf_report(runs)
+    (out / "hf_report.md").write_text(HF_MARK + "\n\n" + text + "\n")
+    if not getattr(args, "no_plots", False):
+        for r in runs:
+            if r["task"] == "passkey":
+                model = r["scheme"].split(":", 1)[-1]
+                passkey_heatmap(r["measurements"], out / f"passkey_{model}_{r['variant'] or 'none'}.png",
+                                title=f"{model}, {r['variant'] or 'none'}")
+    print(text)
+    print(f"\n{len(runs)} runs in {out} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from relpos.corpus.cli import add_corpus_arguments
+
+    p = argparse.ArgumentParser(prog="python -m relpos.pretrained.sweep",
+                                description="zero-shot RoPE-scaling evaluation of a local Hugging Face causal LM")
+    add_hf_arguments(p, module=True)
+    add_corpus_arguments(p)
+    p.add_argument("--out", default=None, help="results folder (default runs/hf-<model>)")
+    p.add_argument("--eval-tokens", type=int, default=None, help="validation tokens per length (default 16384)")
+    p.add_argument("--passkey", type=int, default=None, metavar="N",
+                   help="passkey examples per cell, 0 for none (default 10)")
+    p.add_argument("--force", action="store_true", help="move the results of another evaluation aside")
+    p.add_argument("--dry-run", action="store_true", help="print what would be evaluated; write nothing")
+    p.add_argument("--no-plots", action="store_true", help="no heatmaps")
+    p.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show bars")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="never show bars")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run_hf(args)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"relpos hf: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""The ranking of ``relpos compare`` (protocol 3): base schemes only, paired bootstrap intervals, ties.
+
+Per task, each base scheme (a scheme as trained: no RoPE scaling, no randomized positions) gets one
+score per fitted seed:
+
+* language modelling: the far-position ratio (lower is better): the loss on the last quarter of each test
+  window at the longest evaluation length over the loss on the last quarter of windows of the training
+  length (:func:`relpos.tasks.lm.far_loss`), from the per-window losses of those quarters;
+* an algorithmic task: per-token accuracy at 2L on the test examples (higher is better; exact match where a
+  task records no per-token accuracy).
+
+The best scheme of a task is the one with the best mean score over its fitted seeds. Every other scheme is
+compared with it by :func:`relpos.report.stats.paired_bootstrap` (over the seeds both fitted, and the
+evaluation examples within each seed); a **tie** when the interval of the difference contains 0. A scheme's
+rank on a task is 1 when it ties with the best, else 1 plus the number of schemes whose interval against it
+excludes 0 in their favour. The overall order is the mean reciprocal rank over the tasks on which the scheme
+is ranked; a scheme with fewer than :data:`~relpos.report.stats.MIN_SEEDS` fitted seeds on a task is
+not ranked on it (its fitted fraction is its own column, never a score of 0).
+
+RoPE's scalings and randomized positions are views of (or alternatives to) the trained RoPE model: they get
+their own table, each compared with plain RoPE the same way.
+
+Results from before protocol 3 carry no per-example scores: their intervals then resample the seeds only.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+from relpos.compare.fitting import fitted_views, metric_at
+from relpos.report.stats import CONFIDENCE, MIN_SEEDS, Interval, paired_bootstrap, per_example_key, \
+    rank_against_best
+
+__all__ = ["ranking", "ranking_markdown", "tries_markdown", "lm_far_losses", "lm_ratio", "seed_inputs",
+           "INTERVALS_NOTE", "N_BOOT_REPORT"]
+
+#: Bootstrap resamples of the report's intervals.
+N_BOOT_REPORT = 1000
+
+#: What the intervals cover and what they do not (the report and docs/results.md say it).
+INTERVALS_NOTE = (
+    f"Intervals are {CONFIDENCE:.0%} paired bootstrap intervals of the difference from the best scheme "
+    "(resampling the seeds both schemes fitted, then the test examples within each seed; every scheme of a "
+    "seed shares data order, non-position initialisation and test examples). They cover seed-to-seed "
+    "variation and the finite test set. They do not cover other model sizes, step budgets, learning-rate "
+    "grids, tasks or corpora, and with three seeds the seed variation itself is known only roughly. "
+    "A difference whose interval contains 0 is a tie. A scheme needs "
+    f"{MIN_SEEDS} fitted seeds to be ranked on a task."
+)
+
+
+def lm_far_losses(run: dict, L: int, n: int) -> tuple[float | None, float | None, bool]:
+    """The two losses behind one run's LM far-position ratio at evaluation length ``n``: bits per byte on the last
+    quarter of each window of ``n`` bytes and on the last quarter of windows of the training length ``L``
+    (:func:`relpos.tasks.lm.far_loss`), and True; or, for results without position buckets, the whole-window
+    bits per byte at ``n`` and at ``L``, and False. A loss is None where its length was not measured.
+
+    The one place that chooses between the far positions and the whole-window fallback: :func:`lm_ratio` (the
+    verdict) and :func:`seed_inputs` (the ranking, for results without per-window scores) both read it.
+    """
+    from relpos.tasks.lm import far_loss
+
+    rows = run.get("position_loss") or []
+    f, b = far_loss(rows, n, field="bpb"), far_loss(rows, L, field="bpb")
+    if f is not None and b is not None:
+        return f, b, True
+    return metric_at(run, n, "bpb"), metric_at(run, L, "bpb"), False
+
+
+def lm_ratio(run: dict, L: int, n: int) -> tuple[float, bool]:
+    """The verdict's LM number of one run at evaluation length ``n``: bits per byte on the last quarter of each
+    window of ``n`` bytes over bits per byte on the last quarter of windows of the training length ``L``
+    (:func:`relpos.tasks.lm.far_loss`), and True; or the whole-window ratio and False for results without
+    position buckets (:func:`lm_far_losses`). NaN where a length was not measured (or was read through
+    untrained table rows).
+
+    The whole-window ratio is biased toward 1: most bytes of a long window sit at distances seen in training.
+
+    >>> rows = [{"eval_len": n, "bucket_start": s, "bucket_end": s + n // 4, "bpb": b}
+    ...         for n, bs in ((4, (1, 1, 1, 2)), (16, (1, 1, 1, 4))) for s, b in zip(range(0, n, n // 4), bs)]
+    >>> run = {"metrics": [{"eval_len": 4, "bpb": 1.25}, {"eval_len": 16, "bpb": 1.75}], "position_loss": rows}
+    >>> lm_ratio(run, 4, 16)
+    (2.0, True)
+    """
+    f, b, far = lm_far_losses(run, L, n)
+    if f is None or b is None or not b:
+        return math.nan, far
+    return f / b, far
+
+
+def _algo_key(run: dict, n: int) -> tuple[str, str]:
+    """(field, per-example field) of an algorithmic run's ranking score at length ``n``."""
+    if metric_at(run, n, "token_accuracy") is not None:
+        return "token_accuracy", "token"
+    return "accuracy", "value"
+
+
+def seed_inputs(run: dict, task: str) -> tuple[dict | None, bool]:
+    """The per-example arrays of one run's ranking score (a dict for :func:`paired_bootstrap`) and whether
+    they are real per-example scores (False: the run's mean, for results without them). None when the run
+    lacks the measurement."""
+    L = run["train_len"]
+    per = run.get("per_example") or {}
+    if task == "lm":
+        lens = sorted(m["eval_len"] for m in run.get("metrics") or [])
+        if not lens or lens[-1] == L:
+            return None, False
+        far, base = lens[-1], L
+        rows = [*(run.get("metrics") or []), *(run.get("position_loss") or [])]
+        if any(r.get("untrained_rows") and r.get("eval_len") == far for r in rows):
+            return None, False  # read through a learned table's untrained rows: no score (per-window ones stay)
+        fw, bw = _far_windows(run, far), _far_windows(run, base)
+        if fw is not None and bw is not None:
+            return {"far": fw, "base": bw, "_far": far}, True
+        f, b, _ = lm_far_losses(run, base, far)
+        if f is None or b is None:
+            return None, False
+        return {"far": [f], "base": [b], "_far": far}, False
+    n = 2 * L
+    field, pfield = _algo_key(run, n)
+    k = per_example_key("accuracy", n, field=pfield)
+    if k in per:
+        return {"v": per[k]}, True
+    v = metric_at(run, n, field)
+    return ({"v": [v]}, False) if v is not None else (None, False)
+
+
+def _far_windows(run: dict, n: int):
+    """Each test window's mean loss over its last quarter at length ``n`` (the far-position buckets' per-window
+    losses, weighted by the width each shares with the quarter), or None without them."""
+    import numpy as np
+
+    from relpos.tasks.lm import FAR_FRACTION
+
+    lo = round((1 - FAR_FRACTION) * n)
+    per = run.get("per_example") or {}
+    num, den = None, 0
+    for p in run.get("position_loss") or []:
+        if p["eval_len"] != n or p["bucket_end"] <= lo:
+            continue
+        v = per.get(per_example_key("position", n, p["bucket_start"]))
+        if v is None:
+            return None
+        w = p["bucket_end"] - max(p["bucket_start"], lo)
+        num = w * np.asarray(v, dtype=float) + (0 if num is None else num)
+        den += w
+    return None if num is None else num / den
+
+
+def _ratio(m):
+    return m["far"] / m["base"]
+
+
+def _collect(results: dict, labels_ok) -> dict:
+    """task -> label -> [per-seed inputs with "_seed"] over fitted runs whose label passes ``labels_ok``."""
+    runs = results["runs"]
+    out: dict = defaultdict(lambda: defaultdict(list))
+    for r, ok in zip(runs, fitted_views(runs)):
+        if not ok or r["task"] == "passkey" or not labels_ok(r):
+            continue
+        inp, _ = seed_inputs(r, r["task"])
+        if inp is None:
+            continue
+        inp.pop("_far", None)
+        out[r["task"]][r["label"]].append({**inp, "_seed": r["seed"]})
+    for t in out:
+        for lab in out[t]:
+            out[t][lab].sort(key=lambda s: s["_seed"])
+    return out
+
+
+def _fitted_fraction(results: dict) -> dict:
+    """(task, label) -> (fitted seeds, seeds)."""
+    runs = results["runs"]
+    c: dict = defaultdict(lambda: [0, 0])
+    for r, ok in zip(runs, fitted_views(runs)):
+        c[(r["task"], r["label"])][0] += int(ok)
+        c[(r["task"], r["label"])][1] += 1
+    return {k: tuple(v) for k, v in c.items()}
+
+
+def ranking(results: dict) -> dict:
+    """The protocol-3 ranking of a results document.
+
+    Returns ``{"tasks": [...], "compared": the tasks in the MRR, "per_task": {task:
+    rank_against_best(...)}, "order": [(label, mrr, n compared tasks ranked on)],
+    "variants": {task: {label: (Interval | None, seeds)}}, "fitted": {(task, label): (k, n)},
+    "per_example": bool}``.
+    """
+    base = set((results.get("config") or {}).get("schemes") or []) or {r["scheme"] for r in results["runs"]}
+    is_base = lambda r: not r.get("variant") and r["scheme"] in base  # noqa: E731
+    data = _collect(results, is_base)
+    tasks = sorted(data, key=lambda t: (t != "lm", t))
+    per_task = {}
+    for t in tasks:
+        per_task[t] = rank_against_best(dict(data[t]), _ratio if t == "lm" else None, higher_is_better=t != "lm",
+                                        n_boot=N_BOOT_REPORT)
+    labels = sorted({lab for t in tasks for lab in data[t]} | {r["label"] for r in results["runs"] if is_base(r)})
+    # the tasks in an MRR: at least two schemes ranked. A scheme ranked alone (every other fitted fewer than
+    # MIN_SEEDS seeds) is first by default, not by comparison, so that task says nothing about its place
+    compared = [t for t in tasks if len(per_task[t]["rank"]) >= 2]
+    order = []
+    for lab in labels:
+        rks = [per_task[t]["rank"][lab] for t in compared if lab in per_task[t]["rank"]]
+        order.append((lab, statistics.fmean(1.0 / r for r in rks) if rks else math.nan, len(rks)))
+    order.sort(key=lambda x: (-(x[1] if math.isfinite(x[1]) else -1.0), x[0]))
+    # the views of RoPE and randomized positions against plain RoPE
+    variants: dict = {}
+    views = _collect(results, lambda r: bool(r.get("variant")) or r["scheme"] not in base)
+    for t in tasks:
+        ref = {s["_seed"]: s for s in data[t].get("rope", [])}
+        if not ref:
+            continue  # no fitted plain RoPE on this task: nothing to compare the views with
+        for lab, seeds in sorted(views.get(t, {}).items()):
+            common = [s for s in seeds if s["_seed"] in ref]
+            iv = None
+            if len(common) >= MIN_SEEDS:
+                a = [{k: v for k, v in s.items() if k != "_seed"} for s in common]
+                b = [{k: v for k, v in ref[s["_seed"]].items() if k != "_seed"} for s in common]
+                try:
+                    iv = paired_bootstrap(a, b, _ratio if t == "lm" else None, n_boot=N_BOOT_REPORT)
+                except ValueError:
+                    iv = None
+            variants.setdefault(t, {})[lab] = (iv, len(common))
+    per_ex = any(r.get("per_example") for r in results["runs"])
+    out = {"tasks": tasks, "compared": compared, "per_task": per_task, "order": order, "variants": variants,
+           "fitted": _fitted_fraction(results), "per_example": per_ex}
+    return out
+
+
+def _iv(iv: Interval | None, digits: int = 2) -> str:
+    if iv is None or not math.isfinite(iv.est):
+        return "-"
+    if not math.isfinite(iv.lo):
+        return f"{iv.est:+.{digits}f}"
+    return f"{iv.est:+.{digits}f} [{iv.lo:+.{digits}f}, {iv.hi:+.{digits}f}]" + (" tie" if iv.tie else "")
+
+
+def _score_name(task: str) -> str:
+    return "LM far-position ratio: loss on the last quarter of windows at the longest length / at L (lower is " \
+        "better)" if task == "lm" else \
+        f"{task}: per-token accuracy at 2L (higher is better)"
+
+
+def _no_score(results: dict, task: str, label: str) -> str:
+    """Why a fitted row has no ranking score on a task."""
+    rows = [r for r in results["runs"] if r["task"] == task and r["label"] == label]
+    if any(p.get("untrained_rows") for r in rows for p in [*(r.get("metrics") or []), *(r.get("position_loss") or [])]):
+        return "untrained rows: no number"
+    return "no score measured"
+
+
+def ranking_markdown(results: dict, rk: dict | None = None) -> str:
+    """The ranking table (base schemes), the difference-from-best table and the variants-vs-RoPE table
+    (``rk``: :func:`ranking` of ``results`` when the caller has it)."""
+    rk = rk or ranking(results)
+    tasks = rk["tasks"]
+    if not tasks:
+        return ""
+    out = ["## Ranking (base schemes, paired bootstrap)", ""]
+    alone = [t for t in tasks if t not in rk["compared"] and rk["per_task"][t]["rank"]]  # one scheme ranked
+    header = ["scheme", "MRR", "tasks ranked"] + [f"{t} rank" for t in tasks] + [f"{t} fitted" for t in tasks]
+    out += ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for lab, mrr, n in rk["order"]:
+        cells = [lab, "-" if not math.isfinite(mrr) else f"{mrr:.2f}", str(n)]
+        cells += [str(rk["per_task"][t]["rank"].get(lab, "-")) + (" (alone)" if t in alone
+                  and lab in rk["per_task"][t]["rank"] else "") for t in tasks]
+        cells += ["{}/{}".format(*rk["fitted"].get((t, lab), (0, 0))) for t in tasks]
+        out.append("| " + " | ".join(cells) + " |")
+    if alone:
+        out += ["", f"Ranked alone (every other scheme fitted fewer than {MIN_SEEDS} seeds), so left out of the "
+                "MRR: " + ", ".join(alone) + "."]
+    out += ["", "Difference from the best scheme of each task (score of the row minus the best's; "
+            f"{CONFIDENCE:.0%} interval; `tie`: it contains 0):", ""]
+    header = ["scheme"] + [f"{t} (best: {rk['per_task'][t]['best'] or '-'})" for t in tasks]
+    out += ["| " + " | ".join(header) + " |", "|---|" + "---|" * len(tasks)]
+    for lab, _, _ in rk["order"]:
+        cells = [lab]
+        for t in tasks:
+            pt = rk["per_task"][t]
+            d = 3 if t == "lm" else 2  # LM ratios differ in the third digit
+            if lab == pt["best"]:
+                cells.append(f"best ({pt['scores'][lab]:.{d}f})")
+            elif lab in pt["vs_best"]:
+                cells.append(_iv(pt["vs_best"][lab], d))
+            else:
+                k, n = rk["fitted"].get((t, lab), (0, 0))
+                cells.append("-" if not n else f"not ranked ({k}/{n} fitted)" if k < MIN_SEEDS
+                             else f"not ranked ({_no_score(results, t, lab)})")
+        out.append("| " + " | ".join(cells) + " |")
+    out += ["", "Scores: " + "; ".join(_score_name(t) for t in tasks) + ". " + INTERVALS_NOTE
+            + ("" if rk["per_example"] else " These results carry no per-example scores (made before protocol 3): "
+               "the intervals resample seeds only."), ""]
+    if any(rk["variants"].values()):
+        vt = [t for t in tasks if rk["variants"].get(t)]
+        labs = sorted({lab for t in vt for lab in rk["variants"][t]})
+        out += ["### RoPE scalings and randomized positions against plain RoPE", "",
+                "Each row minus plain `rope` on the same seeds (same score and interval as above; not part of "
+                "the ranking):", "", "| view | " + " | ".join(vt) + " |", "|---|" + "---|" * len(vt)]
+        for lab in labs:
+            cells = [lab]
+            for t in vt:
+                iv, n = rk["variants"][t].get(lab, (None, 0))
+                cells.append(_iv(iv, 3 if t == "lm" else 2) if iv is not None
+                             else ("-" if not n else f"{n} seed(s): not compared"))
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def tries_markdown(results: dict) -> str:
+    """Every learning-rate try of every job: per task and scheme, each rate's fitted tries, mean validation
+    score and how often it was kept."""
+    runs = [r for r in results["runs"] if r.get("variant") in (None, "randomized")]
+    rows: dict = defaultdict(lambda: defaultdict(list))  # (task, label) -> lr -> [try]
+    for r in runs:
+        fit = (r.get("train") or {}).get("fit") or {}
+        for t in fit.get("lr_tries") or []:
+            # records from before protocol 3 name the kept rate only in the fit record
+            rows[(r["task"], r["label"])][t["lr"]].append({**t, "chosen": t.get("chosen", t["lr"] == fit.get("lr"))})
+    if not rows:
+        return ""
+    out = ["## Learning-rate tries", "",
+           "Every job trains at every rate of its task's grid (the same for every scheme) and keeps the try with "
+           "the best validation score at L (fitted first); the test set is read only afterwards. A cell: "
+           "fitted tries / tries, the mean validation score (exact match at L, or minus the validation loss for "
+           "language modelling), and `kept` xN where that rate was chosen.", ""]
+    for task in sorted({t for t, _ in rows}, key=lambda t: (t != "lm", t)):
+        lrs = sorted({lr for (t, _), d in rows.items() if t == task for lr in d})
+        out += [f"**{task}**", "", "| scheme | " + " | ".join(f"{lr:g}" for lr in lrs) + " |",
+                "|---|" + "---|" * len(lrs)]
+        for (t, lab), d in sorted(rows.items()):
+            if t != task:
+                continue
+            cells = [lab]
+            for lr in lrs:
+                ts = d.get(lr, [])
+                if not ts:
+                    cells.append("-")
+                    continue
+                sc = [x["score"] for x in ts if isinstance(x.get("score"), (int, float))]
+                kept = sum(bool(x.get("chosen")) for x in ts)
+                cells.append(f"{sum(bool(x.get('fitted')) for x in ts)}/{len(ts)}"
+                             + (f", {statistics.fmean(sc):.2f}" if sc else "") + (f", kept x{kept}" if kept else ""))
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)

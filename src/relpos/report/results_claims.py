@@ -1,0 +1,395 @@
+"""The published findings ``docs/results.md`` tests, each as a rule on a results document.
+
+Press et al. 2022 (ALiBi, https://arxiv.org/abs/2108.12409), Kazemnejad et al. 2023 (NoPE,
+https://arxiv.org/abs/2305.19466), Ruoss et al. 2023 (randomized positions, https://arxiv.org/abs/2305.16843)
+and Deletang et al. 2023 (the Chomsky hierarchy, https://arxiv.org/abs/2207.02098). Each claim is stated, the
+rule that tests it on our data is stated (which score, which threshold: the named constants below), and the
+rule returns "holds", "does not hold" or "not measured here" with the numbers and intervals it read.
+
+Every number comes from the results by the same machinery as the ranking (:mod:`relpos.report.ranking`):
+fitted rows only (:func:`~relpos.compare.fitting.fitted_views`), the same per-seed scores
+(:func:`~relpos.report.ranking.seed_inputs`), paired bootstrap intervals over seeds and test examples
+(:func:`~relpos.report.stats.paired_bootstrap`), a tie when an interval contains 0, and no row with fewer
+than :data:`~relpos.report.stats.MIN_SEEDS` fitted seeds in any comparison.
+
+Also :func:`changes`: the old page's verdict table (protocol 2) against the new results, and
+:func:`previous_from_page`, which reads that table once from the old page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import statistics
+
+import numpy as np
+
+from relpos.compare.fitting import fitted_views, metric_at
+from relpos.report.ranking import N_BOOT_REPORT, seed_inputs
+from relpos.report.stats import MIN_SEEDS, Interval, paired_bootstrap
+from relpos.report.verdict import HOLD_ACC, HOLD_RATIO
+
+__all__ = ["Claim", "Finding", "CLAIMS", "press", "kazemnejad", "ruoss", "deletang", "findings", "changes",
+           "previous_from_page", "HOLDS", "FAILS", "UNMEASURED", "PARITY_CHANCE"]
+
+HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured here"
+
+#: Press et al.: a language model "stays flat" when its far-position ratio at the longest length is at most
+#: the verdict's threshold (:data:`relpos.report.verdict.HOLD_RATIO`, 1.05: at most 5 % more loss far away).
+FLAT_RATIO = HOLD_RATIO
+#: Deletang et al.: a scheme "generalises" on a task when its exact match at 2L keeps at least this fraction of
+#: its exact match at L (the verdict's held rule, :data:`relpos.report.verdict.HOLD_ACC`, 0.9).
+GENERALISES = HOLD_ACC
+#: Parity's chance level: validation and test labels are balanced at every length (protocol 3).
+PARITY_CHANCE = 0.5
+#: Kazemnejad et al. and Ruoss et al. are claims about the algorithmic tasks: every task but these.
+NOT_ALGORITHMIC = ("lm", "passkey")
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    key: str
+    who: str
+    url: str
+    claim: str
+    rule: str
+
+
+@dataclasses.dataclass
+class Finding:
+    claim: Claim
+    verdict: str  # HOLDS | FAILS | UNMEASURED
+    evidence: list[str]
+    numbers: dict = dataclasses.field(default_factory=dict)  # what the evidence lines quote, for tables
+
+
+CLAIMS = {
+    "press": Claim(
+        "press", "Press et al. 2022 (ALiBi)", "https://arxiv.org/abs/2108.12409",
+        "ALiBi's language-modelling loss stays flat past the training length, while sinusoidal and RoPE degrade.",
+        f"on language modelling, ALiBi's mean far-position ratio at the longest length is <= {FLAT_RATIO}, and "
+        f"sinusoidal's and RoPE's are each > {FLAT_RATIO} with a paired difference from ALiBi whose interval "
+        "lies above 0."),
+    "kazemnejad": Claim(
+        "kazemnejad", "Kazemnejad et al. 2023 (NoPE)", "https://arxiv.org/abs/2305.19466",
+        "Without position encoding (NoPE) a decoder length-generalises on algorithmic tasks at least as well as "
+        "with the explicit schemes; T5's relative bias comes second.",
+        "on every algorithmic task where NoPE is ranked, NoPE has rank 1 (no scheme's paired interval against it "
+        "excludes 0 in that scheme's favour), and among the other schemes T5 has the highest mean reciprocal "
+        "rank over the algorithmic tasks (ties allowed)."),
+    "ruoss": Claim(
+        "ruoss", "Ruoss et al. 2023 (randomized positions)", "https://arxiv.org/abs/2305.16843",
+        "Training with randomized positions improves length generalisation on algorithmic tasks over the same "
+        "scheme trained without them.",
+        "per algorithmic task, the randomized model evaluated as trained (sampled positions, `X+rand-sampled`) "
+        "minus plain `X` on the same seeds (per-token accuracy at 2L): an improvement when the interval lies "
+        "above 0. The claim holds when it improves on more than half of the tasks compared."),
+    "deletang": Claim(
+        "deletang", "Deletang et al. 2023 (Neural Networks and the Chomsky Hierarchy)",
+        "https://arxiv.org/abs/2207.02098",
+        "No position encoding lets a Transformer generalise in length on parity (a task above its place in the "
+        "hierarchy), nor on string duplication (copy) and reversal.",
+        f"a scheme generalises on a task when its mean exact match at 2L is >= {GENERALISES:.0%} of its exact "
+        f"match at L (fitted seeds, at least {MIN_SEEDS}); the claim holds on parity when no scheme generalises. "
+        f"Chance on parity is {PARITY_CHANCE} (balanced labels). Copy and reverse are checked by the same rule."),
+}
+
+
+# ------------------------------------------------------------------ shared reading of the results
+
+
+def _base(results: dict) -> set[str]:
+    return set((results.get("config") or {}).get("schemes") or []) or {r["scheme"] for r in results["runs"]}
+
+
+def seeds_of(results: dict, task: str, lab: str) -> dict[int, dict]:
+    """seed -> ranking inputs of the fitted rows of one label on one task (the ranking's per-seed scores)."""
+    out = {}
+    for r, ok in zip(results["runs"], fitted_views(results["runs"])):
+        if ok and r["task"] == task and r["label"] == lab:
+            inp, _ = seed_inputs(r, task)  # None for a learned table read past its trained rows
+            if inp is not None:
+                inp.pop("_far", None)
+                out[r["seed"]] = inp
+    return out
+
+
+def _stat(task: str):
+    return (lambda m: m["far"] / m["base"]) if task == "lm" else None
+
+
+def score(task: str, inp: dict) -> float:
+    """One seed's ranking score: the LM far-position ratio, or the mean per-token accuracy at 2L."""
+    if task == "lm":
+        return float(np.mean(inp["far"]) / np.mean(inp["base"]))
+    return float(np.mean(inp["v"]))
+
+
+def diff(results: dict, task: str, a: str, b: str) -> tuple[Interval | None, int]:
+    """Paired bootstrap interval of ``a - b`` on one task over the seeds both fitted (None below MIN_SEEDS)."""
+    sa, sb = seeds_of(results, task, a), seeds_of(results, task, b)
+    common = sorted(set(sa) & set(sb))
+    if len(common) < MIN_SEEDS:
+        return None, len(common)
+    try:
+        return paired_bootstrap([sa[s] for s in common], [sb[s] for s in common], _stat(task),
+                                n_boot=N_BOOT_REPORT), len(common)
+    except ValueError:
+        return None, len(common)
+
+
+def value(results: dict, task: str, lab: str) -> tuple[Interval | None, int]:
+    """One label's own score with a bootstrap interval (over its fitted seeds and test examples), by pairing
+    it with a constant: windows of loss 1 at both lengths (a ratio of 1), or accuracies of 0."""
+    s = seeds_of(results, task, lab)
+    if len(s) < MIN_SEEDS:
+        return (Interval(statistics.fmean(score(task, v) for v in s.values()), math.nan, math.nan)
+                if s else None), len(s)
+    a = [s[k] for k in sorted(s)]
+    if task == "lm":
+        ref = [{k: np.ones(np.shape(v[k])) for k in ("far", "base")} for v in a]
+        iv = paired_bootstrap(a, ref, _stat(task), n_boot=N_BOOT_REPORT)
+        return Interval(iv.est + 1, iv.lo + 1, iv.hi + 1), len(s)
+    ref = [{"v": np.zeros_like(np.asarray(v["v"], dtype=float))} for v in a]
+    return paired_bootstrap(a, ref, None, n_boot=N_BOOT_REPORT), len(s)
+
+
+def fmt_iv(iv: Interval | None, d: int = 2, sign: bool = False) -> str:
+    if iv is None:
+        return "-"
+    f = f"{{:{'+' if sign else ''}.{d}f}}"
+    if not math.isfinite(iv.lo):
+        return f.format(iv.est) + " (one seed: no interval)"
+    return f"{f.format(iv.est)} [{f.format(iv.lo)}, {f.format(iv.hi)}]"
+
+
+def _algo_tasks(rk: dict) -> list[str]:
+    return [t for t in rk["tasks"] if t not in NOT_ALGORITHMIC]
+
+
+def _accuracy(results: dict, task: str, lab: str, n_of_L: float) -> tuple[float, int]:
+    """Mean exact match over fitted seeds at ``n_of_L`` x L, and the number of those seeds."""
+    xs = []
+    for r, ok in zip(results["runs"], fitted_views(results["runs"])):
+        if ok and r["task"] == task and r["label"] == lab:
+            v = metric_at(r, int(round(n_of_L * r["train_len"])), "accuracy")
+            if v is not None:
+                xs.append(v)
+    return (statistics.fmean(xs) if xs else math.nan), len(xs)
+
+
+# ------------------------------------------------------------------ the four claims
+
+
+def press(results: dict | None) -> Finding:
+    c = CLAIMS["press"]
+    if not results or not any(r["task"] == "lm" for r in results["runs"]):
+        return Finding(c, UNMEASURED, ["no language-modelling runs in these results."])
+    need = ("alibi", "sinusoidal", "rope")
+    vals = {s: value(results, "lm", s) for s in need}
+    short = [f"{s} ({n} fitted seed{'s' if n != 1 else ''})" for s, (_, n) in vals.items() if n < MIN_SEEDS]
+    if short:
+        return Finding(c, UNMEASURED, [f"needs {MIN_SEEDS} fitted seeds of each of ALiBi, sinusoidal and RoPE; "
+                                       f"short: {', '.join(short)}."]
+                       + [f"far-position ratio {s}: {fmt_iv(iv)}" for s, (iv, _) in vals.items() if iv])
+    alibi = vals["alibi"][0]
+    nums = {"alibi": alibi}
+    ev = [f"ALiBi's far-position ratio {fmt_iv(alibi)} ({vals['alibi'][1]} seeds): "
+          + ("flat" if alibi.est <= FLAT_RATIO else "not flat") + f" (<= {FLAT_RATIO})."]
+    ok = alibi.est <= FLAT_RATIO
+    for s in ("sinusoidal", "rope"):
+        iv, n = vals[s]
+        d, _ = diff(results, "lm", s, "alibi")
+        worse = iv.est > FLAT_RATIO and d is not None and d.lo > 0
+        ok &= worse
+        nums[s], nums[f"{s}-alibi"] = iv, d
+        ev.append(f"{s}: {fmt_iv(iv)}; minus ALiBi {fmt_iv(d, 3, sign=True)} ({n} seeds): "
+                  + ("degrades, and more than ALiBi." if worse else "does not degrade beyond ALiBi by this rule."))
+    return Finding(c, HOLDS if ok else FAILS, ev, nums)
+
+
+def kazemnejad(results: dict | None, rk: dict | None) -> Finding:
+    c = CLAIMS["kazemnejad"]
+    # a scheme ranked alone on a task is first by default, not by comparison: such a task says nothing here
+    tasks = [t for t in _algo_tasks(rk) if t in rk["compared"]] if rk else []
+    ranked = [t for t in tasks if "nope" in rk["per_task"][t]["rank"]]
+    if not ranked:
+        fits = [f"{t} {k}/{n}" for t in tasks for k, n in [rk["fitted"].get((t, "nope"), (0, 0))] if n]
+        return Finding(c, UNMEASURED, ["NoPE is not ranked on any algorithmic task (no task, or fewer than "
+                                       f"{MIN_SEEDS} fitted seeds)" + (f"; its fitted seeds: {', '.join(fits)}. "
+                                       "It did not learn these tasks at L within the budget at any rate of the "
+                                       "grid: a finding about trainability here, so its length generalisation "
+                                       "is not measured." if fits else ".")])
+    ev, nope_ok = [], True
+    for t in ranked:
+        pt = rk["per_task"][t]
+        r = pt["rank"]["nope"]
+        nope_ok &= r == 1
+        iv = pt["vs_best"].get("nope")
+        where = "best" if pt["best"] == "nope" else f"minus the best ({pt['best']}) {fmt_iv(iv, 2, sign=True)}"
+        ev.append(f"{t}: NoPE rank {r} ({where}; per-token accuracy at 2L {pt['scores']['nope']:.2f}).")
+    mrr = {}
+    for lab in {lab for t in tasks for lab in rk["per_task"][t]["rank"]}:
+        rks = [rk["per_task"][t]["rank"][lab] for t in tasks if lab in rk["per_task"][t]["rank"]]
+        mrr[lab] = statistics.fmean(1 / x for x in rks)
+    others = {lab: m for lab, m in mrr.items() if lab != "nope"}
+    if "t5" not in others:
+        ev.append("T5 is not ranked on any algorithmic task: its place is not measured.")
+        return Finding(c, FAILS if not nope_ok else UNMEASURED, ev)
+    top = max(others.values())
+    t5_ok = others["t5"] >= top - 1e-12
+    leaders = sorted(lab for lab, m in others.items() if m >= top - 1e-12)
+    ev.append(f"mean reciprocal rank over the algorithmic tasks: T5 {others['t5']:.2f}, the best of the others "
+              f"{top:.2f} ({', '.join(leaders)}); NoPE {mrr['nope']:.2f}.")
+    return Finding(c, HOLDS if nope_ok and t5_ok else FAILS, ev)
+
+
+def ruoss(results: dict | None, rk: dict | None) -> Finding:
+    c = CLAIMS["ruoss"]
+    rand = list((results or {}).get("config", {}).get("randomized") or [])
+    if not results or not rand:
+        return Finding(c, UNMEASURED, ["no scheme was trained with randomized positions in these results."])
+    tasks = _algo_tasks(rk) if rk else []
+    ev, better, compared = [], 0, 0
+    for s in rand:
+        for t in tasks:
+            d, n = diff(results, t, f"{s}+rand-sampled", s)
+            d0, _ = diff(results, t, f"{s}+rand", s)
+            if d is None:
+                fr = {lab: "{}/{}".format(*rk["fitted"].get((t, lab), (0, 0))) for lab in (f"{s}+rand-sampled", s)}
+                ev.append(f"{t}: {s}+rand-sampled and {s} share {n} fitted seed{'s' if n != 1 else ''}: not "
+                          f"compared ({s}+rand-sampled fitted {fr[s + '+rand-sampled']}, {s} {fr[s]}).")
+                continue
+            compared += 1
+            better += d.lo > 0
+            word = "better" if d.lo > 0 else ("worse" if d.hi < 0 else "tie")
+            ev.append(f"{t}: {s}+rand-sampled minus {s} {fmt_iv(d, 2, sign=True)} ({word}); at positions 0..N-1 "
+                      f"({s}+rand) {fmt_iv(d0, 2, sign=True) if d0 else 'not compared'}.")
+    if not compared:
+        return Finding(c, UNMEASURED, ev or ["no algorithmic task has a fitted randomized model to compare."])
+    ev.append(f"better on {better} of {compared} task(s) compared.")
+    return Finding(c, HOLDS if better * 2 > compared else FAILS, ev)
+
+
+def deletang(results: dict | None) -> Finding:
+    c = CLAIMS["deletang"]
+    present = {r["task"] for r in (results or {}).get("runs", [])}
+    ev, verdict = [], UNMEASURED
+    for t in ("parity", "copy", "reverse"):
+        if t not in present:
+            if t == "parity":
+                ev.append("parity: not in these results.")
+            continue
+        gen, scored, best = [], 0, None
+        for lab in sorted({r["label"] for r in results["runs"] if r["task"] == t}):  # scalings are encodings too
+            at_L, n = _accuracy(results, t, lab, 1.0)
+            at_2L, n2 = _accuracy(results, t, lab, 2.0)
+            if min(n, n2) < MIN_SEEDS or not math.isfinite(at_L):
+                continue
+            scored += 1
+            if at_2L >= GENERALISES * at_L:
+                gen.append(f"{lab} {at_2L:.2f}")
+            if best is None or at_2L > best[1]:
+                best = (lab, at_2L)
+        if not scored:
+            ev.append(f"{t}: no scheme has {MIN_SEEDS} fitted seeds.")
+            continue
+        iv, _ = value(results, t, best[0])
+        top = (f"best exact match at 2L {best[0]} {best[1]:.2f} (its per-token accuracy {fmt_iv(iv)})"
+               if best[1] > 0 else "every one scores 0.00 exact match at 2L")
+        line = (f"{t}: {scored} scheme(s) scored; " + (f"generalise: {', '.join(gen)}" if gen else "none generalises")
+                + f"; {top}" + (f"; chance {PARITY_CHANCE}." if t == "parity" else "."))
+        ev.append(line)
+        if t == "parity":
+            verdict = FAILS if gen else HOLDS
+    return Finding(c, verdict, ev)
+
+
+def findings(results: dict | None, rk: dict | None) -> list[Finding]:
+    return [press(results), kazemnejad(results, rk), ruoss(results, rk), deletang(results)]
+
+
+def lm_press_cells(cells: dict[str, dict]) -> list[tuple[str, Finding]]:
+    """Press et al.'s rule on each scale cell (three seeds each): does the claim hold at every size?"""
+    return [(name, press(res)) for name, res in cells.items()]
+
+
+# ------------------------------------------------------------------ against the old page
+
+
+def previous_from_page(text: str) -> dict:
+    """The old page's verdict table (protocol 2), read once: ``{"columns": [...], "rows": {scheme: {col: str}}}``."""
+    i = text.find("\n## Verdict")
+    if i < 0:
+        raise ValueError("the previous page has no '## Verdict' section")
+    rest = text[i + 1:]
+    lines = [ln for ln in rest.split("\n## ", 1)[0].splitlines() if ln.startswith("| ")]
+    if len(lines) < 2:
+        raise ValueError("the previous page's Verdict section has no table")
+    cols = [c.strip() for c in lines[0].strip().strip("|").split("|")]
+    rows = {}
+    for ln in lines[1:]:
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        if cells and cells[0] and not set(cells[0]) <= {"-"}:
+            rows[cells[0]] = dict(zip(cols[1:], cells[1:]))
+    return {"columns": cols, "rows": rows}
+
+
+def _num(cell: str | None) -> float | None:
+    m = re.match(r"\(?(-?\d+(?:\.\d+)?)", (cell or "").strip())
+    return float(m.group(1)) if m else None
+
+
+def changes(previous: dict | None, results: dict | None, rk: dict | None) -> list[str]:
+    """Markdown lines: each base scheme's LM verdict and overall rank on the old page against these results."""
+    if not previous or not results:
+        return []
+    base = sorted(_base(results) & set(previous["rows"]))
+    lens = sorted({m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r["metrics"]})
+    old_col = next((c for c in previous["columns"] if re.fullmatch(r"LM 16x/1x|LM \d+x/1x", c) and "16" in c), None)
+    new_lm = {s: value(results, "lm", s)[0] for s in base} if lens else {}
+    old_mrr = {s: m for s in base if (m := _num(previous["rows"][s].get("MRR"))) is not None}
+    new_mrr = {lab: m for lab, m, _ in (rk or {}).get("order", []) if lab in base and math.isfinite(m)}
+    place = lambda d, s: 1 + sum(v > d[s] + 1e-12 for v in d.values()) if s in d else "-"  # noqa: E731
+    out = ["| scheme | old LM ratio (whole window, protocol 2) | new LM far-position ratio | LM verdict old -> new | "
+           "old overall place (MRR) | new overall place (MRR) |", "|---|---:|---:|---|---:|---:|"]
+    moved = []
+    for s in base:
+        o = _num(previous["rows"][s].get(old_col)) if old_col else None
+        n = new_lm.get(s)
+        word = lambda x: "-" if x is None else ("held" if x <= HOLD_RATIO else "degraded")  # noqa: E731
+        ov, nv = word(o), word(n.est if n else None)
+        if "-" not in (ov, nv) and ov != nv:
+            moved.append(f"{s} ({ov} -> {nv})")
+        out.append(f"| {s} | {'-' if o is None else f'{o:.2f}'} | {fmt_iv(n)} | {ov} -> {nv} | {place(old_mrr, s)} | "
+                   f"{place(new_mrr, s)} |")
+    head = [f"Against the protocol-2 page's verdict table (`protocol2-verdict.json`; its whole-window LM ratio, "
+            f"column `{old_col or '?'}`; schemes shared by both pages; a place is 1 + the number "
+            f"of schemes with a higher mean reciprocal rank, so ties share it). LM verdicts that changed (held when "
+            f"the ratio is <= {HOLD_RATIO}): " + (", ".join(moved) if moved else "none") + ".", ""]
+    algo = []
+    for t in sorted({r["task"] for r in results["runs"]} - set(NOT_ALGORITHMIC)):
+        cols = (f"{t} exact 2L", f"{t} 2L")  # this page's header, and the protocol-2 page's
+        old = {k: v for k in base if (v := _num(next((previous["rows"][k][c] for c in cols
+                                                        if c in previous["rows"][k]), None))) is not None}
+        new = {k: v for k in base if math.isfinite(v := _accuracy(results, t, k, 2.0)[0])
+               and _accuracy(results, t, k, 2.0)[1] >= MIN_SEEDS}
+        if not old or not new:
+            continue
+        bo, bn = max(old.values()), max(new.values())
+        def who(d, b):
+            at = [k for k, v in sorted(d.items()) if v == b]
+            return "every scheme" if len(at) == len(d) > 1 else ", ".join(at)
+
+        algo.append(f"- {t}, exact match at 2L (each page's own L): best {bo:.2f} ({who(old, bo)}) -> {bn:.2f} "
+                    f"({who(new, bn)}).")
+    # tasks of the old page that these results do not hold (the full preset leaves copy-hints to --tasks)
+    ran = {r["task"] for r in results["runs"]}
+    gone = sorted({m.group(1) for c in previous["columns"] if (m := re.fullmatch(r"(.+?)(?: exact)? (?:1\.5|2)L", c))} - ran)
+    from relpos.compare.presets import preset_tasks
+
+    planned = preset_tasks(results["config"].get("preset"))
+    algo += [f"- {t}: on the old page, not in these results ("
+             + ("no results yet)." if t in planned else "not part of this preset).") for t in gone]
+    return head + out + ([""] + algo if algo else [])

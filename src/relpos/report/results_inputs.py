@@ -1,0 +1,153 @@
+"""The inputs of the results page (:mod:`relpos.report.results_page`): read from results folders, or
+read back from the files the page ships beside it (so the page is re-derivable from them alone)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+__all__ = ["PageInputs", "inputs_from_folders", "inputs_from_json_dir", "carry_times", "POSITION_PLOT",
+           "ACCURACY_PLOT"]
+
+#: The per-position plot the page shows (written by ``relpos compare`` into each folder).
+POSITION_PLOT = "lm_loss_by_position.png"
+#: The algorithmic tasks' accuracy plot, shown when the folder has it.
+ACCURACY_PLOT = "accuracy_vs_length.png"
+
+@dataclasses.dataclass
+class PageInputs:
+    """Everything the page reads. ``times``: preset -> {"cpu_seconds", "jobs", "fingerprint"} (and per scale cell)."""
+
+    full: dict | None = None
+    default: dict | None = None
+    scale_cells: dict[str, dict] = dataclasses.field(default_factory=dict)
+    scale_summary: dict | None = None
+    times: dict = dataclasses.field(default_factory=dict)
+    previous: dict | None = None
+    plot: str | None = None  # file name of the per-position plot inside the JSON folder
+    accuracy_plot: str | None = None  # and of the algorithmic accuracy plot
+
+
+# ------------------------------------------------------------------ reading
+
+
+def _results(folder: str | Path | None) -> dict | None:
+    if folder is None:
+        return None
+    f = Path(folder) / "results.json"
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+def job_interval(job: dict) -> tuple[float, float]:
+    """``(start, end)`` in seconds since the epoch of one stored job's own training (every try) and evaluation.
+
+    A job copied by ``--reuse`` keeps the time it was trained (``reused_from.finished_at``), not the copy's.
+    """
+    from datetime import datetime
+
+    from relpos.compare.store import job_seconds
+
+    info = job.get("info") or {}
+    end = datetime.fromisoformat((info.get("reused_from") or {}).get("finished_at") or job["finished_at"]).timestamp()
+    return end - job_seconds(info), end
+
+
+def busy_seconds(jobs: list[dict]) -> float:
+    """Wall seconds during which at least one job ran: the union of the jobs' intervals, so the gaps between
+    working sessions (a folder filled across several) are not counted, and parallel jobs count once."""
+    total, reach = 0.0, -math.inf
+    for a, b in sorted(job_interval(j) for j in jobs):
+        total += max(0.0, b - max(a, reach))  # the part of this interval past everything before it
+        reach = max(reach, b)
+    return total
+
+
+def _cpu(folder: Path, res: dict | None) -> dict | None:
+    """CPU seconds and job count of a folder's store (every training try and evaluation), or None."""
+    from relpos.compare.scale import _cpu_seconds
+    from relpos.compare.store import Store
+
+    if not res or not (folder / "results.sqlite").is_file():
+        return None
+    with Store(folder / "results.sqlite", create=False) as st:
+        jobs = st.jobs(res["fingerprint"])
+    wall = busy_seconds(jobs) if jobs else None
+    by_task: dict[str, dict] = {}
+    for j in jobs:
+        t = by_task.setdefault(j["task"], {"jobs": 0, "cpu_seconds": 0.0})
+        t["jobs"] += 1
+        t["cpu_seconds"] += float((j["info"] or {}).get("cpu_seconds") or 0.0)
+    return {"cpu_seconds": _cpu_seconds(folder, res["fingerprint"]), "jobs": len(jobs), "fingerprint": res["fingerprint"],
+            "wall_seconds": wall, "by_task": by_task}
+
+
+def inputs_from_folders(full=None, scale=None, default=None, previous: dict | None = None) -> tuple[PageInputs, dict]:
+    """The page's inputs from results folders, and ``{name in the JSON folder: source path or object}`` to ship."""
+    from relpos.compare.scale import cell_dir, cells, scale_summary
+
+    inp, ship = PageInputs(previous=previous), {}
+    for name, folder in (("full", full), ("default", default)):
+        res = _results(folder)
+        if res is None:
+            continue
+        setattr(inp, name, res)
+        ship[f"{name}-results.json"] = Path(folder) / "results.json"
+        if (t := _cpu(Path(folder), res)) is not None:
+            inp.times[name] = t
+    for attr, name in (("plot", POSITION_PLOT), ("accuracy_plot", ACCURACY_PLOT)):
+        if inp.full is not None and (Path(full) / name).is_file():
+            setattr(inp, attr, f"full-{name}")
+            ship[f"full-{name}"] = Path(full) / name
+    if scale is not None and Path(scale).is_dir():
+        for d, L in cells():
+            cd = cell_dir(scale, d, L)
+            res = _results(cd)
+            if res is None:
+                continue
+            inp.scale_cells[cd.name] = res
+            ship[f"scale-{cd.name}-results.json"] = cd / "results.json"
+            if (t := _cpu(cd, res)) is not None:
+                inp.times[f"scale/{cd.name}"] = t
+        if inp.scale_cells:
+            inp.scale_summary = json.loads(json.dumps(scale_summary(scale)))  # tuples as lists, as when read back
+            ship["scale-summary.json"] = inp.scale_summary
+    ship["times.json"] = inp.times
+    if previous is not None:
+        ship["protocol2-verdict.json"] = previous
+    return inp, ship
+
+
+def carry_times(inp: PageInputs, shipped: dict | None) -> list[str]:
+    """Keep the CPU times shipped before for results whose store is gone (a folder copied without its
+    ``results.sqlite``, or a machine that kept only the shipped JSON): an entry of ``shipped`` (a
+    ``times.json`` written beside an earlier page) is carried into ``inp.times`` when ``inp`` has no time of
+    its own for that key and its results carry the same fingerprint. Returns the keys carried."""
+    have = {"full": inp.full, "default": inp.default, **{f"scale/{k}": v for k, v in inp.scale_cells.items()}}
+    carried = []
+    for key, t in (shipped or {}).items():
+        res = have.get(key)
+        if key in inp.times or not res or not isinstance(t, dict) or t.get("fingerprint") != res.get("fingerprint"):
+            continue
+        inp.times[key] = t
+        carried.append(key)
+    return carried
+
+
+def inputs_from_json_dir(json_dir: str | Path) -> PageInputs:
+    """The page's inputs from the files :func:`write_page` shipped (the page re-derived from them alone)."""
+    d = Path(json_dir)
+    read = lambda n: json.loads((d / n).read_text()) if (d / n).is_file() else None  # noqa: E731
+    cells = {}
+    for f in sorted(d.glob("scale-*-results.json")):
+        cells[f.name[len("scale-"):-len("-results.json")]] = json.loads(f.read_text())
+    from relpos.compare.scale import cell_dir, cells as all_cells
+
+    order = [cell_dir("", a, b).name for a, b in all_cells()]
+    cells = {k: cells[k] for k in sorted(cells, key=lambda k: order.index(k) if k in order else len(order))}
+    return PageInputs(full=read("full-results.json"), default=read("default-results.json"), scale_cells=cells,
+                      scale_summary=read("scale-summary.json"), times=read("times.json") or {},
+                      previous=read("protocol2-verdict.json"),
+                      plot=f"full-{POSITION_PLOT}" if (d / f"full-{POSITION_PLOT}").is_file() else None,
+                      accuracy_plot=f"full-{ACCURACY_PLOT}" if (d / f"full-{ACCURACY_PLOT}").is_file() else None)
