@@ -227,11 +227,12 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: floa
           dropout_p: float = 0.0) -> Tensor:
     """SDPA with ``k, v`` of ``H / G`` heads: the query heads of a group as stacked rows.
 
-    A term that needs a gradient goes through :class:`_TermAttention` instead of SDPA's math path
-    (with dropout: explicit probabilities, :func:`_dropped`). Every row must have an allowed key."""
+    A term that needs a gradient goes through :class:`_TermAttention` instead of SDPA's math path;
+    with dropout, any term goes through :func:`_dropped` (explicit probabilities), so that a seed
+    gives the same draw with and without autograd. Every row must have an allowed key."""
     m = attn_mask if G == 1 or attn_mask is None else group_rows(attn_mask, G)
     qg = group_rows(q, G)
-    if _use_term_attention(qg, k, v, m) and dropout_p > 0:
+    if dropout_p > 0 and m is not None and m.is_floating_point():  # whatever the grad mode: one draw per seed
         out = _dropped(qg, k, v, m, scale, dropout_p)
     elif _use_term_attention(qg, k, v, m):
         out = _TermAttention.apply(qg, k, v, m, scale)[0]
@@ -243,7 +244,7 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: floa
 def _dropped(q: Tensor, k: Tensor, v: Tensor, m: Tensor, scale: float, dropout_p: float) -> Tensor:
     """``dropout(softmax(scale q k^T + m)) v`` with explicit probabilities (``m``: an additive float term)."""
     s = scale * (q @ k.transpose(-1, -2)) + m  # (B, H', R, Nk)
-    p = torch.softmax(s.float(), dim=-1).to(q.dtype)
+    p = torch.softmax(s if s.dtype == torch.float64 else s.float(), dim=-1).to(q.dtype)
     return F.dropout(p, dropout_p, training=True) @ v
 
 
@@ -268,7 +269,7 @@ def _with_value_term(req: Request, q: Tensor, k: Tensor, term: Tensor | None, ma
         logits = logits + term
     elif mask is not None:
         logits = logits.masked_fill(~mask, float("-inf"))
-    p = torch.softmax(logits.float(), dim=-1).to(dtype)
+    p = torch.softmax(logits if dtype == torch.float64 else logits.float(), dim=-1).to(dtype)
     if req.dropout_p > 0:  # the dropped weights feed both p v and the value term
         p = F.dropout(p, req.dropout_p, training=True)
     return ungroup_rows(group_rows(p, G) @ req.v, G) + enc.value(p, req.qpos, req.kpos).to(dtype)
