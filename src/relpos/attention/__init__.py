@@ -242,6 +242,7 @@ def request(
     from relpos.encodings.nope import NoPE
 
     causal = _require_causal("request", causal)
+    mask_name = "key_mask" if key_padding_mask is None else "key_padding_mask"  # for messages
     key_mask = resolve_key_mask("request", key_mask, key_padding_mask)
     _check_qkv("q", q)
     _check_qkv("k", k)
@@ -284,7 +285,7 @@ def request(
         raise ValueError(f"encoding was built for n_heads={encoding.n_heads} but q has H={H} heads")
     encoding.check_causal(causal)
     encoding.check_dims(D, v.shape[3])
-    key_mask = check_key_mask(key_mask, B, Nk, q.device)
+    key_mask = check_key_mask(key_mask, B, Nk, q.device, mask_name)
     attn_mask = check_attn_mask(attn_mask, B, H, Nq, Nk, q.device)
     dropout_p = check_dropout_p(dropout_p)
     scale = encoding.attention_scale(D) if scale is None else check_float("scale", scale)
@@ -327,9 +328,9 @@ def logits(
     from relpos.attention.dense import additive_terms, grouped_scores, rotated_qk
 
     causal = _require_causal("logits", causal)
-    key_mask = resolve_key_mask("logits", key_mask, key_padding_mask)
+    resolve_key_mask("logits", key_mask, key_padding_mask)  # warns once; request() names the one given
     req = request(q, k, None, encoding, causal=causal, key_mask=key_mask, q_offset=q_offset,
-                  positions=positions, scale=scale, attn_mask=attn_mask)
+                  positions=positions, scale=scale, attn_mask=attn_mask, key_padding_mask=key_padding_mask)
     cd = torch.float64 if q.dtype == torch.float64 else torch.float32
     qr, kr = rotated_qk(req)  # (B, H, Nq, D), (B, Hkv, Nk, D)
     out = req.scale * grouped_scores(qr.to(cd), kr.to(cd))  # (B, H, Nq, Nk)
@@ -424,11 +425,12 @@ def attention(
         torch.Size([1, 2, 5, 8])
     """
     causal = _require_causal("attention", causal)
-    key_mask = resolve_key_mask("attention", key_mask, key_padding_mask)
+    resolve_key_mask("attention", key_mask, key_padding_mask)  # warns once; request() names the one given
     if not isinstance(impl, str) or impl not in IMPLS:
         raise ValueError(f"impl must be one of {available_impls()}, got {impl!r}")
     req = request(q, k, v, encoding, causal=causal, key_mask=key_mask, q_offset=q_offset,
-                  positions=positions, scale=scale, attn_mask=attn_mask, dropout_p=dropout_p)
+                  positions=positions, scale=scale, attn_mask=attn_mask, dropout_p=dropout_p,
+                  key_padding_mask=key_padding_mask)
     mod = importlib.import_module(IMPLS[impl])
     reason = mod.supports(req)
     if reason:

@@ -18,6 +18,8 @@ alias of ``key_mask``; it warns once per process.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 
 import torch
@@ -27,6 +29,16 @@ __all__ = ["resolve_key_mask", "check_key_mask", "check_attn_mask", "check_dropo
 
 #: Deprecated names already warned about in this process.
 _WARNED: set[str] = set()
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # .../relpos/
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` of the first frame outside relpos and ``torch.nn.modules`` (the user's call)."""
+    level, f = 3, sys._getframe(3)  # 1: warnings.warn's caller, 2: resolve_key_mask's caller's ...
+    while f is not None and (f.f_code.co_filename.startswith(_PKG)
+                             or f"torch{os.sep}nn{os.sep}modules" in f.f_code.co_filename):
+        f, level = f.f_back, level + 1
+    return level
 
 
 def resolve_key_mask(fn: str, key_mask, old, old_name: str = "key_padding_mask"):
@@ -45,21 +57,22 @@ def resolve_key_mask(fn: str, key_mask, old, old_name: str = "key_padding_mask")
         warnings.warn(
             f"{fn}(): {old_name} is deprecated, use key_mask (same meaning in relpos: True = a real key to "
             f"attend to; note torch.nn.MultiheadAttention's key_padding_mask is the opposite, True = ignore)",
-            FutureWarning, stacklevel=3,
+            FutureWarning, stacklevel=_user_stacklevel(),
         )
     return old
 
 
-def check_key_mask(key_mask, B: int, Nk: int, device) -> Tensor | None:
-    """A ``(B, Nk)`` bool tensor on ``device`` (True = a real key), or None; else a one-line error."""
+def check_key_mask(key_mask, B: int, Nk: int, device, name: str = "key_mask") -> Tensor | None:
+    """A ``(B, Nk)`` bool tensor on ``device`` (True = a real key), or None; else a one-line error
+    naming ``name`` (the argument the caller passed)."""
     if key_mask is None:
         return None
     if not isinstance(key_mask, Tensor) or key_mask.dtype != torch.bool:
-        raise TypeError("key_mask must be a bool tensor of shape (B, Nk), True = a real key to attend to")
+        raise TypeError(f"{name} must be a bool tensor of shape (B, Nk), True = a real key to attend to")
     if tuple(key_mask.shape) != (B, Nk):
-        raise ValueError(f"key_mask must have shape (B, Nk) = ({B}, {Nk}), got {tuple(key_mask.shape)}")
+        raise ValueError(f"{name} must have shape (B, Nk) = ({B}, {Nk}), got {tuple(key_mask.shape)}")
     if key_mask.device != device:
-        raise ValueError(f"key_mask must be on q's device ({device}), got {key_mask.device}")
+        raise ValueError(f"{name} must be on q's device ({device}), got {key_mask.device}")
     return key_mask
 
 

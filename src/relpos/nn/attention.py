@@ -247,14 +247,15 @@ class RelativeSelfAttention(nn.Module):
         B, N, _ = x.shape
         if B < 1 or N < 1:
             raise ValueError(f"x must hold at least one batch row and one token, got shape {tuple(x.shape)}")
+        mask_name = "key_mask" if padding_mask is None else "padding_mask"  # for messages
         padding_mask = resolve_key_mask("RelativeSelfAttention.forward", key_mask, padding_mask, "padding_mask")
         if positions is not None:
             positions = check_positions(positions, B, N)
         if padding_mask is not None:
             if not isinstance(padding_mask, Tensor) or padding_mask.dtype != torch.bool:
-                raise TypeError("key_mask must be a bool tensor (True = a real token)")
+                raise TypeError(f"{mask_name} must be a bool tensor (True = a real token)")
             if tuple(padding_mask.shape) != (B, N):
-                raise ValueError(f"key_mask must have shape (B, N) = ({B}, {N}), got {tuple(padding_mask.shape)}")
+                raise ValueError(f"{mask_name} must have shape (B, N) = ({B}, {N}), got {tuple(padding_mask.shape)}")
         q, k, v = self.project(x)
         L = 0
         if cache is not None:
