@@ -337,7 +337,7 @@ def logits(
     add = additive_terms(req, qr, kr)  # (B|1, H, Nq, Nk) or None
     if add is not None:
         out = out + add.to(cd)
-    mask = req.mask()  # (B|1, 1, Nq, Nk) or None
+    mask = req.mask()  # (B|1, H|1, Nq, Nk) or None
     if mask is not None:
         out = out.masked_fill(~mask, float("-inf"))
     return out
