@@ -85,10 +85,9 @@ def check_attn_mask(attn_mask, B: int, H: int, Nq: int, Nk: int, device) -> Tens
     if attn_mask is None:
         return None
     if not isinstance(attn_mask, Tensor) or attn_mask.dtype != torch.bool:
-        raise TypeError(
-            "attn_mask must be a bool tensor of shape (B or 1, H or 1, Nq, Nk), True = attend "
-            f"(as SDPA's boolean attn_mask), got {attn_mask.dtype if isinstance(attn_mask, Tensor) else type(attn_mask).__name__}"
-        )
+        got = attn_mask.dtype if isinstance(attn_mask, Tensor) else type(attn_mask).__name__
+        raise TypeError(f"attn_mask must be a bool tensor of shape (B or 1, H or 1, Nq, Nk), True = attend "
+                        f"(as SDPA's boolean attn_mask), got {got}")
     m = attn_mask
     if 2 <= m.dim() <= 4:
         m = m.reshape((1,) * (4 - m.dim()) + tuple(m.shape))
