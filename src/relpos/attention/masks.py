@@ -34,7 +34,10 @@ _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # .
 
 def _user_stacklevel() -> int:
     """``stacklevel`` of the first frame outside relpos and ``torch.nn.modules`` (the user's call)."""
-    level, f = 3, sys._getframe(3)  # 1: warnings.warn's caller, 2: resolve_key_mask's caller's ...
+    try:
+        level, f = 3, sys._getframe(3)  # stacklevel 1 is resolve_key_mask, 2 its caller, 3 the caller's caller
+    except ValueError:  # pragma: no cover - a shallower stack
+        return 2
     while f is not None and (f.f_code.co_filename.startswith(_PKG)
                              or f"torch{os.sep}nn{os.sep}modules" in f.f_code.co_filename):
         f, level = f.f_back, level + 1
