@@ -69,6 +69,10 @@ def test_padding_mask_must_be_bool_with_shape():
         relpos.attention(q, k, v, key_padding_mask=torch.ones(1, 4), causal=False)
     with pytest.raises(ValueError, match="key_padding_mask must have shape"):
         relpos.attention(q, k, v, key_padding_mask=torch.ones(1, 5, dtype=torch.bool), causal=False)
+    with pytest.raises(TypeError, match="key_mask must be a bool"):
+        relpos.attention(q, k, v, key_mask=torch.ones(1, 4), causal=False)
+    with pytest.raises(ValueError, match="key_mask must have shape"):
+        relpos.attention(q, k, v, key_mask=torch.ones(1, 5, dtype=torch.bool), causal=False)
 
 
 def test_positions_shape_and_dtype():

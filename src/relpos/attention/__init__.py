@@ -20,6 +20,7 @@ import importlib
 import torch
 from torch import Tensor
 
+from relpos.attention.masks import check_attn_mask, check_dropout_p, check_key_mask, resolve_key_mask
 from relpos.encodings.base import Encoding
 from relpos.validation import MAX_POSITIONS, check_bool, check_float, check_int, check_tensor
 
@@ -89,7 +90,9 @@ class Request:
     (``Hkv`` divides ``H``: grouped-query attention, query head ``h`` reads key/value
     head ``h // (H // Hkv)``, as ``repeat_interleave`` would lay them out),
     ``qpos (B or 1, Nq)``, ``kpos (B or 1, Nk)`` int64, ``key_padding_mask
-    (B, Nk)`` bool (True = a real key) or None.
+    (B, Nk)`` bool (the caller's ``key_mask``: True = a real key) or None,
+    ``attn_mask (B or 1, H or 1, Nq, Nk)`` bool (True = attend) or None, and
+    ``dropout_p`` (0 = no dropout) on the attention weights.
 
     ``contiguous`` is True when positions are the default ``arange`` (queries at
     ``q_offset + t``, keys at ``j``), which is what lets Toeplitz fast paths work
@@ -107,6 +110,8 @@ class Request:
     kpos: Tensor
     contiguous: bool
     scale: float
+    attn_mask: Tensor | None = None
+    dropout_p: float = 0.0
 
     @property
     def toeplitz(self) -> bool:
@@ -132,7 +137,8 @@ class Request:
         return B, H, Nq, self.k.shape[2], D
 
     def mask(self) -> Tensor | None:
-        """Boolean ``(B or 1, 1, Nq, Nk)`` mask, True where attention is allowed."""
+        """Boolean ``(B or 1, H or 1, Nq, Nk)`` mask, True where attention is allowed (``H`` only with
+        a per-head ``attn_mask``)."""
         B, H, Nq, Nk, _ = self.shape
         m = None
         if self.causal:
@@ -142,6 +148,8 @@ class Request:
         if self.key_padding_mask is not None:
             kp = self.key_padding_mask[:, None, None, :]
             m = kp if m is None else (m & kp)
+        if self.attn_mask is not None:
+            m = self.attn_mask if m is None else (m & self.attn_mask)
         return m
 
 
@@ -213,10 +221,13 @@ def request(
     encoding: Encoding | None = None,
     *,
     causal: bool = REQUIRED,  # type: ignore[assignment]
-    key_padding_mask: Tensor | None = None,
+    key_mask: Tensor | None = None,
     q_offset: int = 0,
     positions: Tensor | None = None,
     scale: float | None = None,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    key_padding_mask: Tensor | None = None,
 ) -> Request:
     """Validate an attention call and build the :class:`Request` implementations receive.
 
@@ -231,6 +242,8 @@ def request(
     from relpos.encodings.nope import NoPE
 
     causal = _require_causal("request", causal)
+    mask_name = "key_mask" if key_padding_mask is None else "key_padding_mask"  # for messages
+    key_mask = resolve_key_mask("request", key_mask, key_padding_mask)
     _check_qkv("q", q)
     _check_qkv("k", k)
     if v is None:
@@ -254,6 +267,8 @@ def request(
         raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if Nq < 1 or k.shape[2] < 1:
         raise ValueError(f"q and k need at least one position, got Nq={Nq}, Nk={k.shape[2]}")
+    if B < 1:
+        raise ValueError(f"q, k and v need at least one batch row (B >= 1), got B={B}")
     check_int("q_offset", q_offset, 0, MAX_POSITIONS)
     Nk = k.shape[2]
     if causal and positions is None and q_offset + Nq > Nk:
@@ -270,16 +285,13 @@ def request(
         raise ValueError(f"encoding was built for n_heads={encoding.n_heads} but q has H={H} heads")
     encoding.check_causal(causal)
     encoding.check_dims(D, v.shape[3])
-    if key_padding_mask is not None:
-        if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
-            raise TypeError("key_padding_mask must be a bool tensor (True = real key)")
-        if tuple(key_padding_mask.shape) != (B, Nk):
-            raise ValueError(f"key_padding_mask must have shape (B, Nk) = ({B}, {Nk}), got {tuple(key_padding_mask.shape)}")
-        if key_padding_mask.device != q.device:
-            raise ValueError(f"key_padding_mask must be on q's device ({q.device}), got {key_padding_mask.device}")
+    key_mask = check_key_mask(key_mask, B, Nk, q.device, mask_name)
+    attn_mask = check_attn_mask(attn_mask, B, H, Nq, Nk, q.device)
+    dropout_p = check_dropout_p(dropout_p)
     scale = encoding.attention_scale(D) if scale is None else check_float("scale", scale)
     qpos, kpos, contiguous = _make_positions(positions, B, Nq, Nk, q_offset, q.device)
-    return Request(q, k, v, encoding, causal, key_padding_mask, q_offset, qpos, kpos, contiguous, float(scale))
+    return Request(q, k, v, encoding, causal, key_mask, q_offset, qpos, kpos, contiguous, float(scale),
+                   attn_mask, dropout_p)
 
 
 def logits(
@@ -288,16 +300,18 @@ def logits(
     encoding: Encoding | None = None,
     *,
     causal: bool = REQUIRED,  # type: ignore[assignment]
-    key_padding_mask: Tensor | None = None,
+    key_mask: Tensor | None = None,
     q_offset: int = 0,
     positions: Tensor | None = None,
     scale: float | None = None,
+    attn_mask: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
 ) -> Tensor:
     """Pre-softmax attention logits, as every implementation forms them.
 
     ``logits[b, h, t, j] = scale * <q'_t, k'_j> + bias + score`` (see
-    :mod:`relpos.encodings.base`), with masked pairs (causal, key padding) set
-    to ``-inf``. A scheme's value term (Shaw's value table) is not part of the
+    :mod:`relpos.encodings.base`), with masked pairs (causal, ``key_mask``,
+    ``attn_mask``) set to ``-inf``. A scheme's value term (Shaw's value table) is not part of the
     logits. Arguments as :func:`attention`.
 
     Returns:
@@ -314,15 +328,16 @@ def logits(
     from relpos.attention.dense import additive_terms, grouped_scores, rotated_qk
 
     causal = _require_causal("logits", causal)
-    req = request(q, k, None, encoding, causal=causal, key_padding_mask=key_padding_mask, q_offset=q_offset,
-                  positions=positions, scale=scale)
+    resolve_key_mask("logits", key_mask, key_padding_mask)  # warns once; request() names the one given
+    req = request(q, k, None, encoding, causal=causal, key_mask=key_mask, q_offset=q_offset,
+                  positions=positions, scale=scale, attn_mask=attn_mask, key_padding_mask=key_padding_mask)
     cd = torch.float64 if q.dtype == torch.float64 else torch.float32
     qr, kr = rotated_qk(req)  # (B, H, Nq, D), (B, Hkv, Nk, D)
     out = req.scale * grouped_scores(qr.to(cd), kr.to(cd))  # (B, H, Nq, Nk)
     add = additive_terms(req, qr, kr)  # (B|1, H, Nq, Nk) or None
     if add is not None:
         out = out + add.to(cd)
-    mask = req.mask()  # (B|1, 1, Nq, Nk) or None
+    mask = req.mask()  # (B|1, H|1, Nq, Nk) or None
     if mask is not None:
         out = out.masked_fill(~mask, float("-inf"))
     return out
@@ -335,11 +350,14 @@ def attention(
     encoding: Encoding | None = None,
     *,
     causal: bool = REQUIRED,  # type: ignore[assignment]
-    key_padding_mask: Tensor | None = None,
+    key_mask: Tensor | None = None,
     q_offset: int = 0,
     positions: Tensor | None = None,
     impl: str = "dense",
     scale: float | None = None,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    key_padding_mask: Tensor | None = None,
 ) -> Tensor:
     """Attention with a relative (or absolute, or no) position scheme.
 
@@ -361,14 +379,26 @@ def attention(
             is refused: add it to the embeddings instead (:meth:`Encoding.embed`).
         causal: required, no default: True masks keys after each query (a decoder),
             False lets every query see every key (an encoder).
-        key_padding_mask: ``(B, Nk)`` bool, **True marks a real key** (as in
-            ``scaled_dot_product_attention``'s boolean mask), False a padding key.
+        key_mask: ``(B, Nk)`` bool, **True marks a real key to attend to** (as
+            ``scaled_dot_product_attention``'s boolean ``attn_mask``), False a
+            padding key. The opposite of ``torch.nn.MultiheadAttention``'s
+            ``key_padding_mask`` (True = ignore): pass ``~key_padding_mask``.
         q_offset: position of the first query (>= 0).
         positions: optional ``(Nk,)`` or ``(B, Nk)`` integer key positions in
             ``[0, 2**24]`` (e.g. randomized positions), on q's device; queries use
             ``positions[..., q_offset:q_offset+Nq]``.
         impl: implementation name, see :data:`IMPLS`.
         scale: multiplier of ``q.k``; default ``encoding.attention_scale(D)``.
+        attn_mask: optional bool ``(B or 1, H or 1, Nq, Nk)``, True = query ``t``
+            may attend to key ``j`` (SDPA's boolean convention); combined with
+            ``causal`` and ``key_mask`` (all must allow a pair). Packed documents:
+            a block-diagonal mask.
+        dropout_p: dropout on the attention weights, in ``[0, 1)``, applied
+            whenever it is > 0 (as SDPA: pass ``p if self.training else 0.0``);
+            a fully masked row stays zeros. ``reference``, ``chunked`` and
+            ``flex`` refuse ``dropout_p > 0`` (:class:`UnsupportedError`).
+        key_padding_mask: deprecated alias of ``key_mask`` (same meaning; warns
+            once per process).
 
     Returns:
         ``(B, H, Nq, Dv)`` in ``q``'s dtype. A query row with no allowed key
@@ -395,10 +425,12 @@ def attention(
         torch.Size([1, 2, 5, 8])
     """
     causal = _require_causal("attention", causal)
+    resolve_key_mask("attention", key_mask, key_padding_mask)  # warns once; request() names the one given
     if not isinstance(impl, str) or impl not in IMPLS:
         raise ValueError(f"impl must be one of {available_impls()}, got {impl!r}")
-    req = request(q, k, v, encoding, causal=causal, key_padding_mask=key_padding_mask, q_offset=q_offset,
-                  positions=positions, scale=scale)
+    req = request(q, k, v, encoding, causal=causal, key_mask=key_mask, q_offset=q_offset,
+                  positions=positions, scale=scale, attn_mask=attn_mask, dropout_p=dropout_p,
+                  key_padding_mask=key_padding_mask)
     mod = importlib.import_module(IMPLS[impl])
     reason = mod.supports(req)
     if reason:

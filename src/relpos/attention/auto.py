@@ -32,6 +32,10 @@ CUDA (no table measured on a GPU yet): ``"flex"`` for every scheme it can expres
 ``"dense"`` for schemes with no term inside attention, ``"dense"``/``"chunked"``
 for value-side terms below/above :data:`CUDA_DENSE_VALUE_PAIRS`.
 
+Dropout (``dropout_p > 0``) is served only by ``"dense"``: it is picked for every such
+request, and refused by name on CPU past :data:`DENSE_MAX_BYTES`. An ``attn_mask`` is
+served by every implementation (``"chunked"`` takes its ``"blocks"`` engine for it).
+
 The pick is logged at DEBUG level (logger ``relpos.attention``), returned by
 :func:`choose` and kept in :data:`last_choice` (read by ``relpos bench``).
 """
@@ -70,7 +74,16 @@ last_choice: str | None = None
 
 
 def supports(req: Request) -> str | None:
+    if req.dropout_p > 0 and req.q.device.type != "cuda" and _dense_bytes(req) > DENSE_MAX_BYTES:
+        return (f"dropout_p > 0 is served only by impl='dense', and one (B, H, Nq, Nk) float32 tensor here "
+                f"would take {_dense_bytes(req)} bytes > DENSE_MAX_BYTES={DENSE_MAX_BYTES}; use dropout_p=0 "
+                f"or shorter chunks")
     return None
+
+
+def _dense_bytes(req: Request) -> int:
+    B, H, Nq, Nk, _ = req.shape
+    return B * H * Nq * Nk * 4
 
 
 def _module(name: str):
@@ -148,6 +161,8 @@ def choose(req: Request, *, device_type: str | None = None) -> str:
     B, H, Nq, Nk, D = req.shape
     inside = enc.acts_on - {"embedding", "qk"}
     pairs = Nq * Nk
+    if req.dropout_p > 0:  # the only implementation with dropout (supports() refuses it where too large)
+        return "dense"
     if (device_type or req.q.device.type) == "cuda":
         if not inside:
             return "dense"

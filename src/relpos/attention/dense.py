@@ -141,11 +141,16 @@ def additive_terms(req: Request, q: Tensor, k: Tensor, *, causal_fill: bool = Fa
 
 
 def row_has_key(req: Request) -> Tensor | None:
-    """``(B, 1, Nq, 1)`` bool: whether each query row has at least one allowed key.
+    """``(B, 1, Nq, 1)`` bool (``(B|1, H|1, Nq, 1)`` with an ``attn_mask``): whether each query row
+    has at least one allowed key.
 
     None when every row has one (no key padding: causal rows always see key 0).
-    Computed in ``O(B N)`` from the padding mask, without forming the mask.
+    Computed in ``O(B N)`` from the padding mask, without forming the mask (with an
+    ``attn_mask``, from the whole ``(B|1, H|1, Nq, Nk)`` mask).
     """
+    if req.attn_mask is not None:
+        ok = req.mask().any(-1, keepdim=True)  # (B|1, H|1, Nq, 1)
+        return None if bool(ok.all()) else ok
     kpm = req.key_padding_mask
     if kpm is None:
         return None
@@ -218,17 +223,29 @@ def _use_term_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | Non
             and attn_mask.dtype == q.dtype == k.dtype == v.dtype and attn_mask.dim() == 4)
 
 
-def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: float, G: int) -> Tensor:
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: float, G: int,
+          dropout_p: float = 0.0) -> Tensor:
     """SDPA with ``k, v`` of ``H / G`` heads: the query heads of a group as stacked rows.
 
-    A term that needs a gradient goes through :class:`_TermAttention` instead of SDPA's math path."""
+    A term that needs a gradient goes through :class:`_TermAttention` instead of SDPA's math path;
+    with dropout, any term goes through :func:`_dropped` (explicit probabilities), so that a seed
+    gives the same draw with and without autograd. Every row must have an allowed key."""
     m = attn_mask if G == 1 or attn_mask is None else group_rows(attn_mask, G)
     qg = group_rows(q, G)
-    if _use_term_attention(qg, k, v, m):
+    if dropout_p > 0 and m is not None and m.is_floating_point():  # whatever the grad mode: one draw per seed
+        out = _dropped(qg, k, v, m, scale, dropout_p)
+    elif _use_term_attention(qg, k, v, m):
         out = _TermAttention.apply(qg, k, v, m, scale)[0]
     else:
-        out = F.scaled_dot_product_attention(qg, k, v, attn_mask=m, scale=scale)
+        out = F.scaled_dot_product_attention(qg, k, v, attn_mask=m, scale=scale, dropout_p=dropout_p)
     return ungroup_rows(out, G)
+
+
+def _dropped(q: Tensor, k: Tensor, v: Tensor, m: Tensor, scale: float, dropout_p: float) -> Tensor:
+    """``dropout(softmax(scale q k^T + m)) v`` with explicit probabilities (``m``: an additive float term)."""
+    s = scale * (q @ k.transpose(-1, -2)) + m  # (B, H', R, Nk)
+    p = torch.softmax(s if s.dtype == torch.float64 else s.float(), dim=-1).to(q.dtype)
+    return F.dropout(p, dropout_p, training=True) @ v
 
 
 def _masked_term(term: Tensor | None, mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
@@ -244,7 +261,7 @@ def _with_value_term(req: Request, q: Tensor, k: Tensor, term: Tensor | None, ma
     enc, G, dtype = req.encoding, req.groups, q.dtype
     term = _masked_term(term, mask, dtype)
     m = None if term is None else group_rows(term, G)
-    if _use_term_attention(group_rows(q, G), k, req.v, m):
+    if req.dropout_p == 0 and _use_term_attention(group_rows(q, G), k, req.v, m):
         o, p = _TermAttention.apply(group_rows(q, G), k, req.v, m, req.scale)
         return ungroup_rows(o, G) + enc.value(ungroup_rows(p, G), req.qpos, req.kpos).to(dtype)
     logits = req.scale * grouped_scores(q, k)  # (B, H, Nq, Nk)
@@ -252,7 +269,9 @@ def _with_value_term(req: Request, q: Tensor, k: Tensor, term: Tensor | None, ma
         logits = logits + term
     elif mask is not None:
         logits = logits.masked_fill(~mask, float("-inf"))
-    p = torch.softmax(logits.float(), dim=-1).to(dtype)
+    p = torch.softmax(logits if dtype == torch.float64 else logits.float(), dim=-1).to(dtype)
+    if req.dropout_p > 0:  # the dropped weights feed both p v and the value term
+        p = F.dropout(p, req.dropout_p, training=True)
     return ungroup_rows(group_rows(p, G) @ req.v, G) + enc.value(p, req.qpos, req.kpos).to(dtype)
 
 
@@ -313,14 +332,17 @@ def run(req: Request) -> Tensor:
     valid = row_has_key(req)  # (B, 1, Nq, 1) or None
 
     # Fast cases: no term and plain causal (or no) masking -> the fused kernel's own causal mode.
-    plain_causal = req.causal and req.key_padding_mask is None and req.q_offset == 0 and Nq == Nk
+    no_masks = req.key_padding_mask is None and req.attn_mask is None
+    plain_causal = req.causal and no_masks and req.q_offset == 0 and Nq == Nk
+    drop = req.dropout_p
     if add is None and "value" not in enc.acts_on:
-        if not req.causal and req.key_padding_mask is None:
-            return _sdpa(q, k, req.v, None, req.scale, G)
+        if not req.causal and no_masks:
+            return _sdpa(q, k, req.v, None, req.scale, G, drop)
         if plain_causal and G == 1:
-            return F.scaled_dot_product_attention(q, k, req.v, is_causal=True, scale=req.scale)
+            return F.scaled_dot_product_attention(q, k, req.v, is_causal=True, scale=req.scale, dropout_p=drop)
         if plain_causal:  # grouped: query heads g, g + G, ... against the shared k, v (no copy, fused causal)
-            outs = [F.scaled_dot_product_attention(q[:, g::G], k, req.v, is_causal=True, scale=req.scale)
+            outs = [F.scaled_dot_product_attention(q[:, g::G], k, req.v, is_causal=True, scale=req.scale,
+                                                   dropout_p=drop)
                     for g in range(G)]  # (B, Hkv, Nq, Dv) each
             return torch.stack(outs, 2).reshape(B, H, Nq, -1)
 
@@ -328,6 +350,8 @@ def run(req: Request) -> Tensor:
     mask = None
     if valid is not None:
         mask = req.mask() | ~valid  # rows without keys attend everywhere, then are zeroed
+    elif req.attn_mask is not None:
+        mask = req.mask()  # (B|1, H|1, Nq, Nk); a causal mask already in the term does no harm
     elif req.causal and not (toeplitz_causal or causal_in_term):
         mask = req.mask()  # (B|1, 1, Nq, Nk)
     elif req.key_padding_mask is not None:
@@ -336,7 +360,7 @@ def run(req: Request) -> Tensor:
     if "value" in enc.acts_on:
         out = _with_value_term(req, q, k, add, mask)
     else:
-        out = _sdpa(q, k, req.v, mask if add is None else _masked_term(add, mask, dtype), req.scale, G)
+        out = _sdpa(q, k, req.v, mask if add is None else _masked_term(add, mask, dtype), req.scale, G, drop)
     if valid is not None:
         out = out * valid.to(out.dtype)
     return out

@@ -3,7 +3,8 @@
 :func:`torch.nn.attention.flex_attention.flex_attention` calls a small function
 ``score_mod(score, b, h, q_idx, kv_idx)`` on every logit; with ``torch.compile``
 it is fused into one attention kernel (the fast path on GPUs). Masks (causal,
-key padding) go into a ``BlockMask`` so fully masked blocks are skipped.
+``key_mask``, ``attn_mask``) go into a ``BlockMask`` so fully masked blocks are
+skipped. Dropout (``dropout_p > 0``) is refused: FlexAttention has none.
 
 How each kind of scheme is written as a ``score_mod`` (``d = j - i``):
 
@@ -78,6 +79,8 @@ def supports(req: Request) -> str | None:
     reason = expressible(req)
     if reason:
         return reason
+    if req.dropout_p > 0:
+        return f"dropout_p={req.dropout_p} > 0: FlexAttention has no attention dropout; use impl='dense'"
     if req.q.device.type == "cpu" and _needs_grad(req):
         return (
             "PyTorch has no FlexAttention backward on CPU; run under torch.no_grad() "
@@ -157,6 +160,8 @@ def _score_mod(req: Request, q: Tensor, k: Tensor):
 def _block_mask(req: Request, rowbad: Tensor | None):
     """Causal and padding masks as a ``BlockMask``; rows in ``rowbad (B, Nq)`` ignore padding."""
     B, H, Nq, Nk, _ = req.shape
+    if req.attn_mask is not None:
+        return _full_block_mask(req, rowbad)
     if not req.causal and req.key_padding_mask is None:
         return None
     from torch.nn.attention.flex_attention import create_block_mask
@@ -195,11 +200,29 @@ def _block_mask(req: Request, rowbad: Tensor | None):
     return bm
 
 
+def _full_block_mask(req: Request, rowbad: Tensor | None):
+    """With an ``attn_mask``: the whole mask (causal, key mask, attn_mask) read per pair; rows in
+    ``rowbad (B|1, H|1, Nq)`` see every key (they are zeroed afterwards)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    m = req.mask()  # (B|1, H|1, Nq, Nk)
+    if rowbad is not None:
+        m = m | rowbad[..., None]
+    mb, mh = m.shape[0] > 1, m.shape[1] > 1
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return m[b if mb else 0, h if mh else 0, q_idx, kv_idx]
+
+    return create_block_mask(mask_mod, m.shape[0] if mb else None, m.shape[1] if mh else None, m.shape[2],
+                             m.shape[3], device=req.q.device, _compile=req.q.device.type == "cuda")
+
+
 def run(req: Request) -> Tensor:
     q, k = rotated_qk(req)
     mod = _score_mod(req, q, k)
-    valid = row_has_key(req)  # (B, 1, Nq, 1) or None
-    rowbad = None if valid is None else ~valid[:, 0, :, 0]  # rows without keys see all keys, then are zeroed
+    valid = row_has_key(req)  # (B, 1, Nq, 1), (B|1, H|1, Nq, 1) with an attn_mask, or None
+    # rows without keys see all keys, then are zeroed
+    rowbad = None if valid is None else (~valid[..., 0] if req.attn_mask is not None else ~valid[:, 0, :, 0])
     bm = _block_mask(req, rowbad)
     v = req.v
     if not torch.is_grad_enabled():  # flex refuses CPU inputs that merely carry requires_grad

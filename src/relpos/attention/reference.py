@@ -13,6 +13,9 @@ from relpos.attention import Request, check_finite
 
 
 def supports(req: Request) -> str | None:
+    if req.dropout_p > 0:
+        return (f"dropout_p={req.dropout_p} > 0: the float64 reference is deterministic (the oracle); "
+                f"pass dropout_p=0 or use impl='dense'")
     return None
 
 

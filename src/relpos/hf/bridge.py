@@ -114,7 +114,7 @@ def relpos_attention_forward(module: nn.Module, query: Tensor, key: Tensor, valu
         if attention_mask.dim() != 2:
             raise ValueError(f"the relpos bridge expects a 2-D padding mask, got shape {tuple(attention_mask.shape)}")
         kpm = attention_mask[:, -Nk:].bool()  # (B, Nk), True = a real token
-    out = relpos.attention(query, key, value, enc, causal=True, q_offset=Nk - Nq, key_padding_mask=kpm,
+    out = relpos.attention(query, key, value, enc, causal=True, q_offset=Nk - Nq, key_mask=kpm,
                            impl=module.relpos_impl, scale=scaling)  # (B, H, Nq, D)
     return out.transpose(1, 2).contiguous(), None
 

@@ -72,7 +72,7 @@ class MultiHeadAttention(RelativeSelfAttention):
             positions: optional ``(N,)`` or ``(B, N)`` int64 positions.
             key_padding_mask: optional ``(B, N)`` bool, True = a real token.
         """
-        return super().forward(x, padding_mask=key_padding_mask, positions=positions, encoding=encoding)[0]
+        return super().forward(x, key_mask=key_padding_mask, positions=positions, encoding=encoding)[0]
 
 
 class Block(nn.Module):
@@ -122,7 +122,7 @@ class Block(nn.Module):
             k = torch.cat([past[0], k], dim=2)
             v = torch.cat([past[1], v], dim=2)
         out = self.attn.attend(q, k, v, encoding=encoding, q_offset=L, positions=positions,
-                               key_padding_mask=key_padding_mask)
+                               key_mask=key_padding_mask)
         h = h + self.drop(out)
         if self.has_mlp:
             h = h + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(h)))))

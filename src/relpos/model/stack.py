@@ -174,7 +174,7 @@ class _Stack(nn.Module):
             for i, blk in enumerate(self.blocks):
                 q, k, _ = blk.attn.project(blk.ln1(h))
                 maps.append(blk.attn.probabilities(q, k, encoding=self.layer_encoding(i), positions=positions,
-                                                   key_padding_mask=key_padding_mask).float())
+                                                   key_mask=key_padding_mask).float())
                 h, _ = blk(h, self.layer_encoding(i), positions=positions, key_padding_mask=key_padding_mask)
         finally:
             self.train(was_training)

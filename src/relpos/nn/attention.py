@@ -1,8 +1,9 @@
 """A self-attention layer with any relative position scheme: :class:`RelativeSelfAttention`.
 
 Projections, the scheme, :func:`relpos.attention` and the output projection, with
-grouped-query / multi-query attention (``n_kv_heads``), key padding, explicit
-positions and an explicit :class:`~relpos.nn.KVCache`. :mod:`relpos.model` builds
+grouped-query / multi-query attention (``n_kv_heads``), key padding (``key_mask``,
+True = a real token), an optional boolean ``attn_mask`` (True = attend), attention
+dropout, explicit positions and an explicit :class:`~relpos.nn.KVCache`. :mod:`relpos.model` builds
 its Transformer blocks from this layer. Papers: see each scheme's module in
 :mod:`relpos.encodings`; GQA: Ainslie et al. 2023, https://arxiv.org/abs/2305.13245.
 """
@@ -15,6 +16,7 @@ from torch import Tensor, nn
 
 import relpos
 from relpos.attention import REQUIRED, _require_causal, check_in_attention
+from relpos.attention.masks import check_dropout_p, resolve_key_mask
 from relpos.encodings import Encoding, get_scheme, make_encoding
 from relpos.nn.cache import KVCache
 from relpos.validation import check_bool, check_choice, check_int
@@ -55,6 +57,9 @@ class RelativeSelfAttention(nn.Module):
         causal: required: True for a decoder, False for an encoder.
         impl: :func:`relpos.attention` implementation (default ``"auto"``).
         bias: biases in the projections.
+        dropout_p: dropout on the attention weights in training mode (``[0, 1)``;
+            ignored in ``eval()``). Only ``impl="dense"`` (and ``"auto"``, which
+            then picks it) serves it; other implementations refuse it by name.
         **scheme_options: the scheme's own options (``num_buckets=32``,
             ``max_len=...``) when ``scheme`` is a name.
 
@@ -81,10 +86,12 @@ class RelativeSelfAttention(nn.Module):
         causal: bool = REQUIRED,  # type: ignore[assignment]
         impl: str = DEFAULT_IMPL,
         bias: bool = False,
+        dropout_p: float = 0.0,
         **scheme_options,
     ) -> None:
         super().__init__()
         causal = _require_causal(type(self).__name__, causal)
+        self.dropout_p = check_dropout_p(dropout_p)
         check_int("d_model", d_model, 1, MAX_WIDTH)
         check_int("n_heads", n_heads, 1, MAX_WIDTH)
         check_bool("bias", bias)
@@ -143,7 +150,7 @@ class RelativeSelfAttention(nn.Module):
         first = cls(d_model, n_heads, scheme, **kwargs)
         if not share:
             return nn.ModuleList([first] + [cls(d_model, n_heads, scheme, **kwargs) for _ in range(n_layers - 1)])
-        opts = {k: kwargs[k] for k in ("n_kv_heads", "causal", "impl", "bias") if k in kwargs}
+        opts = {k: kwargs[k] for k in ("n_kv_heads", "causal", "impl", "bias", "dropout_p") if k in kwargs}
         return nn.ModuleList([first] + [cls(d_model, n_heads, first.encoding, **opts) for _ in range(n_layers - 1)])
 
     # ----------------------------------------------------------------- pieces
@@ -170,21 +177,30 @@ class RelativeSelfAttention(nn.Module):
         return self.encoding if encoding is None else encoding
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, *, encoding: Encoding | None = None, q_offset: int = 0,
-               positions: Tensor | None = None, key_padding_mask: Tensor | None = None) -> Tensor:
-        """Attention of ``q (B, H, Nq, D)`` over ``k, v (B, Hkv, Nk, D)`` -> ``(B, Nq, C)`` projected."""
+               positions: Tensor | None = None, key_mask: Tensor | None = None, attn_mask: Tensor | None = None,
+               key_padding_mask: Tensor | None = None) -> Tensor:
+        """Attention of ``q (B, H, Nq, D)`` over ``k, v (B, Hkv, Nk, D)`` -> ``(B, Nq, C)`` projected.
+
+        ``key_mask (B, Nk)`` and ``attn_mask (B|1, H|1, Nq, Nk)``: bool, True = attend
+        (``key_padding_mask``: deprecated alias of ``key_mask``); dropout ``dropout_p``
+        in training mode."""
+        key_mask = resolve_key_mask("attend", key_mask, key_padding_mask)
         out = relpos.attention(
             q, k, v, self._enc(encoding), causal=self.causal, q_offset=q_offset, positions=positions,
-            key_padding_mask=key_padding_mask, impl=self.impl,
+            key_mask=key_mask, attn_mask=attn_mask, impl=self.impl,
+            dropout_p=self.dropout_p if self.training else 0.0,
         )  # (B, H, Nq, D)
         B, H, Nq, D = out.shape
         return self.proj(out.transpose(1, 2).reshape(B, Nq, H * D))
 
     def probabilities(self, q: Tensor, k: Tensor, *, encoding: Encoding | None = None, q_offset: int = 0,
-                      positions: Tensor | None = None, key_padding_mask: Tensor | None = None) -> Tensor:
-        """Attention probabilities ``(B, H, Nq, Nk)`` float32; rows with no allowed key are zeros."""
+                      positions: Tensor | None = None, key_mask: Tensor | None = None,
+                      attn_mask: Tensor | None = None, key_padding_mask: Tensor | None = None) -> Tensor:
+        """Attention probabilities ``(B, H, Nq, Nk)`` float32 (before dropout); rows with no allowed key are zeros."""
         from relpos.attention import logits
 
-        z = logits(q, k, self._enc(encoding), causal=self.causal, key_padding_mask=key_padding_mask,
+        key_mask = resolve_key_mask("probabilities", key_mask, key_padding_mask)
+        z = logits(q, k, self._enc(encoding), causal=self.causal, key_mask=key_mask, attn_mask=attn_mask,
                    q_offset=q_offset, positions=positions).float()  # (B, H, Nq, Nk), -inf where masked
         allowed = torch.isfinite(z).any(-1, keepdim=True)
         return torch.where(allowed, torch.softmax(z.masked_fill(~allowed, 0.0), dim=-1), torch.zeros_like(z))
@@ -196,22 +212,31 @@ class RelativeSelfAttention(nn.Module):
         x: Tensor,
         *,
         cache: KVCache | None = None,
-        padding_mask: Tensor | None = None,
+        key_mask: Tensor | None = None,
         positions: Tensor | None = None,
         encoding: Encoding | None = None,
+        attn_mask: Tensor | None = None,
+        padding_mask: Tensor | None = None,
     ) -> tuple[Tensor, KVCache | None]:
         """Self-attention over ``x (B, N, C)``, after the tokens in ``cache``.
 
         Args:
             x: ``(B, N, C)`` the new tokens.
             cache: a :class:`KVCache` (causal layers only): the new tokens attend
-                to the cached ones and are appended to it. None: no cache.
-            padding_mask: ``(B, N)`` bool, True = a real token (left or right
-                padding); kept in the cache for later steps.
+                to the cached ones and are appended to it (only if the step
+                succeeds: a refused step leaves the cache as it was). None: no cache.
+            key_mask: ``(B, N)`` bool, **True = a real token** to attend to (left or
+                right padding is False); kept in the cache for later steps. The
+                opposite of ``torch.nn.MultiheadAttention``'s ``key_padding_mask``
+                (True = ignore): pass ``~key_padding_mask``.
             positions: ``(N,)`` or ``(B, N)`` integer positions of the new tokens
                 (default: ``L..L+N-1`` after ``L`` cached tokens).
             encoding: use this scheme module instead of ``self.encoding`` (a
                 model that owns its schemes elsewhere passes them here).
+            attn_mask: optional bool ``(B or 1, H or 1, N, L + N)`` (``L`` cached
+                tokens), True = attend; combined with causality and ``key_mask``.
+                Not kept in the cache.
+            padding_mask: deprecated alias of ``key_mask`` (same meaning; warns once).
 
         Returns:
             ``y (B, N, C)`` and the cache (the same object, extended; None if none).
@@ -220,13 +245,17 @@ class RelativeSelfAttention(nn.Module):
             raise ValueError(f"x must be a (B, N, d_model={self.d_model}) tensor, got "
                              f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
         B, N, _ = x.shape
+        if B < 1 or N < 1:
+            raise ValueError(f"x must hold at least one batch row and one token, got shape {tuple(x.shape)}")
+        mask_name = "key_mask" if padding_mask is None else "padding_mask"  # for messages
+        padding_mask = resolve_key_mask("RelativeSelfAttention.forward", key_mask, padding_mask, "padding_mask")
         if positions is not None:
             positions = check_positions(positions, B, N)
         if padding_mask is not None:
             if not isinstance(padding_mask, Tensor) or padding_mask.dtype != torch.bool:
-                raise TypeError("padding_mask must be a bool tensor (True = a real token)")
+                raise TypeError(f"{mask_name} must be a bool tensor (True = a real token)")
             if tuple(padding_mask.shape) != (B, N):
-                raise ValueError(f"padding_mask must have shape (B, N) = ({B}, {N}), got {tuple(padding_mask.shape)}")
+                raise ValueError(f"{mask_name} must have shape (B, N) = ({B}, {N}), got {tuple(padding_mask.shape)}")
         q, k, v = self.project(x)
         L = 0
         if cache is not None:
@@ -236,11 +265,16 @@ class RelativeSelfAttention(nn.Module):
                 raise ValueError("cache needs a causal layer (causal=True): a bidirectional layer's earlier "
                                  "outputs change with every new token")
             L = cache.length
-            k, v, positions, padding_mask = cache.append(k, v, positions=positions, padding_mask=padding_mask)
-        y = self.attend(q, k, v, encoding=encoding, q_offset=L, positions=positions, key_padding_mask=padding_mask)
+            state = cache.extended(k, v, positions=positions, padding_mask=padding_mask)  # nothing changed yet
+            k, v, positions, padding_mask = state
+        y = self.attend(q, k, v, encoding=encoding, q_offset=L, positions=positions, key_mask=padding_mask,
+                        attn_mask=attn_mask)
+        if cache is not None:
+            cache.commit(*state)  # only after the step succeeded: a refused step leaves the cache as it was
         return y, cache
 
     def extra_repr(self) -> str:
         name = self.encoding.name if self.encoding is not None else None
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
-                f"scheme={name!r}, causal={self.causal}, impl={self.impl!r}")
+                f"scheme={name!r}, causal={self.causal}, impl={self.impl!r}"
+                + (f", dropout_p={self.dropout_p}" if self.dropout_p else ""))

@@ -73,6 +73,23 @@ class KVCache:
                padding_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         """Add ``n`` new tokens; return the whole ``(keys, values, positions, padding)`` to attend over.
 
+        :meth:`extended` then :meth:`commit`; the layer calls the two apart so that a
+        step refused in between (NaN input, out-of-range positions) leaves the cache
+        as it was.
+        """
+        state = self.extended(k, v, positions=positions, padding_mask=padding_mask)
+        self.commit(*state)
+        return state
+
+    def commit(self, keys: Tensor, values: Tensor, positions: Tensor | None, padding: Tensor | None) -> None:
+        """Replace the cached state with what :meth:`extended` returned (all four together)."""
+        self.keys, self.values, self.positions, self.padding = keys, values, positions, padding
+
+    def extended(self, k: Tensor, v: Tensor, *, positions: Tensor | None = None,
+                 padding_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """The ``(keys, values, positions, padding)`` the cache would hold after adding ``n`` tokens,
+        without changing it (new tensors; the cache's own are not modified).
+
         Args:
             k: ``(B, Hkv, n, D)`` new keys (not rotated); v: ``(B, Hkv, n, Dv)``.
             positions: ``(B or 1, n)`` int64 positions of the new tokens, or None
@@ -85,6 +102,7 @@ class KVCache:
         """
         B, Hkv, n, _ = k.shape
         L = self.length
+        new_pos, new_pad = self.positions, self.padding
         if self.keys is not None:
             if (self.keys.shape[0], self.keys.shape[1], self.keys.shape[3]) != (B, Hkv, k.shape[3]):
                 raise ValueError(
@@ -103,14 +121,14 @@ class KVCache:
                 old = self.positions
             if old.shape[0] != positions.shape[0]:
                 old, positions = old.expand(B, L), positions.expand(B, n)
-            self.positions = torch.cat([old, positions.to(old.device, torch.long)], dim=1)
+            new_pos = torch.cat([old, positions.to(old.device, torch.long)], dim=1)
         if padding_mask is not None or self.padding is not None:
             new = padding_mask if padding_mask is not None else torch.ones(B, n, dtype=torch.bool, device=k.device)
             old = self.padding if self.padding is not None else torch.ones(B, L, dtype=torch.bool, device=k.device)
-            self.padding = torch.cat([old, new], dim=1)
-        self.keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
-        self.values = v if self.values is None else torch.cat([self.values, v], dim=2)
-        return self.keys, self.values, self.positions, self.padding
+            new_pad = torch.cat([old, new], dim=1)
+        keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
+        values = v if self.values is None else torch.cat([self.values, v], dim=2)
+        return keys, values, new_pos, new_pad
 
     def crop(self, n: int) -> "KVCache":
         """Keep the first ``n`` tokens (``0 <= n <= length``), e.g. to roll back rejected draft tokens."""

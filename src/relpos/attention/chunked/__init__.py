@@ -24,7 +24,12 @@ its name:
   (:meth:`~relpos.encodings.base.Encoding.relative_keys`, Transformer-XL);
 * :mod:`~relpos.attention.chunked.keybias` -- a per-key score
   (:meth:`~relpos.encodings.base.Encoding.key_bias`, FoX);
-* :mod:`~relpos.attention.chunked.blocks` -- everything else (always eligible).
+* :mod:`~relpos.attention.chunked.blocks` -- everything else (always eligible), and
+  every request with an ``attn_mask`` (it masks each block from it).
+
+Dropout (``dropout_p > 0``) is refused by name: the engines recompute the
+probabilities block by block in backward and would have to replay the same
+dropout mask; use ``impl="dense"`` (or ``"auto"``, which then picks it).
 
 An engine module defines ``NAME``, ``eligible(req) -> bool`` and
 ``run(req, q, k, tvals, lo) -> Tensor``; shared pieces are in
@@ -89,12 +94,18 @@ last_engine: str | None = None
 
 
 def supports(req: Request) -> str | None:
-    """Every scheme, mode and device is served (``"blocks"`` covers all)."""
+    """Every scheme, mode and device is served (``"blocks"`` covers all); dropout is not."""
+    if req.dropout_p > 0:
+        return (f"dropout_p={req.dropout_p} > 0 is not served by the chunked engines (their backward "
+                f"recomputes the attention weights); use impl='dense'")
     return None
 
 
 def engine(req: Request) -> ModuleType:
-    """The engine module :func:`run` uses for this request (the first eligible one)."""
+    """The engine module :func:`run` uses for this request (the first eligible one; ``"blocks"``
+    for a request with an ``attn_mask``)."""
+    if req.attn_mask is not None:
+        return blocks
     for eng in ENGINES:
         if eng.eligible(req):
             return eng
@@ -122,7 +133,10 @@ def _run(req: Request) -> Tensor:
         B, H, Nq, _ = req.q.shape
         if not (req.encoding.acts_on - {"embedding", "qk"}):
             # no per-head term: each set of query heads g, g + G, ... runs against the shared k, v (no copy)
-            outs = [_run(dataclasses.replace(req, q=req.q[:, g::G])) for g in range(G)]  # (B, Hkv, Nq, Dv) each
+            am = req.attn_mask
+            outs = [_run(dataclasses.replace(  # (B, Hkv, Nq, Dv) each
+                req, q=req.q[:, g::G], attn_mask=am if am is None or am.shape[1] == 1 else am[:, g::G]))
+                for g in range(G)]
             return torch.stack(outs, 2).reshape(B, H, Nq, -1)
         # per-head position terms: the engines index the heads of q and k together, so k and v are
         # expanded (a copy, O(B H Nk D)); see the module docstring

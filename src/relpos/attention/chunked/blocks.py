@@ -1,7 +1,7 @@
 """The ``"blocks"`` engine: query blocks against all (causally visible) keys.
 
 Serves every request (FIRE and other non-Toeplitz biases, DeBERTa, CoPE, FoX,
-explicit positions, key padding, half precision, any device, ``Dv != D``). Each
+explicit positions, key padding, an ``attn_mask``, half precision, any device, ``Dv != D``). Each
 block forms its logits, softmax and output explicitly, calling the scheme's own
 ``bias``/``score``/``value`` on just that block; bias-only blocks on CPU use the
 fused flash kernel for the forward. The backward recomputes each block and
@@ -110,6 +110,8 @@ class _BlockCfg:
         self.qo = req.q_offset
         self.qpos, self.kpos = req.qpos, req.kpos
         self.kpm = req.key_padding_mask
+        self.am = req.attn_mask  # (B|1, H|1, Nq, Nk) bool or None
+        self.may_be_empty = self.kpm is not None or self.am is not None  # rows with no allowed key
         self.lo = lo
         self.gen_bias = gen_bias
         self.has_score = "score" in enc.acts_on
@@ -130,7 +132,7 @@ class _BlockCfg:
         self.rows = rows_per_block(B * H, Nk, itemsize)
         # bias-only terms without padding: the forward can use the fused CPU kernel
         self.fused_forward = (
-            not self.has_score and not self.has_value and self.kpm is None and self.Dv == D
+            not self.has_score and not self.has_value and not self.may_be_empty and self.Dv == D
             and req.q.device.type == "cpu" and flash_ops() is not None
         )
 
@@ -151,6 +153,8 @@ def _mask_block(s: Tensor, cfg: _BlockCfg, a: int, b: int, C: int) -> None:
             s[..., first:].masked_fill_(j > t, float("-inf"))
     if cfg.kpm is not None:
         s.masked_fill_(~cfg.kpm[:, None, None, :C], float("-inf"))
+    if cfg.am is not None:
+        s.masked_fill_(~cfg.am[:, :, a:b, :C], float("-inf"))
 
 
 def _block_base(cfg: _BlockCfg, qb: Tensor, kr: Tensor, tvals: Tensor | None, a: int, b: int, C: int,
@@ -237,7 +241,7 @@ class _BlockFn(torch.autograd.Function):
             empty = m == -math.inf  # rows with no allowed key
             m = torch.where(empty, torch.zeros_like(m), m)
             p = exp_(s.sub_(m))
-            if cfg.kpm is not None:
+            if cfg.may_be_empty:
                 p.masked_fill_(empty, 0.0)
             l = p.sum(-1, keepdim=True)  # (B, H, R, 1)
             if cfg.has_value:
@@ -294,7 +298,7 @@ class _BlockFn(torch.autograd.Function):
             _mask_block(s, cfg, a, b, C)
             lb = lse[:, :, a:b, None]
             p = exp_(s.sub_(lb))  # normalised probabilities
-            if cfg.kpm is not None:
+            if cfg.may_be_empty:
                 p.masked_fill_(lb == math.inf, 0.0)  # rows with no allowed key
             dp = torch.matmul(dob, vr.transpose(-1, -2))  # (B, H, R, C)
             if cfg.has_value:
