@@ -8,8 +8,8 @@ then every key, string and array against the bytes the file still holds and
 against :data:`MAX_ITEMS` / :data:`MAX_KEY_ITEMS` / :data:`MAX_STRING` -- so
 nothing larger than the file is ever allocated -- and every tensor's declared
 bytes against the file's size. The parse is cached per file (size and mtime),
-and :func:`reader_for` hands transformers that one parse in place of
-``GGUFReader`` (:func:`use_parsed_reader`), so the file is parsed once.
+and :func:`relpos.experiments.hf_gguf_reader.use_parsed_reader` hands
+transformers that one parse in place of ``GGUFReader``, so the file is parsed once.
 
 :func:`check_gguf` refuses by name what relpos cannot serve: an architecture
 without rotary position encoding (GPT-2, Mamba, ...), a file with no tensors,
@@ -20,7 +20,6 @@ scaling it cannot apply. :func:`gguf_rope_parameters` reads the
 
 from __future__ import annotations
 
-import contextlib
 import math
 import mmap
 import os
@@ -30,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["GGUFHeader", "TensorEntry", "read_gguf_header", "check_gguf", "gguf_rope_parameters",
-           "use_parsed_reader", "MAX_KV", "MAX_TENSORS", "MAX_ITEMS", "MAX_KEY_ITEMS", "MAX_STRING"]
+__all__ = ["GGUFHeader", "TensorEntry", "Skipped", "read_gguf_header", "check_gguf", "gguf_rope_parameters",
+           "declared_params_check", "MAX_KV", "MAX_TENSORS", "MAX_ITEMS", "MAX_KEY_ITEMS", "MAX_STRING"]
 
 #: metadata keys in one file (real ones have a few dozen)
 MAX_KV = 4096
@@ -53,6 +52,12 @@ _FMT = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q",
 _NP = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8",
        12: "<f8"}
 STRING, ARRAY = 8, 9
+#: arrays longer than this are walked and counted, not kept (a config's arrays hold one value per layer)
+KEEP_ITEMS = 4096
+
+
+class Skipped(int):
+    """The length of a metadata array that was walked (bounds checked) but not kept: a vocabulary, merges."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +76,9 @@ class TensorEntry:
 class GGUFHeader:
     """What :func:`read_gguf_header` read: ``fields`` maps a key to ``(type, element type or None, value)``.
 
-    A value is a Python scalar, ``bytes`` (a string), a numpy array (numbers) or a
-    list of ``bytes`` (strings).
+    A value is a Python scalar, ``bytes`` (a string), a numpy array (numbers), a
+    list of ``bytes`` (strings), or :class:`Skipped` (the length of an array
+    longer than :data:`KEEP_ITEMS`, walked but not kept).
     """
 
     path: Path
@@ -152,13 +158,15 @@ def _value(cur: _Cursor, key: str, t: int, items: list[int]):
     if et in _NP:
         width = np.dtype(_NP[et]).itemsize
         cur.need(n * width, f"metadata key {key!r}")
-        arr = np.frombuffer(cur.buf, dtype=_NP[et], count=n, offset=cur.pos).copy()
+        arr = np.frombuffer(cur.buf, dtype=_NP[et], count=n, offset=cur.pos).copy() if n <= KEEP_ITEMS \
+            else Skipped(n)
         cur.pos += n * width
         return et, arr
     if et != STRING:
         raise _Bad(f"metadata key {key!r} is an array of type {et}; relpos reads arrays of numbers "
                    "or strings only")
     cur.need(8 * n, f"metadata key {key!r}")  # every string has at least its 8-byte length
+    keep = n <= KEEP_ITEMS
     out, buf, pos, size, unpack = [], cur.buf, cur.pos, cur.size, struct.Struct("<Q").unpack_from
     for _ in range(n):
         if pos + 8 > size:
@@ -169,10 +177,11 @@ def _value(cur: _Cursor, key: str, t: int, items: list[int]):
         if m > MAX_STRING or pos + m > size:
             cur.pos = pos
             cur.need(m if m <= MAX_STRING else size, f"a string of metadata key {key!r}")
-        out.append(bytes(buf[pos: pos + m]))
+        if keep:
+            out.append(bytes(buf[pos: pos + m]))
         pos += m
     cur.pos = pos
-    return et, out
+    return et, out if keep else Skipped(n)
 
 
 def _tensor_bytes(where: str, name: str, dims: tuple[int, ...], t: int) -> tuple[int, int]:
@@ -306,8 +315,9 @@ def check_gguf(head: GGUFHeader) -> None:
         raise ValueError(f"{where} has no general.architecture in its metadata: not a GGUF model")
     mapping = GGUF_CONFIG_MAPPING.get(_HF_ARCH.get(arch, arch))
     if mapping is None:
+        known = sorted(k for k in GGUF_CONFIG_MAPPING if k not in ("general", "tokenizer"))
         raise ValueError(f"{where} is a {arch!r} model, which the installed transformers cannot load from GGUF "
-                         f"(it knows {', '.join(sorted(k for k in GGUF_CONFIG_MAPPING if k not in ('general', 'tokenizer')))})")
+                         f"(it knows {', '.join(known)})")
     if not any(k.startswith("rope.") for k in mapping):
         raise ValueError(f"{where} is a {arch!r} model, not a Llama-family model: relpos evaluates decoders with "
                          "rotary position encoding (RoPE), such as llama, mistral or qwen2")
@@ -317,12 +327,11 @@ def check_gguf(head: GGUFHeader) -> None:
         if t.name in _ROPE_TENSORS:
             raise ValueError(f"{where} holds per-frequency RoPE factors ({t.name}), which transformers' GGUF "
                              "loader drops; relpos does not evaluate it without them")
-    tokens = head.fields.get("tokenizer.ggml.tokens")
-    n_tok = len(tokens[2]) if tokens is not None and tokens[0] == ARRAY else None
+    n_tok = _count(head, "tokenizer.ggml.tokens")
     for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
         f = head.fields.get(key)
-        if f is not None and n_tok is not None and (f[0] != ARRAY or len(f[2]) != n_tok):
-            n = len(f[2]) if f[0] == ARRAY else "no"
+        if f is not None and n_tok is not None and _count(head, key) != n_tok:
+            n = _count(head, key) if f[0] == ARRAY else "no"
             raise ValueError(f"{where}: {key} has {n} entries but tokenizer.ggml.tokens has {n_tok}")
     for key, (t, _, v) in head.fields.items():
         if key.startswith("tokenizer.ggml.") and key.endswith("_token_id"):
@@ -330,6 +339,14 @@ def check_gguf(head: GGUFHeader) -> None:
                     or v < 0:
                 raise ValueError(f"{where}: {key} is {v!r}, outside the vocabulary of {n_tok} tokens")
     gguf_rope_parameters(head)
+
+
+def _count(head: GGUFHeader, key: str) -> int | None:
+    """The length of the array under ``key`` (None if absent or not an array)."""
+    f = head.fields.get(key)
+    if f is None or f[0] != ARRAY:
+        return None
+    return int(f[2]) if isinstance(f[2], Skipped) else len(f[2])
 
 
 def _number(where: str, key: str, v, *, integer: bool = False) -> float:
@@ -419,82 +436,3 @@ def declared_params_check(head: GGUFHeader, n_params: int) -> None:
     if n_params > 1.1 * have + 4096:
         raise ValueError(f"--hf-model {str(head.path)!r}: its metadata describes about {n_params:.3g} parameters "
                          f"but its tensors hold only {have:.3g} values ({head.size} bytes); weights are missing")
-
-
-# ------------------------------------------------------------------ transformers reads this parse
-
-
-class _Field:
-    """What transformers' GGUF loader reads of ``gguf.ReaderField``: ``parts``, ``data``, ``types``."""
-
-    __slots__ = ("name", "offset", "parts", "data", "types")
-
-    def __init__(self, name: str, t: int, et, v) -> None:
-        self.name, self.offset = name, 0
-        if t == ARRAY:
-            vals = v if isinstance(v, list) else [(x,) for x in v.tolist()]
-            self.parts, self.data = vals, range(len(vals))
-            self.types = [ARRAY] + ([et] if len(vals) else [])
-        else:
-            self.parts, self.data, self.types = [v if t == STRING else (v,)], [0], [t]
-
-
-class ParsedReader:
-    """``gguf.GGUFReader``'s ``fields`` and ``tensors`` from one :class:`GGUFHeader` (tensor data memory-mapped)."""
-
-    def __init__(self, head: GGUFHeader) -> None:
-        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-        self.fields = {"GGUF.version": _Field("GGUF.version", 4, None, head.version),
-                       "GGUF.tensor_count": _Field("GGUF.tensor_count", 10, None, len(head.tensors)),
-                       "GGUF.kv_count": _Field("GGUF.kv_count", 10, None, len(head.fields))}
-        for k, (t, et, v) in head.fields.items():
-            self.fields[k] = _Field(k, t, et, v)
-        self.data = np.memmap(head.path, mode="r")
-        self.tensors = []
-        simple = {0: np.float32, 1: np.float16, 24: np.int8, 25: np.int16, 26: np.int32, 27: np.int64,
-                  28: np.float64}
-        from types import SimpleNamespace
-
-        for te in head.tensors:
-            qt = GGMLQuantizationType(te.ggml_type)
-            shape = tuple(reversed(te.dims))
-            start = head.data_start + te.offset
-            raw = self.data[start: start + te.n_bytes]
-            if te.ggml_type in simple:
-                arr = raw.view(simple[te.ggml_type]).reshape(shape)
-            else:
-                block, nb = GGML_QUANT_SIZES[qt]
-                arr = raw.reshape(*shape[:-1], shape[-1] // block * nb)
-            self.tensors.append(SimpleNamespace(name=te.name, tensor_type=qt, shape=np.array(te.dims),
-                                                n_elements=te.n_elements, n_bytes=te.n_bytes,
-                                                data_offset=start, data=arr))
-
-    def get_field(self, key):
-        return self.fields.get(key)
-
-
-@contextlib.contextmanager
-def use_parsed_reader(head: GGUFHeader):
-    """While inside, ``gguf.GGUFReader(head.path)`` returns the parse of ``head`` (other paths read as usual)."""
-    import gguf
-
-    old = gguf.GGUFReader
-    reader = []
-
-    def make(path, *a, **kw):
-        try:
-            same = os.path.samefile(path, head.path)
-        except OSError:
-            same = False
-        if not same:
-            return old(path, *a, **kw)
-        if not reader:
-            reader.append(ParsedReader(head))
-        return reader[0]
-
-    gguf.GGUFReader = make
-    try:
-        yield
-    finally:
-        gguf.GGUFReader = old

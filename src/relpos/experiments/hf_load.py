@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 
 __all__ = ["ModelSource", "model_source", "require_hf", "check_config", "load_config", "estimate_params",
-           "load_hf_causal_lm", "check_loading_info", "model_fingerprint", "tokenizer_file", "DIM_BOUNDS", "MAX_PARAMS", "DTYPES"]
+           "load_hf_causal_lm", "check_loading_info", "model_fingerprint", "tokenizer_file", "DIM_BOUNDS",
+           "MAX_PARAMS", "DTYPES"]
 
 #: upper bounds of the config's dimensions (largest published LLaMA-family values, with room)
 DIM_BOUNDS: dict[str, int] = {
@@ -119,7 +120,8 @@ def _gguf_config(src: ModelSource) -> dict:
     """The config dict of a GGUF file, its RoPE scaling included (the file parsed once, bounds checked first)."""
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    from relpos.experiments.hf_gguf import check_gguf, gguf_rope_parameters, read_gguf_header, use_parsed_reader
+    from relpos.experiments.hf_gguf import check_gguf, gguf_rope_parameters, read_gguf_header
+    from relpos.experiments.hf_gguf_reader import use_parsed_reader
 
     head = read_gguf_header(src.path)
     check_gguf(head)
@@ -142,7 +144,8 @@ def _reading(src: ModelSource):
 
     if not src.gguf:
         return contextlib.nullcontext()
-    from relpos.experiments.hf_gguf import read_gguf_header, use_parsed_reader
+    from relpos.experiments.hf_gguf import read_gguf_header
+    from relpos.experiments.hf_gguf_reader import use_parsed_reader
 
     return use_parsed_reader(read_gguf_header(src.path))
 
