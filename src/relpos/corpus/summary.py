@@ -34,7 +34,10 @@ def corpus_lines(rep: dict) -> list[str]:
     if ident:
         removed = {k: v.get("removed_tokens", 0) for k, v in (ident.get("splits") or {}).items()
                    if v.get("removed_tokens")}
+        # the split lines above count what is left: say what the removed count is out of
+        left = {k: (splits.get(k) or {}).get("tokens", 0) for k in removed}
         lines.append(f"  content sha256 {str(ident.get('sha256', '?'))[:16]}; leak window {ident.get('leak_window')}"
-                     + (": removed " + ", ".join(f"{n:,} {unit} from {k}" for k, n in removed.items())
-                        if removed else ": nothing removed"))
+                     + (": removed as also in train " + ", ".join(
+                         f"{n:,} of {k}'s {n + left[k]:,} {unit} before deduplication ({left[k]:,} left)"
+                         for k, n in removed.items()) if removed else ": nothing removed"))
     return lines
