@@ -6,7 +6,10 @@ metadata key holding N empty strings (the "metadata bomb"; by default N = 60k,
 what ``relpos compare --hf-model FILE`` does before evaluating -- the config,
 the tokenizer, the model -- and records the wall time, the outcome (loaded, or
 the first line of the refusal) and the peak RSS growth over the process after
-its imports (``VmHWM`` minus ``VmRSS``). ``--src`` picks the relpos source tree,
+its imports (``VmHWM`` minus ``VmRSS``). A last file has a Llama-3-sized
+tokenizer (128Ki tokens, 280k merges, 10 MB of metadata; its merges are not a
+working tokenizer): only its config is read, as ``--dry-run`` reads it.
+``--src`` picks the relpos source tree,
 so the same files can be measured against an older checkout; ``--timeout``
 stops a run that takes too long (recorded as such).
 
@@ -41,9 +44,10 @@ base = status("VmRSS")
 t = time.perf_counter()
 try:
     load_config(model_source(sys.argv[1]))
-    tokenizer_file(sys.argv[1], cache_dir=sys.argv[2])
-    load_hf_model(sys.argv[1], device="cpu")
-    out = "loaded"
+    if sys.argv[3] == "all":
+        tokenizer_file(sys.argv[1], cache_dir=sys.argv[2])
+        load_hf_model(sys.argv[1], device="cpu")
+    out = "loaded" if sys.argv[3] == "all" else "config read"
 except ValueError as e:
     out = "refused: " + str(e).splitlines()[0]
 print(repr((time.perf_counter() - t, status("VmHWM") - base, out)))
@@ -58,7 +62,41 @@ def build(folder: Path, sizes: list[int]) -> list[Path]:
 
     src = tiny_llama(folder / "tiny", max_pos=64)
     plain = write_gguf(src, folder / "plain.gguf")
-    return [plain] + [inject(plain, folder / f"bomb{n}.gguf", "general.unused", n) for n in sizes]
+    return [plain] + [inject(plain, folder / f"bomb{n}.gguf", "general.unused", n) for n in sizes] + \
+        [large_vocab(folder / "vocab128k.gguf")]
+
+
+def large_vocab(dest: Path, n_tok: int = 131072, n_merges: int = 280_000) -> Path:
+    """A one-layer Llama GGUF whose metadata is the size of Llama 3's tokenizer (tied embeddings, float16)."""
+    import gguf
+    import numpy as np
+
+    H, ff = 32, 64
+    w = gguf.GGUFWriter(str(dest), "llama")
+    for add, v in ((w.add_context_length, 64), (w.add_embedding_length, H), (w.add_block_count, 1),
+                   (w.add_feed_forward_length, ff), (w.add_head_count, 4), (w.add_head_count_kv, 2),
+                   (w.add_rope_dimension_count, 8), (w.add_vocab_size, n_tok)):
+        add(v)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"<t{i}>" for i in range(n_tok)])
+    w.add_token_types([1] * n_tok)
+    w.add_token_merges([f"<t{i % 977}> <t{i % 991}>" for i in range(n_merges)])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    rng = np.random.default_rng(0)
+    w.add_tensor("token_embd.weight", rng.standard_normal((n_tok, H)).astype(np.float16))
+    for name, shape in (("attn_q", (H, H)), ("attn_k", (16, H)), ("attn_v", (16, H)), ("attn_output", (H, H)),
+                        ("ffn_gate", (ff, H)), ("ffn_up", (ff, H)), ("ffn_down", (H, ff))):
+        w.add_tensor(f"blk.0.{name}.weight", rng.standard_normal(shape).astype(np.float16))
+    for name in ("blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"):
+        w.add_tensor(name, np.ones(H, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dest
 
 
 def main(argv=None) -> int:
@@ -76,7 +114,8 @@ def main(argv=None) -> int:
         for f in files:
             t0 = time.perf_counter()
             try:
-                r = subprocess.run([sys.executable, "-c", CHILD, str(f), str(Path(tmp) / "cache" / "corpora")],
+                what = "config" if f.name.startswith("vocab") else "all"
+                r = subprocess.run([sys.executable, "-c", CHILD, str(f), str(Path(tmp) / "cache" / "corpora"), what],
                                    capture_output=True, text=True, env=env, timeout=args.timeout)
                 secs, peak, out = eval(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else \
                     (time.perf_counter() - t0, None, "crashed: " + (r.stderr.strip().splitlines() or ["?"])[-1])

@@ -289,3 +289,34 @@ def test_gguf_refusals_name_the_file_not_config_json(tiny, tmp_path):
     with pytest.raises(ValueError, match="rope_theta must be a finite number") as e:
         load_config(model_source(f))
     assert str(f) in str(e.value) and "config.json" not in str(e.value)
+
+
+def test_merges_out_of_proportion_to_the_vocabulary_are_refused(tiny, tmp_path):
+    src, _ = tiny
+    f = make_gguf(src, tmp_path / "merges.gguf", extra=lambda w: w.add_token_merges(["a b"] * 5000))
+    with pytest.raises(ValueError, match="tokenizer.ggml.merges has 5000 entries for 512 tokens"):
+        load_config(model_source(f))
+
+
+def test_a_gguf_dry_run_reads_the_header_once_and_no_tensor(tiny, tmp_path, monkeypatch, capsys):
+    """``--dry-run`` of a GGUF read its metadata with ``GGUFReader`` twice (81 s for a real file): now one
+    bounded parse, the RoPE scaling as shipped in the plan, and no tensor data touched."""
+    import relpos.experiments.hf_gguf as hg
+    from relpos.cli import main
+
+    src = tiny_llama(tmp_path / "lin", max_pos=64, rope_parameters={"rope_type": "linear", "factor": 4.0,
+                                                                     "rope_theta": 10000.0})
+    f = make_gguf(src, tmp_path / "lin.gguf", extra=_rope_keys(type="linear", factor=4.0))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("some text\n" * 100)
+    monkeypatch.setattr(gguf.GGUFReader, "__init__", lambda self, *a, **k: 1 / 0)
+    monkeypatch.setattr(gguf, "dequantize", lambda *a, **k: 1 / 0)
+    parses = []
+    real = hg._parse
+    monkeypatch.setattr(hg, "_parse", lambda *a: parses.append(1) or real(*a))
+    hg._CACHE.clear()
+    rc = main(["compare", "--hf-model", str(f), "--corpus", str(corpus), "--dry-run", "--device", "cpu",
+               "--out", str(tmp_path / "o")])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "native rope_type linear" in out and len(parses) == 1 and not (tmp_path / "o").exists()

@@ -36,8 +36,8 @@ __all__ = ["GGUFHeader", "TensorEntry", "Skipped", "read_gguf_header", "check_gg
 MAX_KV = 4096
 #: tensors in one file (a 1024-layer model with 20 tensors a layer, with room)
 MAX_TENSORS = 1 << 16
-#: array elements in all the metadata (two vocabulary-sized arrays of 2**21, and merges)
-MAX_ITEMS = 1 << 23
+#: array elements in all the metadata (Gemma 3's tokenizer, the largest published, has about 800k)
+MAX_ITEMS = 1 << 22
 #: elements of one array that is not one of the tokenizer's vocabulary-sized arrays
 MAX_KEY_ITEMS = 1 << 16
 #: bytes of one metadata string (chat templates are a few KiB)
@@ -333,6 +333,10 @@ def check_gguf(head: GGUFHeader) -> None:
         if f is not None and n_tok is not None and _count(head, key) != n_tok:
             n = _count(head, key) if f[0] == ARRAY else "no"
             raise ValueError(f"{where}: {key} has {n} entries but tokenizer.ggml.tokens has {n_tok}")
+    n_merges = _count(head, "tokenizer.ggml.merges")
+    if n_merges is not None and n_merges > 4 * (n_tok or 0) + 1024:  # real tokenizers: at most about 2x
+        raise ValueError(f"{where}: tokenizer.ggml.merges has {n_merges} entries for {n_tok or 0} tokens; "
+                         "not a tokenizer relpos reads")
     for key, (t, _, v) in head.fields.items():
         if key.startswith("tokenizer.ggml.") and key.endswith("_token_id"):
             if t not in _FMT or isinstance(v, (bool, float)) or (n_tok is not None and not 0 <= v < n_tok) \
