@@ -165,6 +165,15 @@ def test_a_gguf_with_no_tensors_or_a_missing_layer_is_refused_by_name(tiny, tmp_
         load_hf_model(layer, device="cpu")
 
 
+def test_a_gguf_tensor_the_model_has_no_parameter_for_is_refused_by_name(tiny, tmp_path):
+    """A bias on a Llama built without biases was skipped by transformers' loader without a word."""
+    src, _ = tiny
+    f = make_gguf(src, tmp_path / "bias.gguf",
+                  extra=lambda w: w.add_tensor("blk.0.attn_q.bias", np.zeros(32, dtype=np.float32)))
+    with pytest.raises(ValueError, match=r"holds tensors the model does not have: blk\.0\.attn_q\.bias"):
+        load_hf_model(f, device="cpu")
+
+
 def test_a_small_gguf_declaring_a_large_model_is_refused_before_allocation(tiny, tmp_path):
     """10 KB declaring about 470M parameters: refused from the tensor table, before any weight is allocated."""
     src, _ = tiny

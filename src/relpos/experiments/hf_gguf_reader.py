@@ -99,3 +99,21 @@ def use_parsed_reader(head: GGUFHeader):
         yield
     finally:
         gguf.GGUFReader = old
+
+
+def unexpected_tensors(head: GGUFHeader, model) -> list[str]:
+    """Tensors of the file that transformers' GGUF loader skips for ``model`` (it skips them without a word).
+
+    A GGUF tensor the model has no parameter for -- biases on a model built
+    without them, a tensor of another architecture -- would leave the model
+    evaluated without it. Checked where the architecture's tensor processor
+    keeps the file's names (the plain and the Llama processors); processors that
+    merge or rename tensors (mixtures of experts) are not checked here.
+    """
+    from transformers import modeling_gguf_pytorch_utils as m
+
+    cls = m.TENSOR_PROCESSORS.get(head.architecture, m.TensorProcessor)
+    if cls not in (m.TensorProcessor, getattr(m, "LlamaTensorProcessor", m.TensorProcessor)):
+        return []
+    mapping = m.get_gguf_hf_weights_map(model, cls(config={}))
+    return [t.name for t in head.tensors if t.name not in mapping]

@@ -290,6 +290,15 @@ def load_hf_causal_lm(src: ModelSource, cfg, *, dtype: str = "float32", attn_imp
         if gg is not None:
             gg.tqdm = bar
     check_loading_info(src, info)
+    if src.gguf:  # transformers' GGUF loader skips a tensor the model has no parameter for, and says nothing
+        from relpos.experiments.hf_gguf import read_gguf_header
+        from relpos.experiments.hf_gguf_reader import unexpected_tensors
+
+        extra = unexpected_tensors(read_gguf_header(src.path), model)
+        if extra:
+            more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+            raise ValueError(f"{src.path} holds tensors the model does not have: {', '.join(extra[:3])}{more}; "
+                             "relpos does not evaluate a model with weights left out")
     model = model.to(dt)
     for name, p in model.named_parameters():
         if p.is_floating_point() and not bool(torch.isfinite(p).all()):
