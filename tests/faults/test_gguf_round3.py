@@ -212,6 +212,11 @@ def test_a_folder_with_missing_or_foreign_weights_is_refused_by_name(tiny, tmp_p
         load_hf_model(folder("layer", {k: v for k, v in w.items() if ".layers.1." not in k}), device="cpu")
     with pytest.raises(ValueError, match=r"holds weights the model does not have: model\.layers\.7\.extra"):
         load_hf_model(folder("extra", {**w, "model.layers.7.extra": torch.zeros(2)}), device="cpu")
+    q = "model.layers.0.self_attn.q_proj.weight"
+    with pytest.raises(ValueError, match=r"holds weights of the wrong shape: model\.layers\.0\.self_attn\.q_proj"
+                                         r"\.weight \(\[16, 32\] in the file, \[32, 32\] in the model\)") as e:
+        load_hf_model(folder("shape", {**w, q: torch.zeros(16, 32)}), device="cpu")
+    assert "above report" not in str(e.value)
 
 
 # ------------------------------------------------------------------ item 8: RoPE scaling keys

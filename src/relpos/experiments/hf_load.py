@@ -282,7 +282,7 @@ def load_hf_causal_lm(src: ModelSource, cfg, *, dtype: str = "float32", attn_imp
         with _reading(src):
             model, info = AutoModelForCausalLM.from_pretrained(
                 str(src.folder), config=cfg, dtype=dt, attn_implementation=attn_implementation,
-                output_loading_info=True, **src.kwargs())
+                output_loading_info=True, ignore_mismatched_sizes=True, **src.kwargs())  # named below
     except (OSError, ValueError, KeyError, RuntimeError, TypeError, IndexError) as e:
         raise ValueError(f"could not load {str(src.path)!r} as a causal LM: "
                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
@@ -316,7 +316,8 @@ def check_loading_info(src: ModelSource, info: dict) -> None:
     for key, what in (("missing_keys", "has no weight for"), ("unexpected_keys", "holds weights the model does not "
                                                                                   "have:"),
                       ("mismatched_keys", "holds weights of the wrong shape:")):
-        names = sorted(str(k if isinstance(k, str) else k[0]) for k in (info.get(key) or ()))
+        names = sorted(k if isinstance(k, str) else f"{k[0]} ({list(k[1])} in the file, {list(k[2])} in the model)"
+                       if len(k) == 3 else str(k[0]) for k in (info.get(key) or ()))
         if names:
             more = f" and {len(names) - 3} more" if len(names) > 3 else ""
             raise ValueError(f"{src.path} {what} {', '.join(names[:3])}{more}; relpos does not evaluate a model "
