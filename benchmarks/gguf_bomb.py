@@ -110,22 +110,22 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         files = build(Path(tmp), [int(s) for s in args.sizes.split(",") if s])
         env = {**os.environ, "PYTHONPATH": args.src, "OMP_NUM_THREADS": "1"}
-        print(f"{'file':>16} {'MB':>6} {'seconds':>8} {'peak MiB':>9}  outcome")
-        for f in files:
+        print(f"{'file':>16} {'read':>6} {'MB':>6} {'seconds':>8} {'peak MiB':>9}  outcome")
+        runs = [(f, "config" if f.name.startswith("vocab") else "all") for f in files] + [(files[0], "config")]
+        for f, what in runs:
             t0 = time.perf_counter()
             try:
-                what = "config" if f.name.startswith("vocab") else "all"
                 r = subprocess.run([sys.executable, "-c", CHILD, str(f), str(Path(tmp) / "cache" / "corpora"), what],
                                    capture_output=True, text=True, env=env, timeout=args.timeout)
                 secs, peak, out = eval(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else \
                     (time.perf_counter() - t0, None, "crashed: " + (r.stderr.strip().splitlines() or ["?"])[-1])
             except subprocess.TimeoutExpired:
                 secs, peak, out = args.timeout, None, f"still running after {args.timeout:.0f} s (stopped)"
-            row = {"file": f.name, "bytes": f.stat().st_size, "seconds": round(secs, 2),
+            row = {"file": f.name, "read": what, "bytes": f.stat().st_size, "seconds": round(secs, 2),
                    "peak_growth_mib": None if peak is None else round(peak / 2**20, 1), "outcome": out}
             rows.append(row)
             pk = "-" if peak is None else f"{peak / 2**20:.0f}"
-            print(f"{f.name:>16} {f.stat().st_size / 1e6:6.1f} {secs:8.1f} {pk:>9}  {out[:110]}", flush=True)
+            print(f"{f.name:>16} {what:>6} {f.stat().st_size / 1e6:6.1f} {secs:8.1f} {pk:>9}  {out[:100]}", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps({"src": args.src, "rows": rows}, indent=1))
     return 0
