@@ -11,29 +11,26 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from relpos.cli import main  # noqa: E402
 from tests.data_helpers import prose, tiny_llama  # noqa: E402
 
 
-def test_hf_evaluation_does_not_tokenize_the_training_split(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("RELPOS_CACHE", str(tmp_path / "cache"))
+def test_hf_evaluation_does_not_tokenize_the_training_split(tmp_path):
+    from relpos.corpus.summary import corpus_lines
+    from relpos.experiments.hf_eval import corpus_report, hf_fingerprint
+
     model = tiny_llama(tmp_path / "m", max_pos=64)
     corpus = tmp_path / "c.txt"
-    corpus.write_text(prose(300_000, seed=4))
-    rc = main(["compare", "--hf-model", str(model), "--corpus", str(corpus), "--out", str(tmp_path / "o"),
-               "--device", "cpu", "--hf-factors", "1", "--eval-tokens", "256", "--scalings", "native",
-               "--passkey", "0", "--no-progress"])
-    err = capsys.readouterr().err
-    assert rc == 0, err
-    metas = list((tmp_path / "cache" / "corpora").glob("*/meta.json"))
-    assert len(metas) == 1
-    meta = json.loads(metas[0].read_text())
-    folder = metas[0].parent
-    assert meta["eval_only"] is True and meta["splits"]["train"]["bytes"] > 200_000
-    assert (folder / "train.bin").stat().st_size == 0 and meta["splits"]["train"]["tokens"] == 0
-    assert meta["splits"]["test"]["tokens"] > 0 and (folder / "test.bin").stat().st_size > 0
-    assert "train: " in err and "not tokenized (an evaluation never reads it)" in err
-    assert "not applied (the training split is not tokenized)" in err
+    corpus.write_text(prose(100_000, seed=4))
+    spec = {"model": str(model), "corpus": {"path": str(corpus)}, "factors": [1], "eval_tokens": 256,
+            "scalings": ["native"], "passkey_n": 0, "device": "cpu", "cache_dir": str(tmp_path / "cache")}
+    _, protocol, c = hf_fingerprint(spec)
+    meta = json.loads((c.folder / "meta.json").read_text())
+    assert meta["eval_only"] is True and meta["splits"]["train"]["bytes"] > 60_000
+    assert (c.folder / "train.bin").stat().st_size == 0 and meta["splits"]["train"]["tokens"] == 0
+    assert meta["splits"]["test"]["tokens"] > 0 and (c.folder / "test.bin").stat().st_size > 0
+    text = "\n".join(corpus_lines(corpus_report(c)))
+    assert "not tokenized (an evaluation never reads it)" in text
+    assert "not applied (the training split is not tokenized)" in text
 
 
 def test_an_eval_only_corpus_is_never_trained_on(tmp_path):
