@@ -206,8 +206,10 @@ def test_a_folder_with_missing_or_foreign_weights_is_refused_by_name(tiny, tmp_p
         save_file(tensors, str(d / "model.safetensors"))
         return d
 
+    with pytest.raises(ValueError, match=r"describes about 5\.14e\+04 parameters but the weight files hold only"):
+        load_hf_model(folder("none", {"foo": torch.zeros(3)}), device="cpu")  # before anything is allocated
     with pytest.raises(ValueError, match=r"has no weight for lm_head\.weight, model\.embed_tokens\.weight"):
-        load_hf_model(folder("none", {"foo": torch.zeros(3)}), device="cpu")
+        load_hf_model(folder("foreign", {"foo": torch.zeros(60_000)}), device="cpu")
     with pytest.raises(ValueError, match=r"has no weight for model\.layers\.1\."):
         load_hf_model(folder("layer", {k: v for k, v in w.items() if ".layers.1." not in k}), device="cpu")
     with pytest.raises(ValueError, match=r"holds weights the model does not have: model\.layers\.7\.extra"):

@@ -227,6 +227,15 @@ def _raw_view(raw: dict, where: str = "config.json"):
     return SimpleNamespace(**{**raw, "rope_parameters": rp})
 
 
+def _check_weight_bytes(src: ModelSource, n: int) -> None:
+    """Refuse a config describing far more parameters than the folder's weight files can hold (>= 2 bits each)."""
+    files = [q for q in src.folder.iterdir() if q.suffix in (".safetensors", ".bin", ".pt") and q.is_file()]
+    have = sum(q.stat().st_size for q in files)
+    if files and n > 4 * have + 4096:
+        raise ValueError(f"{src.folder / 'config.json'} describes about {n:.3g} parameters but the weight files "
+                         f"hold only {have:,} bytes; weights are missing")
+
+
 def load_config(src: ModelSource, *, dtype: str = "float32"):
     """The checked transformers config of ``src`` (no code from the folder runs; nothing is built)."""
     require_hf(gguf=bool(src.gguf))
@@ -241,6 +250,8 @@ def load_config(src: ModelSource, *, dtype: str = "float32"):
         from relpos.experiments.hf_gguf import declared_params_check, read_gguf_header
 
         declared_params_check(read_gguf_header(src.path), n)
+    else:
+        _check_weight_bytes(src, n)
     check_rope(_raw_view(raw, where), where=where)  # before transformers reads it (it divides by the context)
     try:
         with _reading(src):
