@@ -169,6 +169,10 @@ def build_config(args: argparse.Namespace):
     if args.eval_tokens is not None:
         lm["eval_tokens"] = args.eval_tokens
     if args.task_len is not None:
+        from relpos.tasks.algorithmic import MAX_TRAIN_LEN
+
+        if not 1 <= args.task_len <= MAX_TRAIN_LEN:  # named by its flag, not by the config key it sets
+            raise ValueError(f"--task-len must be an integer in [1, {MAX_TRAIN_LEN}], got {args.task_len}")
         algo["train_len"] = args.task_len
         if args.task_eval_lengths is None:  # the preset's lengths were for its own L
             algo["eval_factors"] = [1, 2, 3, 4]

@@ -213,6 +213,9 @@ class Corpus:
         return torch.from_numpy(mm)
 
     def train_source(self, batch_size: int, seq_len: int, seed: int = 0, *, limit: int | None = None) -> TokenLMSource:
+        if self.meta.get("eval_only"):
+            raise ValueError(f"corpus {self.meta['path']!r} was read for evaluation only: its training split is "
+                             "not tokenized")
         tokens = FileTokens(self.folder / "train.bin", self.meta["dtype"])
         return TokenLMSource(tokens, batch_size, seq_len, seed, vocab_size=self.vocab_size, limit=limit)
 
@@ -307,22 +310,25 @@ def _encoder(tok):
     return lambda raw, text: np.asarray(tok.encode(text, add_special_tokens=False).ids, dtype=np.int64)
 
 
-def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, need: Requirement | None) -> dict:
+def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, need: Requirement | None,
+           eval_only: bool = False) -> dict:
     dtype = np.uint8 if tok is None else np.int32
     encode = _encoder(tok)
+    skip = (lambda raw, text: np.zeros(0, dtype)) if eval_only else encode  # train: counted and hashed only
     sinks = {s: _Sink(out / f"{s}.bin", dtype) for s in _SPLITS}
     skipped = Skipped()
     try:
         for doc in read_docs(spec.path, kind, glob=spec.glob, text_field=spec.text_field, skipped=skipped):
-            sink = sinks[doc.split or split_of_key(doc.split_key)]
+            name = doc.split or split_of_key(doc.split_key)
+            sink, enc = sinks[name], skip if name == "train" else encode
             sink.begin()
             try:
                 for text in doc.pieces():
                     raw = text.encode("utf-8", "replace")
-                    sink.write(encode(raw, text), len(raw), raw)
+                    sink.write(enc(raw, text), len(raw), raw)
                 if doc.sep:
                     raw = doc.sep.encode()
-                    sink.write(encode(raw, doc.sep), len(raw), raw)
+                    sink.write(enc(raw, doc.sep), len(raw), raw)
             except Undecodable:
                 sink.rollback()
                 skipped.undecodable.append(doc.name)
@@ -331,12 +337,13 @@ def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, nee
     finally:
         for s in sinks.values():
             s.f.close()
-    total = sum(s.tokens for s in sinks.values())
+    total = sum(s.tokens if n != "train" or not eval_only else s.bytes for n, s in sinks.items())
     unit = "tokens" if tok is not None else "bytes"
     if tok is not None and total:
         from relpos.corpus.unknown import check_unknown_fraction
 
-        check_unknown_fraction(tok, [out / f"{s}.bin" for s in _SPLITS], dtype, what=str(spec.tokenizer))
+        check_unknown_fraction(tok, [out / f"{s}.bin" for s in _SPLITS if s != "train" or not eval_only], dtype,
+                               what=str(spec.tokenizer))
     if total == 0:
         extra = ""
         if kind == "folder":
@@ -344,8 +351,11 @@ def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, nee
             extra = (f" (no readable text: {c['binary']} binary, {c['undecodable']} not UTF-8, "
                      f"{c['unreadable']} unreadable file(s) skipped; glob {spec.glob or '**/*'!r})")
         raise ValueError(f"corpus {spec.path!r} is empty: it yields no text{extra}")
-    dedup = _remove_leaks(out, dtype, {s: sinks[s] for s in _SPLITS})
-    fp = hashlib.sha256(f"relpos-corpus:{FORMAT_VERSION}:{tok_sha}:window={WINDOW}".encode())
+    # evaluation only: the training split is not tokenized, so nothing is removed as also in training
+    dedup = {"window": WINDOW, "eval_only": True} if eval_only else \
+        _remove_leaks(out, dtype, {s: sinks[s] for s in _SPLITS})
+    fp = hashlib.sha256(f"relpos-corpus:{FORMAT_VERSION}:{tok_sha}:window={WINDOW}".encode()
+                        + (b":eval-only" if eval_only else b""))
     for s in _SPLITS:
         fp.update(f"|{s}:{sinks[s].docs}:".encode() + sinks[s].hash.digest())
     meta = {
@@ -365,9 +375,11 @@ def _build(spec: CorpusSpec, kind: str, out: Path, tok, tok_sha: str | None, nee
         "skipped": skipped.counts(),
         "skipped_examples": {k: v[:5] for k, v in asdict(skipped).items()},
     }
+    if eval_only:
+        meta["eval_only"] = True
     _check_size(meta, need)  # first: its message says how much text is needed
     for s in _SPLITS:
-        if meta["splits"][s]["tokens"] == 0:
+        if meta["splits"][s]["tokens" if s != "train" or not eval_only else "bytes"] == 0:
             left = (f"; {dedup[s]['removed']:,} {unit} of it also occur in training and were removed"
                     if dedup.get(s, {}).get("removed") else "")
             raise ValueError(
@@ -416,7 +428,7 @@ def _sha256_file(path: Path) -> str:
 
 def load_corpus(path: str | os.PathLike, *, glob: str | None = None, text_field: str = "text",
                 tokenizer: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
-                require: Requirement | None = None) -> Corpus:
+                require: Requirement | None = None, eval_only: bool = False) -> Corpus:
     """Read (or find in the cache) a corpus. See the module docstring.
 
     Args:
@@ -426,6 +438,9 @@ def load_corpus(path: str | os.PathLike, *, glob: str | None = None, text_field:
         tokenizer: a ``tokenizer.json`` file (Hugging Face ``tokenizers``); None for bytes.
         cache_dir: where tokenized splits are kept (default :func:`default_cache_dir`).
         require: tokens each split must hold (e.g. :func:`lm_requirement`).
+        eval_only: for an evaluation that never trains (``--hf-model``): the
+            training split is read and hashed but not tokenized, and nothing is
+            removed from validation and test as also in training (a cache of its own).
 
     Raises:
         FileNotFoundError: nothing at ``path``.
@@ -448,7 +463,7 @@ def load_corpus(path: str | os.PathLike, *, glob: str | None = None, text_field:
         check_hf_folder(p, text_field)
     spec = CorpusSpec(str(p), glob if kind == "folder" else None, text_field, tokenizer)
     key_src = {"v": FORMAT_VERSION, "spec": spec.to_dict(), "tok": tok_sha,
-               "files": file_signature(p, kind, glob)}
+               "files": file_signature(p, kind, glob), **({"eval_only": True} if eval_only else {})}
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24]
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     final = root / key
@@ -461,7 +476,7 @@ def load_corpus(path: str | os.PathLike, *, glob: str | None = None, text_field:
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     try:
-        meta = _build(spec, kind, tmp, tok, tok_sha, require)
+        meta = _build(spec, kind, tmp, tok, tok_sha, require, eval_only)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
         try:
             os.replace(tmp, final)
@@ -478,21 +493,21 @@ def load_corpus(path: str | os.PathLike, *, glob: str | None = None, text_field:
     return Corpus(final, json.loads((final / "meta.json").read_text()))
 
 
-_MEMO: dict[tuple[str, str | None], Corpus] = {}
+_MEMO: dict[tuple[str, str | None, bool], Corpus] = {}
 
 
 def cached_corpus(spec: CorpusSpec | dict, cache_dir: str | os.PathLike | None = None, *,
-                  require: Requirement | None = None) -> Corpus:
+                  require: Requirement | None = None, eval_only: bool = False) -> Corpus:
     """:func:`load_corpus` of a spec (a :class:`CorpusSpec` or its dict), memoised per process.
 
     ``require`` is checked before anything is built (as in :func:`load_corpus`) and on every call.
     """
     d = spec.to_dict() if isinstance(spec, CorpusSpec) else dict(spec)
-    key = (json.dumps(d, sort_keys=True), None if cache_dir is None else str(cache_dir))
+    key = (json.dumps(d, sort_keys=True), None if cache_dir is None else str(cache_dir), eval_only)
     c = _MEMO.get(key)
     if c is None:
         c = load_corpus(d["path"], glob=d.get("glob"), text_field=d.get("text_field", "text"),
-                        tokenizer=d.get("tokenizer"), cache_dir=cache_dir, require=require)
+                        tokenizer=d.get("tokenizer"), cache_dir=cache_dir, require=require, eval_only=eval_only)
         if len(_MEMO) > 16:
             _MEMO.clear()
         _MEMO[key] = c

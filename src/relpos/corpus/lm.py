@@ -17,6 +17,8 @@ the two are the same thing.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from relpos.corpus import Corpus, lm_requirement
@@ -45,23 +47,27 @@ class CorpusLanguageModelling(LanguageModelling):
         super().__init__(**options)
         self.corpus = corpus
         self.vocab_size = corpus.vocab_size
-        corpus.require(lm_requirement(self.train_len, self.eval_lengths, self.eval_tokens, self.blocks,
-                                      n_val=self.n_val, eval_stride=self.eval_stride))
+        need = lm_requirement(self.train_len, self.eval_lengths, self.eval_tokens, self.blocks,
+                              n_val=self.n_val, eval_stride=self.eval_stride)
+        corpus.require(dataclasses.replace(need, train=0) if corpus.meta.get("eval_only") else need)
 
     @classmethod
-    def from_spec(cls, spec, *, cache_dir=None, **options) -> "CorpusLanguageModelling":
+    def from_spec(cls, spec, *, cache_dir=None, eval_only: bool = False, **options) -> "CorpusLanguageModelling":
         """Load the corpus of ``spec`` (a :class:`~relpos.corpus.CorpusSpec` or its dict) and build the task.
 
         The size needed by ``options`` is checked before the corpus is read into the
         cache, so a corpus too small leaves nothing behind. The load is memoised per
-        process (:func:`relpos.corpus.cached_corpus`): workers pay only a ``stat``.
+        process (:func:`relpos.corpus.cached_corpus`): workers pay only a ``stat``. ``eval_only``: an
+        evaluation that never trains; the training split is not tokenized (:func:`relpos.corpus.load_corpus`).
         """
         from relpos.corpus import cached_corpus
 
         plain = LanguageModelling(**options)  # resolves the defaults and checks the options
         need = lm_requirement(plain.train_len, plain.eval_lengths, plain.eval_tokens, plain.blocks,
                               n_val=plain.n_val, eval_stride=plain.eval_stride)
-        return cls(cached_corpus(spec, cache_dir, require=need), **options)
+        if eval_only:
+            need = dataclasses.replace(need, train=0)
+        return cls(cached_corpus(spec, cache_dir, require=need, eval_only=eval_only), **options)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` in this corpus's unit (for prompts such as passkey retrieval)."""

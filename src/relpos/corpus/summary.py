@@ -17,10 +17,12 @@ def corpus_lines(rep: dict) -> list[str]:
     lines = [f"corpus {rep.get('path')} ({rep.get('kind')}), hash {rep.get('fingerprint')}"
              + (f", tokenizer {rep.get('tokenizer')}" if rep.get("tokenizer") else "")]
     splits = rep.get("splits") or {}
+    eval_only = bool((rep.get("dedup") or {}).get("eval_only"))
     for name, s in sorted(splits.items(), key=lambda kv: ("train", "val", "test").index(kv[0])
                           if kv[0] in ("train", "val", "test") else 3):
-        lines.append(f"  {name}: {s.get('docs', 0):,} documents, {s.get('bytes', 0):,} bytes, "
-                     f"{s.get('tokens', 0):,} {unit}")
+        n = "not tokenized (an evaluation never reads it)" if eval_only and name == "train" else \
+            f"{s.get('tokens', 0):,} {unit}"
+        lines.append(f"  {name}: {s.get('docs', 0):,} documents, {s.get('bytes', 0):,} bytes, {n}")
     skipped = {k: v for k, v in (rep.get("skipped") or {}).items() if v}
     why = {"binary": "binary", "undecodable": "not UTF-8", "unreadable": "unreadable"}
     if skipped:
@@ -34,7 +36,11 @@ def corpus_lines(rep: dict) -> list[str]:
     if ident:
         removed = {k: v.get("removed_tokens", 0) for k, v in (ident.get("splits") or {}).items()
                    if v.get("removed_tokens")}
+        # the split lines above count what is left: say what the removed count is out of
+        left = {k: (splits.get(k) or {}).get("tokens", 0) for k in removed}
         lines.append(f"  content sha256 {str(ident.get('sha256', '?'))[:16]}; leak window {ident.get('leak_window')}"
-                     + (": removed " + ", ".join(f"{n:,} {unit} from {k}" for k, n in removed.items())
-                        if removed else ": nothing removed"))
+                     + (": removed as also in train " + ", ".join(
+                         f"{n:,} of {k}'s {n + left[k]:,} {unit} before deduplication ({left[k]:,} left)"
+                         for k, n in removed.items()) if removed else
+                        ": not applied (the training split is not tokenized)" if eval_only else ": nothing removed"))
     return lines

@@ -273,7 +273,8 @@ def _lm_task(spec: dict, L0: int, lengths: list[int], corpus=None):
     c = spec["corpus"]
     c = dict(c) if isinstance(c, dict) else {"path": str(c)}
     c["tokenizer"] = tokenizer_file(spec["model"], spec["tokenizer"], spec["cache_dir"])
-    return CorpusLanguageModelling.from_spec(c, cache_dir=spec.get("cache_dir"), **opts)
+    # a zero-shot evaluation never reads the training split: it is not tokenized
+    return CorpusLanguageModelling.from_spec(c, cache_dir=spec.get("cache_dir"), eval_only=True, **opts)
 
 
 def _passkey(spec: dict, lengths: list[int], tok, bos):

@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 
 __all__ = ["ModelSource", "model_source", "require_hf", "check_config", "load_config", "estimate_params",
-           "load_hf_causal_lm", "model_fingerprint", "tokenizer_file", "DIM_BOUNDS", "MAX_PARAMS", "DTYPES"]
+           "load_hf_causal_lm", "check_loading_info", "model_fingerprint", "tokenizer_file", "DIM_BOUNDS",
+           "MAX_PARAMS", "DTYPES"]
 
 #: upper bounds of the config's dimensions (largest published LLaMA-family values, with room)
 DIM_BOUNDS: dict[str, int] = {
@@ -116,13 +117,37 @@ def _read_config_json(src: ModelSource) -> dict:
 
 
 def _gguf_config(src: ModelSource) -> dict:
+    """The config dict of a GGUF file, its RoPE scaling included (the file parsed once, bounds checked first)."""
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
+    from relpos.pretrained.gguf import check_gguf, gguf_rope_parameters, read_gguf_header
+    from relpos.pretrained.gguf_reader import use_parsed_reader
+
+    head = read_gguf_header(src.path)
+    check_gguf(head)
     try:
-        parsed = load_gguf_checkpoint(str(src.path), return_tensors=False)
+        with use_parsed_reader(head):
+            parsed = load_gguf_checkpoint(str(src.path), return_tensors=False)
     except (ValueError, KeyError, OSError, IndexError, TypeError, struct.error) as e:
-        raise ValueError(f"--hf-model {str(src.path)!r} does not read as a GGUF model: {e}") from None
-    return dict(parsed.get("config", {}))
+        raise ValueError(f"--hf-model {str(src.path)!r} does not read as a GGUF model: "
+                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    cfg = dict(parsed.get("config", {}))
+    rp = gguf_rope_parameters(head)  # transformers' GGUF reader drops these keys
+    if rp:
+        cfg["rope_scaling"] = dict(rp)
+    return cfg
+
+
+def _reading(src: ModelSource):
+    """A context in which transformers reads ``src``'s GGUF file from relpos's one bounded parse."""
+    import contextlib
+
+    if not src.gguf:
+        return contextlib.nullcontext()
+    from relpos.pretrained.gguf import read_gguf_header
+    from relpos.pretrained.gguf_reader import use_parsed_reader
+
+    return use_parsed_reader(read_gguf_header(src.path))
 
 
 def estimate_params(cfg: dict) -> int:
@@ -185,13 +210,13 @@ def check_config(cfg: dict, *, where: str = "config.json", dtype: str = "float32
     return n
 
 
-def _raw_view(raw: dict):
+def _raw_view(raw: dict, where: str = "config.json"):
     """The raw config dict as the attributes :func:`relpos.pretrained.scalings.check_rope` reads."""
     from types import SimpleNamespace
 
     rp = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
     if not isinstance(rp, dict):
-        raise ValueError(f"config.json: rope_parameters must be an object, got {type(rp).__name__}")
+        raise ValueError(f"{where}: rope_parameters must be an object, got {type(rp).__name__}")
     rp = dict(rp)
     if "type" in rp and "rope_type" not in rp:
         rp["rope_type"] = rp["type"]
@@ -202,6 +227,15 @@ def _raw_view(raw: dict):
     return SimpleNamespace(**{**raw, "rope_parameters": rp})
 
 
+def _check_weight_bytes(src: ModelSource, n: int) -> None:
+    """Refuse a config describing far more parameters than the folder's weight files can hold (>= 2 bits each)."""
+    files = [q for q in src.folder.iterdir() if q.suffix in (".safetensors", ".bin", ".pt") and q.is_file()]
+    have = sum(q.stat().st_size for q in files)
+    if files and n > 4 * have + 4096:
+        raise ValueError(f"{src.folder / 'config.json'} describes about {n:.3g} parameters but the weight files "
+                         f"hold only {have:,} bytes; weights are missing")
+
+
 def load_config(src: ModelSource, *, dtype: str = "float32"):
     """The checked transformers config of ``src`` (no code from the folder runs; nothing is built)."""
     require_hf(gguf=bool(src.gguf))
@@ -210,15 +244,28 @@ def load_config(src: ModelSource, *, dtype: str = "float32"):
     from relpos.pretrained.scalings import check_rope
 
     raw = _gguf_config(src) if src.gguf else _read_config_json(src)
-    check_config(raw, where=str(src.path if src.gguf else src.folder / "config.json"), dtype=dtype)
-    check_rope(_raw_view(raw))  # before transformers reads it (it divides by the original context)
+    where = str(src.path if src.gguf else src.folder / "config.json")
+    n = check_config(raw, where=where, dtype=dtype)
+    if src.gguf:  # sizes the metadata declares, against the tensors the file holds, before any allocation
+        from relpos.pretrained.gguf import declared_params_check, read_gguf_header
+
+        declared_params_check(read_gguf_header(src.path), n)
+    else:
+        _check_weight_bytes(src, n)
+    check_rope(_raw_view(raw, where), where=where)  # before transformers reads it (it divides by the context)
     try:
-        cfg = AutoConfig.from_pretrained(str(src.folder), **src.kwargs())
+        with _reading(src):
+            cfg = AutoConfig.from_pretrained(str(src.folder), **src.kwargs())
     except RecursionError:
         raise ValueError(f"{src.path}: the config is nested too deeply") from None
     except (OSError, ValueError, KeyError, TypeError, ArithmeticError) as e:
         raise ValueError(f"could not read the config of {str(src.path)!r}: {str(e).splitlines()[0]}") from None
-    check_rope(cfg)
+    if src.gguf and raw.get("rope_scaling"):  # applied as shipped: transformers' GGUF config leaves it out
+        from relpos.pretrained.scalings import rope_params
+
+        base = {k: v for k, v in rope_params(cfg).items() if k in ("rope_theta", "partial_rotary_factor")}
+        cfg.rope_parameters = {**base, **raw["rope_scaling"]}
+    check_rope(cfg, where=where)
     return cfg
 
 
@@ -243,19 +290,49 @@ def load_hf_causal_lm(src: ModelSource, cfg, *, dtype: str = "float32", attn_imp
         bar = gg.tqdm
         gg.tqdm = functools.partial(bar, disable=True)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(src.folder), config=cfg, dtype=dt,
-                                                     attn_implementation=attn_implementation, **src.kwargs())
-    except (OSError, ValueError, KeyError, RuntimeError, TypeError) as e:
-        raise ValueError(f"could not load {str(src.path)!r} as a causal LM: {str(e).splitlines()[0]}") from None
+        with _reading(src):
+            model, info = AutoModelForCausalLM.from_pretrained(
+                str(src.folder), config=cfg, dtype=dt, attn_implementation=attn_implementation,
+                output_loading_info=True, ignore_mismatched_sizes=True, **src.kwargs())  # named below
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError, IndexError) as e:
+        raise ValueError(f"could not load {str(src.path)!r} as a causal LM: "
+                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     finally:
         if gg is not None:
             gg.tqdm = bar
+    check_loading_info(src, info)
+    if src.gguf:  # transformers' GGUF loader skips a tensor the model has no parameter for, and says nothing
+        from relpos.pretrained.gguf import read_gguf_header
+        from relpos.pretrained.gguf_reader import unexpected_tensors
+
+        extra = unexpected_tensors(read_gguf_header(src.path), model)
+        if extra:
+            more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+            raise ValueError(f"{src.path} holds tensors the model does not have: {', '.join(extra[:3])}{more}; "
+                             "relpos does not evaluate a model with weights left out")
     model = model.to(dt)
     for name, p in model.named_parameters():
         if p.is_floating_point() and not bool(torch.isfinite(p).all()):
             raise ValueError(f"{src.path}: weight {name} holds NaN or inf; relpos does not evaluate a broken "
                              "checkpoint")
     return model
+
+
+def check_loading_info(src: ModelSource, info: dict) -> None:
+    """Refuse, naming the weights, a checkpoint with missing, unexpected or mis-shaped weights.
+
+    transformers initialises a missing weight at random and reports it only on
+    stderr; an evaluation of such a model gives normal-looking numbers.
+    """
+    for key, what in (("missing_keys", "has no weight for"), ("unexpected_keys", "holds weights the model does not "
+                                                                                  "have:"),
+                      ("mismatched_keys", "holds weights of the wrong shape:")):
+        names = sorted(k if isinstance(k, str) else f"{k[0]} ({list(k[1])} in the file, {list(k[2])} in the model)"
+                       if len(k) == 3 else str(k[0]) for k in (info.get(key) or ()))
+        if names:
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            raise ValueError(f"{src.path} {what} {', '.join(names[:3])}{more}; relpos does not evaluate a model "
+                             "with weights initialised at random or left out")
 
 
 def model_fingerprint(path: str | os.PathLike) -> str:
@@ -297,10 +374,15 @@ def tokenizer_file(path: str | os.PathLike, tokenizer: str | None = None, cache_
         require_hf(gguf=True)
         from transformers import AutoTokenizer
 
+        from relpos.pretrained.gguf import check_gguf, read_gguf_header
+
+        check_gguf(read_gguf_header(src.path))  # bounded, and special-token ids inside the vocabulary
         try:
-            tok = AutoTokenizer.from_pretrained(str(src.folder), **src.kwargs())
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
-            raise ValueError(f"could not read the tokenizer of {str(src.path)!r}: {str(e).splitlines()[0]}") from None
+            with _reading(src):
+                tok = AutoTokenizer.from_pretrained(str(src.folder), **src.kwargs())
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
+            raise ValueError(f"could not read the tokenizer of {str(src.path)!r}: "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         backend = getattr(tok, "backend_tokenizer", None)
         if backend is None:
             raise ValueError(f"the tokenizer of {str(src.path)!r} has no fast (tokenizers) form; give one with "

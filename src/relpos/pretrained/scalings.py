@@ -75,15 +75,15 @@ def native_rope_type(config) -> str:
     return str(rp.get("rope_type", rp.get("type", "default")))
 
 
-def _finite_positive(name: str, v, *, integer: bool = False) -> None:
+def _finite_positive(name: str, v, *, integer: bool = False, where: str = "config.json") -> None:
     ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
           and (not integer or float(v).is_integer()))
     if not ok:
         kind = "a positive integer" if integer else "a finite number > 0"
-        raise ValueError(f"config.json: {name} must be {kind}, got {v!r}")
+        raise ValueError(f"{where}: {name} must be {kind}, got {v!r}")
 
 
-def check_rope(config) -> str:
+def check_rope(config, where: str = "config.json") -> str:
     """Refuse, with a one-line ``ValueError`` naming the field, what the evaluation cannot run as stated.
 
     Checked: ``rope_type`` implemented by the installed transformers;
@@ -97,26 +97,26 @@ def check_rope(config) -> str:
     for p in layers:
         rt = p.get("rope_type", p.get("type", "default"))
         if rt not in known:
-            raise ValueError(f"config.json: rope_type {rt!r} is not implemented by the installed transformers "
+            raise ValueError(f"{where}: rope_type {rt!r} is not implemented by the installed transformers "
                              f"(it has {', '.join(sorted(known))}); relpos does not replace it with another")
-        _finite_positive("rope_theta", p.get("rope_theta", getattr(config, "rope_theta", None)))
+        _finite_positive("rope_theta", p.get("rope_theta", getattr(config, "rope_theta", None)), where=where)
         if "factor" in p and p["factor"] is not None:
-            _finite_positive("rope_parameters.factor", p["factor"])
+            _finite_positive("rope_parameters.factor", p["factor"], where=where)
             if p["factor"] < 1 and rt != "proportional":
-                raise ValueError(f"config.json: rope_parameters.factor must be >= 1, got {p['factor']!r}")
+                raise ValueError(f"{where}: rope_parameters.factor must be >= 1, got {p['factor']!r}")
         if rt in ("yarn", "llama3", "longrope") or "original_max_position_embeddings" in p:
             o = p.get("original_max_position_embeddings", getattr(config, "original_max_position_embeddings", None))
             if o is not None or rt != "longrope":
                 _finite_positive("original_max_position_embeddings",
-                                 o if o is not None else config.max_position_embeddings, integer=True)
+                                 o if o is not None else config.max_position_embeddings, integer=True, where=where)
         if rt == "longrope":
             half = int(head_dim(config) * float(p.get("partial_rotary_factor", 1.0))) // 2
             for key in ("short_factor", "long_factor"):
                 f = p.get(key)
                 if not isinstance(f, list) or len(f) != half:
-                    raise ValueError(f"config.json: rope_parameters.{key} must be a list of {half} numbers")
+                    raise ValueError(f"{where}: rope_parameters.{key} must be a list of {half} numbers")
                 for v in f:
-                    _finite_positive(f"rope_parameters.{key} entries", v)
+                    _finite_positive(f"rope_parameters.{key} entries", v, where=where)
     return native_rope_type(config)
 
 
