@@ -34,5 +34,6 @@ does not implement. transformers (>= 4.56) is imported lazily, on the first
 from __future__ import annotations
 
 from relpos.hf.bridge import ATTN_NAME, bridge_schemes, rope_options, use_scheme
+from relpos.hf.saving import load_bridged
 
-__all__ = ["use_scheme", "rope_options", "bridge_schemes", "ATTN_NAME"]
+__all__ = ["use_scheme", "load_bridged", "rope_options", "bridge_schemes", "ATTN_NAME"]
