@@ -103,7 +103,9 @@ def rope_pairing(model, attn: nn.Module, rotary: nn.Module, no_rotary: nn.Module
                 errors[pairing] = float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
                 if errors[pairing] <= PROBE_TOL:
                     return pairing
-    except (TypeError, RuntimeError) as e:
+    except (TypeError, RuntimeError, ValueError) as e:
+        if str(e).startswith(f"model type {mt!r}"):
+            raise
         raise ValueError(f"model type {mt!r}: the relpos bridge could not run its attention layer to read its RoPE "
                          f"pairing ({type(e).__name__}: {e})") from None
     found = ", ".join(f"{k}: {v:.2g}" for k, v in errors.items())
