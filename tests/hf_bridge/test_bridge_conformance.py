@@ -64,8 +64,8 @@ def _inputs(B=2, N=12):
     return ids, mask
 
 
-#: hybrid models whose reference mamba kernels take seconds on a CPU
-SLOW = ("falcon_h1", "afmoe")
+#: a hybrid model whose reference mamba kernels take seconds on a CPU
+SLOW = ("falcon_h1",)
 
 
 @pytest.mark.parametrize("model_type", [pytest.param(t, marks=pytest.mark.slow) if t in SLOW else t
