@@ -221,10 +221,17 @@ def use_scheme(model, scheme: str, *, impl: str = "auto", share: bool | None = N
         share: one scheme module for all layers (default: the scheme's own
             default, shared for T5).
         **options: the scheme's options. For the RoPE family the model's own
-            RoPE settings (:func:`rope_options`) are the defaults.
+            RoPE settings are the defaults and ``options`` are merged over them
+            (base and scaling from :func:`rope_options`; the rotary fraction and
+            the pairing read from the model itself, see :mod:`relpos.hf.probe`);
+            a scaling in ``options`` replaces the model's scaling as a whole.
 
     Returns:
         ``model`` (modified in place; new scheme parameters are on its device, in float32).
+        The scheme, ``share``, ``impl`` and the options are recorded in
+        ``model.config.relpos_bridge`` (saved by ``save_pretrained``; reload with
+        :func:`relpos.hf.load_bridged`). A shared scheme module (T5's table) is
+        registered once, as ``model.<base>.relpos_encoding``, so the model saves.
 
     Raises:
         ValueError: a scheme, option or model the bridge cannot serve (named).
@@ -259,6 +266,7 @@ def use_scheme(model, scheme: str, *, impl: str = "auto", share: bool | None = N
     _register()
     if issubclass(cls, RoPE):
         options = _rope_settings(model, attns[0], rotary, width, H, D, preset, options)
+    record = _jsonable(options)  # before the model changes: an option that cannot be saved is refused first
     max_len = int(getattr(cfg, "max_position_embeddings", 2048) or 2048)
     device = next(model.parameters()).device
 
@@ -287,7 +295,7 @@ def use_scheme(model, scheme: str, *, impl: str = "auto", share: bool | None = N
     if not isinstance(base.rotary_emb, _NoRotary):
         base.relpos_original_rotary = base.rotary_emb  # kept (never called by the model) to re-read on a re-bridge
     base.rotary_emb = _NoRotary(width)
-    cfg.relpos_bridge = {"scheme": name, "share": bool(share), "impl": impl, "options": _jsonable(options)}
+    cfg.relpos_bridge = {"scheme": name, "share": bool(share), "impl": impl, "options": record}
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(ATTN_NAME)
     else:  # pragma: no cover - older transformers
