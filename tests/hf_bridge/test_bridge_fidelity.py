@@ -135,3 +135,18 @@ def test_a_cache_filled_with_packed_documents_is_not_continued():
         out = model(ids, position_ids=pos, use_cache=True)
         with pytest.raises(ValueError, match="cache filled with packed documents"):
             model(ids[:, -1:], position_ids=pos[:, -1:] + 1, cache=out.past_key_values)
+
+
+def test_generate_with_left_padding_sees_the_models_position_ids():
+    """The cached keys are read as positions up to the new token's position_ids: with FIRE past its threshold
+    (positions matter, not only offsets), generate equals a full pass given the position_ids generate uses."""
+    model = _bridged(tiny_llama(), "fire", init_L=2.0)
+    ids, mask = _ids_and_mask()
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=0)
+        full_mask = torch.cat([mask, torch.ones(2, 3, dtype=torch.long)], 1)
+        pid = (full_mask.cumsum(-1) - 1).clamp_min(0)
+        full = model(out.sequences, attention_mask=full_mask, position_ids=pid).logits
+    N = ids.shape[1]
+    torch.testing.assert_close(torch.stack(out.logits, 1), full[:, N - 1:-1], atol=1e-5, rtol=1e-5)
