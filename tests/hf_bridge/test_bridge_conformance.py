@@ -39,7 +39,8 @@ def tiny(model_type: str):
     cls = CONFIG_MAPPING[model_type]
     try:
         default = cls()
-        kw = {k: v for k, v in SMALL.items() if hasattr(default, k)}
+        kw = {k: v for k, v in SMALL.items()
+              if hasattr(default, k) and not isinstance(getattr(cls, k, None), property)}  # derived: not settable
         try:
             cfg = cls(**kw)
         except Exception:  # noqa: BLE001 - some configs derive attributes: set them after construction
