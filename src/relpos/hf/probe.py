@@ -55,8 +55,8 @@ def rotary_width(model, rotary: nn.Module, head_dim: int) -> int:
     cos, _ = _cos_sin(rotary, x, torch.arange(2, device=p.device)[None], mt)
     d = int(cos.shape[-1])
     if d % 2 or d > head_dim or d < 2:
-        raise ValueError(f"model type {mt!r}: its rotary_emb gives cos of width {d} for head_dim {head_dim}; the relpos "
-                         f"bridge needs an even width in [2, head_dim]")
+        raise ValueError(f"model type {mt!r}: its rotary_emb gives cos of width {d} for head_dim {head_dim}; the "
+                         f"relpos bridge needs an even width in [2, head_dim]")
     return d
 
 
