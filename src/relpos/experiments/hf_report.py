@@ -41,6 +41,15 @@ def _fmt(v) -> str:
     return "" if v is None else f"{v:.3f}"
 
 
+#: a table cell that rests on fewer examples (windows, blocks, passkey prompts) than this shows its count.
+FEW = 10
+
+
+def _few(per_example) -> str:
+    """`` (n=K)`` when a cell rests on ``K < FEW`` examples (``per_example`` lists one value per example)."""
+    return f" (n={len(per_example)})" if per_example is not None and len(per_example) < FEW else ""
+
+
 def _order(variant) -> int:
     from relpos.experiments.hf_rope import HF_SCALINGS
 
@@ -87,7 +96,8 @@ def hf_report(runs: Sequence[dict]) -> str:
                 cells = []
                 for L in lengths:
                     loss = _metric(r, proto, L, "loss")
-                    cells.append(_fmt(loss) + (f" / {_fmt(_metric(r, proto, L, 'bpb'))}" if proto == "window" else ""))
+                    cells.append(_fmt(loss) + (f" / {_fmt(_metric(r, proto, L, 'bpb'))}" if proto == "window" else "")
+                                 + _few(_metric(r, proto, L, "per_example")))
                 lines.append(f"| {_label(r)} | " + " | ".join(cells) + " |")
             lines.append("")
         for r in sorted((r for r in runs if r["scheme"] == model and r["task"] == "passkey"),
@@ -163,11 +173,17 @@ def add_hf_arguments(g, *, module: bool = False) -> None:
                         "are left out and listed")
     g.add_argument("--dtype", default=None, metavar="DTYPE",
                    help="float32 (default), bfloat16 or float16 weights; GGUF files are dequantised to it")
+    g.add_argument("--hf-blocks", type=int, default=None, metavar="N",
+                   help="fixed-target blocks per length (default max(16, eval tokens / longest length)); with "
+                        "the passkey depths, what dominates the cost")
+    g.add_argument("--passkey-depths", type=_factors, default=None, metavar="D,D,...",
+                   help="needle depths as fractions in [0, 1] (default 0,0.25,0.5,0.75,1); --passkey N examples "
+                        "per length and depth")
     if module:
         g.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
-_HF_ONLY = ("hf_factors", "hf_context", "scalings", "max_eval_tokens", "dtype")
+_HF_ONLY = ("hf_factors", "hf_context", "scalings", "max_eval_tokens", "dtype", "hf_blocks", "passkey_depths")
 
 
 def check_hf_flags(args) -> None:
@@ -189,7 +205,7 @@ def spec_from_args(args) -> dict:
     spec = {"model": args.hf_model, "corpus": corpus, "tokenizer": args.tokenizer, "device": args.device}
     for key, flag in (("factors", "hf_factors"), ("context", "hf_context"), ("scalings", "scalings"),
                       ("max_eval_tokens", "max_eval_tokens"), ("dtype", "dtype"), ("eval_tokens", "eval_tokens"),
-                      ("passkey_n", "passkey")):
+                      ("passkey_n", "passkey"), ("blocks", "hf_blocks"), ("passkey_depths", "passkey_depths")):
         v = getattr(args, flag, None)
         if v is not None:
             spec[key] = v
