@@ -65,6 +65,10 @@ def test_table_cells_on_fewer_than_ten_examples_show_their_count():
     text = hf_report([_lm_run(n_windows=3, n_blocks=16)])
     assert "2.000 / 1.000 (n=3)" in text and "| 2.500 |" in text
     assert "(n=" not in hf_report([_lm_run(n_windows=10, n_blocks=10)])
+    stored = _lm_run(n_windows=3, n_blocks=16)  # as the store gives it back: token counts, no per-example scores
+    for m in stored["measurements"]:
+        m["count"] = len(m.pop("per_example")) * (64 if m["protocol"] == "window" else 32 // 2)
+    assert "2.000 / 1.000 (n=3)" in hf_report([stored]) and "| 2.500 |" in hf_report([stored])
     cells = [{"protocol": "accuracy", "eval_len": 256, "accuracy": 1.0, "bucket_start": 50, "count": 1},
              {"protocol": "accuracy", "eval_len": 256, "accuracy": 0.5, "bucket_start": -1, "count": 12}]
     table = passkey_table(cells)

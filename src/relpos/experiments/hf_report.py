@@ -45,9 +45,19 @@ def _fmt(v) -> str:
 FEW = 10
 
 
-def _few(per_example) -> str:
-    """`` (n=K)`` when a cell rests on ``K < FEW`` examples (``per_example`` lists one value per example)."""
-    return f" (n={len(per_example)})" if per_example is not None and len(per_example) < FEW else ""
+def _few(run: dict, protocol: str, L: int) -> str:
+    """`` (n=K)`` when the cell rests on ``K < FEW`` examples: its per-example scores where the run has them,
+    else its token count over the tokens each example scores (``L`` per window; the fixed-target protocol's
+    ``train_len // 2`` final tokens per block)."""
+    per = _metric(run, protocol, L, "per_example")
+    if per is not None:
+        n = len(per)
+    else:
+        count = _metric(run, protocol, L, "count")
+        if count is None:
+            return ""
+        n = int(count) // (L if protocol == "window" else max(1, int(run["train_len"]) // 2))
+    return f" (n={n})" if n < FEW else ""
 
 
 def _order(variant) -> int:
@@ -81,7 +91,8 @@ def hf_report(runs: Sequence[dict]) -> str:
                   f"Original context L0 = {L0} {unit}; the checkpoint's own rope_type: "
                   f"{info.get('rope_type', '?')}; dtype {info.get('dtype', '?')}. `native` is the checkpoint exactly "
                   "as its config says; every other row replaces its RoPE scaling with that one at factor "
-                  "max(1, L / L0) on its base RoPE.", ""]
+                  f"max(1, L / L0) on its base RoPE. A cell resting on fewer than {FEW} examples (windows, "
+                  "blocks, passkey prompts) shows their count, (n=K).", ""]
         if info.get("left_out"):
             lines += [f"Lengths left out (above --max-eval-tokens {info.get('max_eval_tokens')}): "
                       + ", ".join(str(L) for L in info["left_out"]) + ".", ""]
@@ -97,7 +108,7 @@ def hf_report(runs: Sequence[dict]) -> str:
                 for L in lengths:
                     loss = _metric(r, proto, L, "loss")
                     cells.append(_fmt(loss) + (f" / {_fmt(_metric(r, proto, L, 'bpb'))}" if proto == "window" else "")
-                                 + _few(_metric(r, proto, L, "per_example")))
+                                 + _few(r, proto, L))
                 lines.append(f"| {_label(r)} | " + " | ".join(cells) + " |")
             lines.append("")
         for r in sorted((r for r in runs if r["scheme"] == model and r["task"] == "passkey"),
