@@ -3,6 +3,8 @@ table cell resting on fewer than 10 examples shows its count (issue 48: each pas
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("transformers")
@@ -64,7 +66,7 @@ def _lm_run(n_windows: int, n_blocks: int) -> dict:
 def test_table_cells_on_fewer_than_ten_examples_show_their_count():
     text = hf_report([_lm_run(n_windows=3, n_blocks=16)])
     assert "2.000 / 1.000 (n=3)" in text and "| 2.500 |" in text
-    assert "(n=" not in hf_report([_lm_run(n_windows=10, n_blocks=10)])
+    assert not re.search(r"\(n=\d", hf_report([_lm_run(n_windows=10, n_blocks=10)]))
     stored = _lm_run(n_windows=3, n_blocks=16)  # as the store gives it back: token counts, no per-example scores
     for m in stored["measurements"]:
         m["count"] = len(m.pop("per_example")) * (64 if m["protocol"] == "window" else 32 // 2)

@@ -92,7 +92,7 @@ def hf_report(runs: Sequence[dict]) -> str:
                   f"{info.get('rope_type', '?')}; dtype {info.get('dtype', '?')}. `native` is the checkpoint exactly "
                   "as its config says; every other row replaces its RoPE scaling with that one at factor "
                   f"max(1, L / L0) on its base RoPE. A cell resting on fewer than {FEW} examples (windows, "
-                  "blocks, passkey prompts) shows their count, (n=K).", ""]
+                  "blocks or prompts) shows their count, (n=K).", ""]
         if info.get("left_out"):
             lines += [f"Lengths left out (above --max-eval-tokens {info.get('max_eval_tokens')}): "
                       + ", ".join(str(L) for L in info["left_out"]) + ".", ""]
