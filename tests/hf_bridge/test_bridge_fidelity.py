@@ -150,3 +150,16 @@ def test_generate_with_left_padding_sees_the_models_position_ids():
         full = model(out.sequences, attention_mask=full_mask, position_ids=pid).logits
     N = ids.shape[1]
     torch.testing.assert_close(torch.stack(out.logits, 1), full[:, N - 1:-1], atol=1e-5, rtol=1e-5)
+
+
+def test_a_second_use_scheme_reads_the_models_own_rope_again():
+    """After T5 (its rotary embedding already off, its table on the base model), 'rope' still reproduces the model
+    and the shared table is gone from the state dict."""
+    model = tiny_llama(rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+    ids, mask = _ids_and_mask()
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+        twice = relpos.hf.use_scheme(relpos.hf.use_scheme(copy.deepcopy(model), "t5"), "rope")
+        got = twice(ids, attention_mask=mask).logits
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-5, rtol=1e-5)
+    assert not any("relpos_encoding.table" in k for k in twice.state_dict())
