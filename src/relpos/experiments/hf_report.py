@@ -256,8 +256,11 @@ def dry_run_lines(spec: dict, out: Path) -> list[str]:
                      + ", ".join(map(str, p["left_out"])))
     lines.append(f"tokens per scaling: {p['tokens']['lm']:,} language modelling + {p['tokens']['passkey']:,} "
                  f"passkey; {total:,} in all")
-    lines.append(f"estimated time: ~{secs:,.0f} s (assuming {ASSUMED_FLOPS[dev]:.0e} FLOP/s on {dev}; "
-                 "2 x parameters per token plus attention)")
+    import torch
+
+    threads = f", {torch.get_num_threads()} torch threads" if dev == "cpu" else ""
+    lines.append(f"estimated time: ~{secs:,.0f} s wall-clock (assuming {ASSUMED_FLOPS[dev]:.0e} FLOP/s on {dev}"
+                 f"{threads}; 2 x parameters per token plus attention; loading the model not counted)")
     old = _stored_fingerprint(out) if out.exists() else None
     lines.append(f"--out {out}: " + ("new folder" if not out.exists() else
                                      f"holds evaluation {old}" if old else "empty folder"))
