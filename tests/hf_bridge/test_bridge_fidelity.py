@@ -163,3 +163,19 @@ def test_a_second_use_scheme_reads_the_models_own_rope_again():
         got = twice(ids, attention_mask=mask).logits
     torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-5, rtol=1e-5)
     assert not any("relpos_encoding.table" in k for k in twice.state_dict())
+
+
+def test_load_bridged_still_warns_about_weights_other_than_the_schemes(tmp_path):
+    import warnings
+
+    from safetensors.torch import load_file, save_file
+
+    relpos.hf.use_scheme(tiny_llama(), "t5").save_pretrained(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        relpos.hf.load_bridged(tmp_path)  # the scheme's own tensors: no warning
+    state = load_file(tmp_path / "model.safetensors")
+    state["model.extra_weight"] = torch.zeros(2)
+    save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.warns(UserWarning, match="model.extra_weight"):
+        relpos.hf.load_bridged(tmp_path)

@@ -12,6 +12,7 @@ parameters from the saved weights.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -73,13 +74,17 @@ def load_bridged(folder: str | Path, **from_pretrained_kwargs):
     if not isinstance(rec, dict) or "scheme" not in rec:
         raise ValueError(f"{folder}/config.json has no relpos_bridge record: it was not saved from a model bridged by "
                          f"relpos.hf.use_scheme (load it with transformers)")
-    kw = {"attn_implementation": "eager", **from_pretrained_kwargs}
+    kw = {"attn_implementation": "eager", **from_pretrained_kwargs, "output_loading_info": True}
     verbosity = tf.logging.get_verbosity()
     tf.logging.set_verbosity_error()  # the scheme's tensors are "unexpected" to the plain model: loaded below
     try:
-        model = tf.AutoModelForCausalLM.from_pretrained(folder, **kw)
+        model, info = tf.AutoModelForCausalLM.from_pretrained(folder, **kw)
     finally:
         tf.logging.set_verbosity(verbosity)
+    odd = {k: [n for n in info.get(k) or () if _MARK not in n] for k in ("missing_keys", "unexpected_keys")}
+    if any(odd.values()):  # what transformers would have warned about, besides the scheme's own tensors
+        warnings.warn(f"{folder}: weights not matching the model besides the relpos scheme: "
+                      f"missing {odd['missing_keys'][:5]}, unexpected {odd['unexpected_keys'][:5]}", stacklevel=2)
     use_scheme(model, rec["scheme"], impl=rec.get("impl", "auto"), share=rec.get("share"), **rec.get("options", {}))
     saved = saved_relpos_tensors(folder)
     own = {k for k in model.state_dict() if _MARK in k}
