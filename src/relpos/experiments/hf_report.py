@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from relpos.corpus.summary import corpus_lines  # re-exported: hf_report.py was its home
-from relpos.tasks.passkey import passkey_table
+from relpos.tasks.passkey import FEW_EXAMPLES, passkey_table
 
 __all__ = ["hf_report", "passkey_heatmap", "corpus_lines", "add_hf_arguments", "run_hf", "main"]
 
@@ -42,7 +42,7 @@ def _fmt(v) -> str:
 
 
 #: a table cell that rests on fewer examples (windows, blocks, passkey prompts) than this shows its count.
-FEW = 10
+FEW = FEW_EXAMPLES
 
 
 def _few(run: dict, protocol: str, L: int) -> str:
