@@ -16,12 +16,24 @@ transformers' attention-function registry with rotary embeddings from a
   FlashAttention);
 * the attention function calls :func:`relpos.attention` with the model's
   grouped-query layout (k, v are not repeated), ``causal=True``, the padding mask
-  (left or right) as ``key_padding_mask`` and ``q_offset = Nk - Nq`` (the
+  (left or right) as ``key_mask`` (True = a real token) and ``q_offset = Nk - Nq`` (the
   queries are the last keys of the model's own cache), so ``generate`` with the
   model's cache is exact.
 
-Positions are token indices in the sequence (padding included): relative schemes
-see the same offsets between real tokens whatever the padding.
+Positions are the model's ``position_ids`` (what its own RoPE would use; token
+indices when the model passes none). A row whose ``position_ids`` restart
+(``0..4, 0..6``: padding-free packing) holds several documents, each attending
+only within itself, as in transformers' own attention; a cache filled that way
+is not continued (refused by name). See :mod:`relpos.hf.packing`.
+
+The model's rotary width (partial rotary, e.g. StableLM) and its pairing
+(rotate-half or interleaved, e.g. GLM, Cohere, Helium) are read from the model
+(:mod:`relpos.hf.probe`), so ``use_scheme(model, "rope")`` reproduces it; a model
+whose rotation relpos' RoPE does not reproduce is refused by name.
+
+Saving: ``model.save_pretrained(folder)`` after ``use_scheme`` writes the scheme
+and its options into ``config.json`` (``relpos_bridge``) and its parameters into
+the weights; :func:`load_bridged` loads it back to identical logits.
 
 Refused by name: schemes that act only on the token embeddings (``sinusoidal``,
 ``learned``), DeBERTa with ``share_att_key=True`` (it needs the layer's content
@@ -34,5 +46,6 @@ does not implement. transformers (>= 4.56) is imported lazily, on the first
 from __future__ import annotations
 
 from relpos.hf.bridge import ATTN_NAME, bridge_schemes, rope_options, use_scheme
+from relpos.hf.saving import load_bridged
 
-__all__ = ["use_scheme", "rope_options", "bridge_schemes", "ATTN_NAME"]
+__all__ = ["use_scheme", "load_bridged", "rope_options", "bridge_schemes", "ATTN_NAME"]

@@ -223,6 +223,12 @@ class HFEvalSpec(dict):
             v = self[key]
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= 1 << 26:
                 raise ValueError(f"{flag} must be an integer in [{lo}, {1 << 26}], got {v!r}")
+        b = self["blocks"]
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= 1 << 20):
+            raise ValueError(f"--hf-blocks must be an integer in [1, {1 << 20}], got {b!r}")
+        d = self["passkey_depths"]
+        if not d or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 1 for x in d):
+            raise ValueError(f"--passkey-depths must be fractions in [0, 1] (at least one), got {d!r}")
         if self["context"] is not None:
             original_context(None, self["context"])
         if self["dtype"] not in DTYPES:

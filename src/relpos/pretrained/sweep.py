@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from relpos.corpus.summary import corpus_lines  # re-exported: hf_report.py was its home
-from relpos.tasks.passkey import passkey_table
+from relpos.tasks.passkey import FEW_EXAMPLES, passkey_table
 
 __all__ = ["hf_report", "passkey_heatmap", "corpus_lines", "add_hf_arguments", "run_hf", "main"]
 
@@ -39,6 +39,25 @@ def _metric(run: dict, protocol: str, L: int, key: str):
 
 def _fmt(v) -> str:
     return "" if v is None else f"{v:.3f}"
+
+
+#: a table cell that rests on fewer examples (windows, blocks, passkey prompts) than this shows its count.
+FEW = FEW_EXAMPLES
+
+
+def _few(run: dict, protocol: str, L: int) -> str:
+    """`` (n=K)`` when the cell rests on ``K < FEW`` examples: its per-example scores where the run has them,
+    else its token count over the tokens each example scores (``L`` per window; the fixed-target protocol's
+    ``train_len // 2`` final tokens per block)."""
+    per = _metric(run, protocol, L, "per_example")
+    if per is not None:
+        n = len(per)
+    else:
+        count = _metric(run, protocol, L, "count")
+        if count is None:
+            return ""
+        n = int(count) // (L if protocol == "window" else max(1, int(run["train_len"]) // 2))
+    return f" (n={n})" if n < FEW else ""
 
 
 def _order(variant) -> int:
@@ -72,7 +91,8 @@ def hf_report(runs: Sequence[dict]) -> str:
                   f"Original context L0 = {L0} {unit}; the checkpoint's own rope_type: "
                   f"{info.get('rope_type', '?')}; dtype {info.get('dtype', '?')}. `native` is the checkpoint exactly "
                   "as its config says; every other row replaces its RoPE scaling with that one at factor "
-                  "max(1, L / L0) on its base RoPE.", ""]
+                  f"max(1, L / L0) on its base RoPE. A cell resting on fewer than {FEW} examples (windows, "
+                  "blocks or prompts) shows their count, (n=K).", ""]
         if info.get("left_out"):
             lines += [f"Lengths left out (above --max-eval-tokens {info.get('max_eval_tokens')}): "
                       + ", ".join(str(L) for L in info["left_out"]) + ".", ""]
@@ -87,7 +107,8 @@ def hf_report(runs: Sequence[dict]) -> str:
                 cells = []
                 for L in lengths:
                     loss = _metric(r, proto, L, "loss")
-                    cells.append(_fmt(loss) + (f" / {_fmt(_metric(r, proto, L, 'bpb'))}" if proto == "window" else ""))
+                    cells.append(_fmt(loss) + (f" / {_fmt(_metric(r, proto, L, 'bpb'))}" if proto == "window" else "")
+                                 + _few(r, proto, L))
                 lines.append(f"| {_label(r)} | " + " | ".join(cells) + " |")
             lines.append("")
         for r in sorted((r for r in runs if r["scheme"] == model and r["task"] == "passkey"),
@@ -163,11 +184,17 @@ def add_hf_arguments(g, *, module: bool = False) -> None:
                         "are left out and listed")
     g.add_argument("--dtype", default=None, metavar="DTYPE",
                    help="float32 (default), bfloat16 or float16 weights; GGUF files are dequantised to it")
+    g.add_argument("--hf-blocks", type=int, default=None, metavar="N",
+                   help="fixed-target blocks per length (default max(16, eval tokens / longest length)); with "
+                        "the passkey depths, what dominates the cost")
+    g.add_argument("--passkey-depths", type=_factors, default=None, metavar="D,D,...",
+                   help="needle depths as fractions in [0, 1] (default 0,0.25,0.5,0.75,1); --passkey N examples "
+                        "per length and depth")
     if module:
         g.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
-_HF_ONLY = ("hf_factors", "hf_context", "scalings", "max_eval_tokens", "dtype")
+_HF_ONLY = ("hf_factors", "hf_context", "scalings", "max_eval_tokens", "dtype", "hf_blocks", "passkey_depths")
 
 
 def check_hf_flags(args) -> None:
@@ -189,7 +216,7 @@ def spec_from_args(args) -> dict:
     spec = {"model": args.hf_model, "corpus": corpus, "tokenizer": args.tokenizer, "device": args.device}
     for key, flag in (("factors", "hf_factors"), ("context", "hf_context"), ("scalings", "scalings"),
                       ("max_eval_tokens", "max_eval_tokens"), ("dtype", "dtype"), ("eval_tokens", "eval_tokens"),
-                      ("passkey_n", "passkey")):
+                      ("passkey_n", "passkey"), ("blocks", "hf_blocks"), ("passkey_depths", "passkey_depths")):
         v = getattr(args, flag, None)
         if v is not None:
             spec[key] = v
@@ -229,8 +256,11 @@ def dry_run_lines(spec: dict, out: Path) -> list[str]:
                      + ", ".join(map(str, p["left_out"])))
     lines.append(f"tokens per scaling: {p['tokens']['lm']:,} language modelling + {p['tokens']['passkey']:,} "
                  f"passkey; {total:,} in all")
-    lines.append(f"estimated time: ~{secs:,.0f} s (assuming {ASSUMED_FLOPS[dev]:.0e} FLOP/s on {dev}; "
-                 "2 x parameters per token plus attention)")
+    import torch
+
+    threads = f", {torch.get_num_threads()} torch threads" if dev == "cpu" else ""
+    lines.append(f"estimated time: ~{secs:,.0f} s wall-clock (assuming {ASSUMED_FLOPS[dev]:.0e} FLOP/s on {dev}"
+                 f"{threads}; 2 x parameters per token plus attention; loading the model not counted)")
     old = _stored_fingerprint(out) if out.exists() else None
     lines.append(f"--out {out}: " + ("new folder" if not out.exists() else
                                      f"holds evaluation {old}" if old else "empty folder"))

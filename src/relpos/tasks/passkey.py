@@ -225,19 +225,26 @@ def last_logits(model, x: torch.Tensor, k: int) -> torch.Tensor:
     return model(x)[:, -k:]
 
 
+#: a cell resting on fewer prompts than this shows its count, ``0.00 (n=1)``.
+FEW_EXAMPLES = 10
+
+
 def passkey_table(measurements: Sequence[Measurement | dict], *, title: str = "passkey accuracy") -> str:
-    """A Markdown table of accuracy: one row per length, one column per depth, and the mean."""
-    rows: dict[int, dict[int, float]] = {}
+    """A Markdown table of accuracy: one row per length, one column per depth, and the mean; a cell that rests
+    on fewer than :data:`FEW_EXAMPLES` prompts shows its count."""
+    rows: dict[int, dict[int, str]] = {}
     for m in measurements:
         d = m.to_dict() if isinstance(m, Measurement) else m
         if d.get("protocol") != "accuracy" or d.get("accuracy") is None:
             continue
-        rows.setdefault(int(d["eval_len"]), {})[int(d.get("bucket_start", -1))] = float(d["accuracy"])
+        n = d.get("count")
+        few = f" (n={n})" if isinstance(n, int) and n < FEW_EXAMPLES else ""
+        rows.setdefault(int(d["eval_len"]), {})[int(d.get("bucket_start", -1))] = f"{float(d['accuracy']):.2f}{few}"
     depths = sorted({b for r in rows.values() for b in r if b >= 0})
     head = f"| {title} | " + " | ".join(f"depth {b}%" for b in depths) + " | mean |"
     lines = [head, "|" + "---|" * (len(depths) + 2)]
     for L in sorted(rows):
         r = rows[L]
-        cells = [f"{r[b]:.2f}" if b in r else "" for b in depths] + [f"{r[-1]:.2f}" if -1 in r else ""]
+        cells = [r.get(b, "") for b in depths] + [r.get(-1, "")]
         lines.append(f"| {L} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
