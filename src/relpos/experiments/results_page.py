@@ -462,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
                 prev = claims.previous_from_page(text)
         inp, ship = inputs_from_folders(a.full, a.scale, a.default, prev)
         shipped = Path(a.json_dir) / "times.json"
-        if shipped.is_file():  # times of results whose store is gone stay on the page
+        if shipped.is_file() and not shipped.is_symlink():  # times of results whose store is gone stay on the page
             carry_times(inp, json.loads(shipped.read_text()))
         path = write_page(inp, ship, a.out, a.json_dir, force=a.force)
     except (Refused, ValueError, OSError) as e:
