@@ -155,7 +155,8 @@ def read_store_meta(path: str | os.PathLike, *, create: bool = True) -> dict | N
         try:
             try:
                 tables = _tables(con)
-                foreign = foreign_objects(con) if ("meta" in tables or not tables) else []
+                # a database with some of relpos's tables (or none at all) and anything else: named below
+                foreign = foreign_objects(con) if (tables & set(own_columns()) or not tables) else []
             except sqlite3.DatabaseError as e:
                 raise _corrupt(p, str(e)) from None
             if foreign:  # before any of them is read: a view may never end, a trigger may delete rows
