@@ -144,7 +144,11 @@ def _factors(s: str) -> list[float]:
 
 
 def _scalings(s: str) -> list[str]:
-    return [t.strip() for t in str(s).split(",") if t.strip()]
+    out = [t.strip() for t in str(s).split(",") if t.strip()]
+    twice = sorted({t for t in out if out.count(t) > 1})
+    if twice:  # it would be evaluated (and reported) twice
+        raise argparse.ArgumentTypeError(f"{', '.join(twice)} given more than once; name each scaling once")
+    return out
 
 
 def add_hf_arguments(g, *, module: bool = False) -> None:
