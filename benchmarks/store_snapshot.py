@@ -15,7 +15,10 @@ It prints how many finished runs the copy holds. It refuses to replace a store w
 jobs (a stale snapshot over newer work), to replace a store of another fingerprint unless ``--supersede``
 says the preset was changed on purpose (the old store then lives on in the repository's history and in the
 new store's reused runs, ``relpos compare --reuse``), and to write into a folder holding files that relpos
-compare did not write.
+compare did not write. Both directions follow relpos's ``--out`` rules: the destination is a new or empty
+folder or one relpos wrote (a ``config.json`` there that is not relpos's is never overwritten), only regular
+files are copied (never through or from a symbolic link), and each store is opened through the store's own
+checks (no trigger, no view, no foreign table, ``PRAGMA quick_check``) before anything is read from it.
 
     python benchmarks/store_snapshot.py --supersede LIVE_FOLDER SNAPSHOT_FOLDER  # after a new fingerprint
 """
@@ -49,7 +52,7 @@ def _meta(db: Path) -> dict | None:
 
 
 def _config(path: Path) -> bytes:
-    """A relpos compare ``config.json`` (a regular file, not a link, with a fingerprint and a protocol)."""
+    """A relpos compare ``config.json`` (a regular file, not a link, with the configuration's fingerprint)."""
     from relpos.outdir import read_regular_text
 
     try:
@@ -61,7 +64,7 @@ def _config(path: Path) -> bytes:
         raise _fail(f"{path.parent} holds no relpos compare results (results.sqlite and config.json)") from None
     except (ValueError, UnicodeDecodeError, OSError) as e:
         raise _fail(f"{path}: {e}") from None
-    if not (isinstance(cfg, dict) and "fingerprint" in cfg and "protocol" in cfg):
+    if not (isinstance(cfg, dict) and isinstance(cfg.get("fingerprint"), str)):
         raise _fail(f"{path} is not the config.json of a relpos compare folder; nothing was changed")
     return text.encode("utf-8")
 
@@ -94,15 +97,17 @@ def _check_dest(dest: Path) -> None:
     holding a relpos store or compare config; its own files regular files (not links); nothing foreign."""
     from relpos.outdir import OutputDirError, check_output_dir
 
+    if dest.is_dir() and not dest.is_symlink():
+        foreign = sorted(p.name for p in dest.iterdir() if p.name not in _OURS)
+        if foreign:
+            raise _fail(f"{dest} holds files relpos compare did not write ({', '.join(foreign)}); choose an empty "
+                        "folder")
     try:
         check_output_dir(dest, owns=_owns, what="store snapshot", flag="destination", files=sorted(_OURS))
     except OutputDirError as e:
         raise _fail(str(e)) from None
     if not dest.is_dir():
         return
-    foreign = sorted(p.name for p in dest.iterdir() if p.name not in _OURS)
-    if foreign:
-        raise _fail(f"{dest} holds files relpos compare did not write ({', '.join(foreign)}); choose an empty folder")
     if (dest / "config.json").exists():
         _config(dest / "config.json")  # a user's own config.json is never overwritten
     if (dest / "results.sqlite-wal").exists():
