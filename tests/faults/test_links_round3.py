@@ -266,3 +266,18 @@ def test_results_page_refuses_a_linked_out_or_json_file(tmp_path, capsys, which)
     err = capsys.readouterr().err
     assert "symbolic link" in err and len(err.strip().splitlines()) == 1
     assert victim.read_text() == "precious" and path.is_symlink()
+
+
+def test_the_report_never_follows_a_planted_tmp_link(finished, tmp_path):
+    """report.md was written through ``report.md.tmp`` opened with a plain write: a planted link was followed."""
+    import json
+
+    from relpos.experiments.report import write_report
+
+    out = _copy(finished, tmp_path / "run")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (out / "report.md.tmp").symlink_to(victim)
+    write_report(json.loads((out / "results.json").read_text()), out, [])
+    assert victim.read_text() == "precious" and (out / "report.md").read_text().startswith("#")
+    assert not (out / "report.md").is_symlink()

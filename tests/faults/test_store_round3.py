@@ -250,3 +250,18 @@ def test_hf_force_moves_every_relpos_output_of_a_trained_folder(finished, tmp_pa
     dest = _archive(out, "old")
     assert sorted(p.name for p in out.iterdir()) == [dest.name]
     assert sorted(p.name for p in dest.iterdir()) == before
+
+
+def test_a_folder_made_before_the_hash_is_checked_by_its_config_and_says_so(finished, tmp_path):
+    """Folders trained before the store recorded each model's hash still take additions (their models checked
+    by config.json), with a line saying so; a swapped model there is still refused by its config."""
+    out = _copy(finished, tmp_path / "run")
+    con = sqlite3.connect(out / "results.sqlite")
+    for job, info in con.execute("SELECT job, info FROM jobs").fetchall():
+        info = json.loads(info)
+        info["train"].pop("checkpoint_sha256")
+        con.execute("UPDATE jobs SET info = ? WHERE job = ?", (json.dumps(info), job))
+    con.commit()
+    con.close()
+    s = run(cfg(passkey={"n": 1}), out)
+    assert not s.failed and any("predate the content hash" in line for line in s.lines)
