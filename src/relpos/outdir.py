@@ -103,12 +103,12 @@ def refuse_special_files(folder: str | os.PathLike, names: Iterable[str], *, fla
             )
 
 
-def check_under(root: str | os.PathLike, path: str | os.PathLike, *, dir: bool = False,
+def check_under(root: str | os.PathLike, path: str | os.PathLike, *, folder: bool = False,
                 flag: str = "--out") -> Path:
-    """Check that writing ``path`` (a file, or a folder when ``dir``) cannot leave the folder ``root``.
+    """Check that writing ``path`` (a file, or a folder when ``folder``) cannot leave the folder ``root``.
 
     ``path`` must lie inside ``root`` (no ``..``); every part of it below ``root`` that exists must be a real
-    folder (not a symbolic link), and ``path`` itself, where it exists, a regular file (``dir``: a real
+    folder (not a symbolic link), and ``path`` itself, where it exists, a regular file (``folder``: a real
     folder). Only ``lstat`` is used; nothing is created.
 
     Returns:
@@ -133,7 +133,7 @@ def check_under(root: str | os.PathLike, path: str | os.PathLike, *, dir: bool =
         except OSError as e:
             raise OutputDirError(f"{flag} {root}: cannot read {cur} ({e.strerror or e})") from None
         last = i == len(parts) - 1
-        want = None if (last and not dir) else "a folder"
+        want = None if (last and not folder) else "a folder"
         if kind != want:
             raise OutputDirError(
                 f"{flag} {root}: {Path(*parts[: i + 1])} is {kind or 'a regular file'}, not "
@@ -146,7 +146,7 @@ def refuse_links_below(folder: str | os.PathLike, *, flag: str = "--out", root: 
     """Raise :class:`OutputDirError` if ``folder`` (when it exists) is not a real folder, or holds anything at
     any depth that is neither a real folder nor a regular file (a symbolic link, a named pipe, ...)."""
     top = Path(folder)
-    check_under(root if root is not None else top.parent, top, dir=True, flag=flag)
+    check_under(root if root is not None else top.parent, top, folder=True, flag=flag)
     if not top.exists():
         return
     for base, dirnames, filenames in os.walk(top, followlinks=False):

@@ -430,7 +430,7 @@ def save_model(job: Job, cfg, model, fit: dict | None) -> str:
 
     path = model_path(cfg.models_dir, job)
     folder = os.path.dirname(os.path.abspath(cfg.models_dir))
-    check_under(folder, path, dir=True)  # no link on the way: the model is written inside the output folder
+    check_under(folder, path, folder=True)  # no link on the way: the model is written inside the output folder
     extra = {"job": job.key, "fitted": bool(fit and fit.get("fitted")), "fit_score": fit and fit.get("score")}
     save(path, model, extra=extra)
     return os.path.relpath(path, folder)

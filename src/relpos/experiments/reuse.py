@@ -144,10 +144,10 @@ def _copy_model(src_folder: Path, rel: str, dest_folder: Path, res: dict) -> boo
         check_saved_model(src_folder, {"job": res["job"], "scheme": res["scheme"], "info": {"train": res["train"]}})
     except SavedModelError:
         return False  # not the job's own model: the run is reused without it
-    dest = check_under(dest_folder, dest_folder / rel, dir=True)
+    dest = check_under(dest_folder, dest_folder / rel, folder=True)
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
-        check_under(dest_folder, dest, dir=True)
+        check_under(dest_folder, dest, folder=True)
         tmp = dest.parent / f".{dest.name}.reuse-{os.getpid()}"
         tmp.mkdir()
         try:

@@ -72,7 +72,7 @@ def check_saved_model(folder: str | os.PathLike, job: dict) -> str:
     if not isinstance(rel, str) or not rel:
         raise SavedModelError(f"{job['job']}: the store records no saved model")
     try:
-        path = check_under(folder, Path(folder) / rel, dir=True)
+        path = check_under(folder, Path(folder) / rel, folder=True)
         refuse_links_below(path, root=folder)
     except OutputDirError as e:
         raise SavedModelError(f"saved model of {job['job']}: {e}") from None
