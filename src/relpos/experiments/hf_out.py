@@ -28,9 +28,7 @@ def _owns(folder: Path) -> bool:
 
 def check_hf_output_dir(out: str | os.PathLike) -> Path:
     """The output-folder rule of :mod:`relpos.outdir`, and an ``hf_report.md`` relpos did not write is refused."""
-    from relpos.outdir import OutputDirError, check_output_dir
-
-    from relpos.outdir import refuse_links_below, refuse_special_files
+    from relpos.outdir import OutputDirError, check_output_dir, refuse_links_below, refuse_special_files
 
     # every file relpos writes there a regular file (SQLite and the report writer would follow a link)
     real = check_output_dir(out, owns=_owns, what="compare results", files=_MOVED + ("results.sqlite-journal",))

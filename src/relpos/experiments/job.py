@@ -425,7 +425,6 @@ def save_model(job: Job, cfg, model, fit: dict | None) -> str:
     import os
 
     from relpos.checkpoint import save
-
     from relpos.outdir import check_under
 
     path = model_path(cfg.models_dir, job)
