@@ -265,3 +265,14 @@ def test_a_folder_made_before_the_hash_is_checked_by_its_config_and_says_so(fini
     con.close()
     s = run(cfg(passkey={"n": 1}), out)
     assert not s.failed and any("predate the content hash" in line for line in s.lines)
+
+
+def test_compare_force_on_an_hf_folder_moves_its_report_too(tmp_path):
+    from relpos.experiments.compare import _archive
+
+    out = tmp_path / "o"
+    out.mkdir()
+    for name in ("results.sqlite", "hf_report.md", "passkey_m_none.png"):
+        (out / name).write_text(name)
+    dest = _archive(out, "old")
+    assert sorted(p.name for p in out.iterdir()) == [dest.name]

@@ -39,9 +39,10 @@ from relpos.experiments.store import ConfigMismatchError, Store, error_line, job
 __all__ = ["plan", "compare", "rebuild_report", "summary_text", "CompareSummary", "prepare_output", "build_results",
            "folder_config", "OUTPUT_FILES"]
 
-#: Files a sweep writes (moved aside by ``force``).
+#: Files a sweep writes (moved aside by ``force``, with an ``--hf-model`` evaluation's report: a folder taken over
+#: keeps none of the old results beside the new ones).
 OUTPUT_FILES = ("results.sqlite", "results.sqlite-wal", "results.sqlite-shm", "results.json", "config.json",
-                "report.md")
+                "report.md", "hf_report.md")
 
 
 def check_output_files(out: str | Path) -> Path:
