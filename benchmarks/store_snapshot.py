@@ -15,7 +15,10 @@ It prints how many finished runs the copy holds. It refuses to replace a store w
 jobs (a stale snapshot over newer work), to replace a store of another fingerprint unless ``--supersede``
 says the preset was changed on purpose (the old store then lives on in the repository's history and in the
 new store's reused runs, ``relpos compare --reuse``), and to write into a folder holding files that relpos
-compare did not write.
+compare did not write. Both directions follow relpos's ``--out`` rules: the destination is a new or empty
+folder or one relpos wrote (a ``config.json`` there that is not relpos's is never overwritten), only regular
+files are copied (never through or from a symbolic link), and each store is opened through the store's own
+checks (no trigger, no view, no foreign table, ``PRAGMA quick_check``) before anything is read from it.
 
     python benchmarks/store_snapshot.py --supersede LIVE_FOLDER SNAPSHOT_FOLDER  # after a new fingerprint
 """
@@ -23,14 +26,47 @@ compare did not write.
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import shutil
 import sqlite3
 import sys
 from pathlib import Path
 
 _FILES = ("config.json",)
 _OURS = {"results.sqlite", "results.sqlite-wal", "results.sqlite-shm", "results.json", "config.json", "runs.log"}
+
+
+def _fail(msg: str) -> SystemExit:
+    return SystemExit(f"store_snapshot: {msg}")
+
+
+def _meta(db: Path) -> dict | None:
+    """The store's ``meta`` through the store's own checks (regular file, no link beside it, SQLite, relpos's
+    tables only -- no trigger, no view --, ``PRAGMA quick_check``), read only; None where there is none."""
+    from relpos.compare.store_check import read_store_meta
+
+    try:
+        return read_store_meta(db, create=False)
+    except (ValueError, OSError) as e:
+        raise _fail(str(e)) from None
+
+
+def _config(path: Path) -> bytes:
+    """A relpos compare ``config.json`` (a regular file, not a link, with the configuration's fingerprint)."""
+    from relpos.outdir import read_regular_text
+
+    try:
+        if os.path.islink(path):
+            raise ValueError(f"{path} is a symbolic link; relpos copies only regular files")
+        text = read_regular_text(path, limit=16 << 20)
+        cfg = json.loads(text)
+    except FileNotFoundError:
+        raise _fail(f"{path.parent} holds no relpos compare results (results.sqlite and config.json)") from None
+    except (ValueError, UnicodeDecodeError, OSError) as e:
+        raise _fail(f"{path}: {e}") from None
+    if not (isinstance(cfg, dict) and isinstance(cfg.get("fingerprint"), str)):
+        raise _fail(f"{path} is not the config.json of a relpos compare folder; nothing was changed")
+    return text.encode("utf-8")
 
 
 def _jobs(db: Path) -> int:
@@ -43,50 +79,90 @@ def _jobs(db: Path) -> int:
         conn.close()
 
 
-def _fingerprint(db: Path) -> str | None:
-    if not db.is_file():
-        return None
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+def _owns(folder: Path) -> bool:
+    """A folder this script (or relpos compare) wrote: a relpos store, or a relpos compare config.json."""
+    from relpos.compare.store_check import is_results_store
+
+    if is_results_store(folder / "results.sqlite"):
+        return True
     try:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'fingerprint'").fetchone()
-        return None if row is None else str(row[0])
-    finally:
-        conn.close()
+        _config(folder / "config.json")
+        return True
+    except SystemExit:
+        return False
+
+
+def _check_dest(dest: Path) -> None:
+    """The ``--out`` rule of relpos (:func:`relpos.outdir.check_output_dir`): a new or empty folder, or one
+    holding a relpos store or compare config; its own files regular files (not links); nothing foreign."""
+    from relpos.outdir import OutputDirError, check_output_dir
+
+    if dest.is_dir() and not dest.is_symlink():
+        foreign = sorted(p.name for p in dest.iterdir() if p.name not in _OURS)
+        if foreign:
+            raise _fail(f"{dest} holds files relpos compare did not write ({', '.join(foreign)}); choose an empty "
+                        "folder")
+    try:
+        check_output_dir(dest, owns=_owns, what="store snapshot", flag="destination", files=sorted(_OURS))
+    except OutputDirError as e:
+        raise _fail(str(e)) from None
+    if not dest.is_dir():
+        return
+    if (dest / "config.json").exists():
+        _config(dest / "config.json")  # a user's own config.json is never overwritten
+    if (dest / "results.sqlite-wal").exists():
+        raise _fail(f"{dest}/results.sqlite-wal exists: a relpos compare may be writing there; nothing was changed "
+                    "-- stop it (or open the store once to fold its log in) and run again")
 
 
 def snapshot(src: Path, dest: Path, supersede: bool = False) -> int:
     """Copy ``src``'s store and configuration into ``dest``; return the number of finished jobs copied.
 
-    ``supersede``: replace a store of another fingerprint (never one of the same fingerprint with more jobs)."""
+    ``supersede``: replace a store of another fingerprint (never one of the same fingerprint with more jobs).
+    Both folders follow relpos's rules: the source's files are regular files (no link), its store passes the
+    store's own checks; the destination is new, empty, or relpos's own, and nothing is written through a link."""
+    from relpos.outdir import OutputDirError, create_exclusive, write_bytes_atomic
+
     db = src / "results.sqlite"
-    if not db.is_file() or not (src / "config.json").is_file():
-        raise SystemExit(f"store_snapshot: {src} holds no relpos compare results (results.sqlite and config.json)")
+    if not (db.exists() or db.is_symlink()):
+        raise _fail(f"{src} holds no relpos compare results (results.sqlite and config.json)")
+    src_meta = _meta(db)
+    if not src_meta:
+        raise _fail(f"{db} holds no relpos results")
+    cfg_bytes = {name: _config(src / name) for name in _FILES}
+    _check_dest(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    foreign = sorted(p.name for p in dest.iterdir() if p.name not in _OURS)
-    if foreign:
-        raise SystemExit(f"store_snapshot: {dest} holds files relpos compare did not write ({', '.join(foreign)}); "
-                         "choose an empty folder")
-    have, new = _jobs(dest / "results.sqlite"), _jobs(db)
-    old_fp, new_fp = _fingerprint(dest / "results.sqlite"), _fingerprint(db)
+    dest_meta = _meta(dest / "results.sqlite") or {}
+    have, new = _jobs(dest / "results.sqlite") if dest_meta else 0, _jobs(db)
+    old_fp, new_fp = dest_meta.get("fingerprint"), src_meta.get("fingerprint")
     other = old_fp is not None and old_fp != new_fp
     if other and not supersede:
-        raise SystemExit(f"store_snapshot: {dest} holds the store of fingerprint {old_fp}, {src} that of {new_fp}; "
-                         "pass --supersede to replace it (a deliberate change of the preset)")
+        raise _fail(f"{dest} holds the store of fingerprint {old_fp}, {src} that of {new_fp}; "
+                    "pass --supersede to replace it (a deliberate change of the preset)")
     if new < have and not other:
-        raise SystemExit(f"store_snapshot: {dest} holds {have} finished jobs, {src} only {new}; refusing to replace "
-                         "the larger store")
-    tmp = dest / "results.sqlite.tmp"
-    source = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=120)
-    target = sqlite3.connect(str(tmp))
+        raise _fail(f"{dest} holds {have} finished jobs, {src} only {new}; refusing to replace the larger store")
+    tmp = dest / f".results.sqlite.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    os.close(create_exclusive(tmp))  # a new file: never a planted link
     try:
-        source.backup(target)
-        target.execute("PRAGMA journal_mode=DELETE")  # one self-contained file in the repository
+        source = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=120)
+        target = sqlite3.connect(str(tmp))
+        try:
+            source.backup(target)
+            target.execute("PRAGMA journal_mode=DELETE")  # one self-contained file in the repository
+        finally:
+            target.close()
+            source.close()
+        if _meta(tmp).get("fingerprint") != new_fp:  # the copy passes the same checks
+            raise _fail(f"the copy of {db} does not read back; nothing was replaced")
+        try:
+            for name, data in cfg_bytes.items():
+                write_bytes_atomic(dest / name, data)  # checks the target is no link first
+        except OutputDirError as e:
+            raise _fail(str(e)) from None
+        os.replace(tmp, dest / "results.sqlite")
     finally:
-        target.close()
-        source.close()
-    os.replace(tmp, dest / "results.sqlite")
-    for name in _FILES:
-        shutil.copyfile(src / name, dest / name)
+        if tmp.exists():
+            tmp.unlink()
     return _jobs(dest / "results.sqlite")
 
 

@@ -216,3 +216,64 @@ def test_compare_reopens_its_own_folder(tmp_path):
     assert is_results_store(out / "results.sqlite") and s1.finished == 1
     s2 = _compare(out)  # its own earlier run: resumed, nothing retrained
     assert s2.skipped == 1 and s2.finished == 0
+
+
+# ------------------------------------------------------------ writing inside the folder only (issue 47)
+
+
+def test_check_under_refuses_every_link_on_the_way(tmp_path):
+    from relpos.outdir import check_under
+
+    root = tmp_path / "out"
+    (root / "models" / "lm").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    assert check_under(root, root / "models" / "lm" / "rope" / "seed0", folder=True) == root / "models/lm/rope/seed0"
+    (root / "models" / "lm" / "rope").symlink_to(outside)
+    with pytest.raises(OutputDirError, match="models/lm/rope is a symbolic link"):
+        check_under(root, root / "models" / "lm" / "rope" / "seed0", folder=True)
+    with pytest.raises(OutputDirError, match="outside the folder"):
+        check_under(root, tmp_path / "elsewhere.txt")
+    (root / "f.txt").write_text("x")
+    check_under(root, root / "f.txt")
+    with pytest.raises(OutputDirError, match="is a regular file, not a folder"):
+        check_under(root, root / "f.txt", folder=True)
+
+
+def test_refuse_links_below_finds_a_link_at_any_depth(tmp_path):
+    from relpos.outdir import refuse_links_below
+
+    (tmp_path / "models" / "a" / "b").mkdir(parents=True)
+    (tmp_path / "models" / "a" / "b" / "config.json").write_text("{}")
+    refuse_links_below(tmp_path / "models")
+    (tmp_path / "models" / "a" / "b" / "model.safetensors").symlink_to(tmp_path / "x")
+    with pytest.raises(OutputDirError, match="model.safetensors is a symbolic link"):
+        refuse_links_below(tmp_path / "models")
+
+
+def test_create_exclusive_never_opens_a_planted_link_or_pipe(tmp_path):
+    from relpos.outdir import create_exclusive
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / "t.tmp").symlink_to(victim)
+    (tmp_path / "dangling.tmp").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(tmp_path / "p.tmp")
+    for name in ("t.tmp", "dangling.tmp", "p.tmp"):
+        with pytest.raises(OutputDirError, match="already exists"):
+            create_exclusive(tmp_path / name)
+    assert victim.read_text() == "precious" and not (tmp_path / "nowhere").exists()
+    os.close(create_exclusive(tmp_path / "new.tmp"))
+    assert (tmp_path / "new.tmp").is_file()
+
+
+def test_write_bytes_atomic_refuses_a_pipe_and_replaces_a_regular_file(tmp_path):
+    from relpos.outdir import write_bytes_atomic
+
+    os.mkfifo(tmp_path / "report.md")
+    with pytest.raises(OutputDirError, match="named pipe"):
+        write_bytes_atomic(tmp_path / "report.md", b"x")
+    (tmp_path / "report.md").unlink()
+    (tmp_path / "report.md").write_text("old")
+    write_bytes_atomic(tmp_path / "report.md", b"new")
+    assert (tmp_path / "report.md").read_bytes() == b"new" and sorted(os.listdir(tmp_path)) == ["report.md"]

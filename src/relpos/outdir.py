@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 __all__ = ["OutputDirError", "check_output_dir", "prepare_output_dir", "write_json_atomic", "clean_stale_tmp",
-           "process_alive", "refuse_special_files", "file_kind", "check_writable", "read_regular_text"]
+           "process_alive", "refuse_special_files", "file_kind", "check_writable", "read_regular_text",
+           "check_under", "refuse_links_below", "write_bytes_atomic", "write_text_atomic", "create_exclusive", "save_figure"]
 
 #: A temporary file of a dead writer older than this is removed by :func:`clean_stale_tmp`.
 STALE_TMP_SECONDS = 3600.0
@@ -77,14 +78,16 @@ def file_kind(mode: int) -> str | None:
     return "a device"
 
 
-def refuse_special_files(folder: str | os.PathLike, names: Iterable[str], *, flag: str = "--out") -> None:
-    """Raise :class:`OutputDirError` if one of ``names`` in ``folder`` exists and is not a regular file.
+def refuse_special_files(folder: str | os.PathLike, names: Iterable[str], *, flag: str = "--out",
+                         dirs: Iterable[str] = ()) -> None:
+    """Raise :class:`OutputDirError` if one of ``names`` in ``folder`` exists and is not a regular file, or one
+    of ``dirs`` exists and is not a real folder (a symbolic link to one included).
 
     A named pipe, socket, device, folder or symbolic link where relpos reads or writes
     its own file would block the command (a FIFO never answers) or send its output
     somewhere else; nothing is opened here, only ``lstat``-ed.
     """
-    for name in names:
+    for name, want in [(n, None) for n in names] + [(d, "a folder") for d in dirs]:
         p = Path(folder) / name
         try:
             kind = file_kind(os.lstat(p).st_mode)
@@ -92,11 +95,142 @@ def refuse_special_files(folder: str | os.PathLike, names: Iterable[str], *, fla
             continue
         except OSError as e:
             raise OutputDirError(f"{flag} {folder}: cannot read {name} ({e.strerror or e})") from None
-        if kind is not None:
+        if kind != want:
+            what = "a regular file" if want is None else "a folder of its own"
             raise OutputDirError(
-                f"{flag} {folder}: {name} is {kind}, not a regular file; relpos reads and writes only regular "
-                f"files there. Nothing was changed; remove it or choose another {flag}."
+                f"{flag} {folder}: {name} is {kind or 'a regular file'}, not {what}; relpos reads and writes only "
+                f"regular files in folders of its own there. Nothing was changed; remove it or choose another {flag}."
             )
+
+
+def check_under(root: str | os.PathLike, path: str | os.PathLike, *, folder: bool = False,
+                flag: str = "--out") -> Path:
+    """Check that writing ``path`` (a file, or a folder when ``folder``) cannot leave the folder ``root``.
+
+    ``path`` must lie inside ``root`` (no ``..``); every part of it below ``root`` that exists must be a real
+    folder (not a symbolic link), and ``path`` itself, where it exists, a regular file (``folder``: a real
+    folder). Only ``lstat`` is used; nothing is created.
+
+    Returns:
+        ``path`` as given below ``root``.
+
+    Raises:
+        OutputDirError: naming the part that is a link or special file.
+    """
+    root_p = Path(root)
+    p = Path(path)
+    rel = Path(os.path.relpath(os.path.abspath(p), os.path.abspath(root_p)))
+    if rel.is_absolute() or rel.parts[:1] == ("..",):
+        raise OutputDirError(f"{flag} {root}: {path} is outside the folder; relpos writes only inside it")
+    cur = root_p
+    parts = rel.parts if rel != Path(".") else ()
+    for i, part in enumerate(parts):
+        cur = cur / part
+        try:
+            kind = file_kind(os.lstat(cur).st_mode)
+        except FileNotFoundError:
+            break
+        except OSError as e:
+            raise OutputDirError(f"{flag} {root}: cannot read {cur} ({e.strerror or e})") from None
+        last = i == len(parts) - 1
+        want = None if (last and not folder) else "a folder"
+        if kind != want:
+            raise OutputDirError(
+                f"{flag} {root}: {Path(*parts[: i + 1])} is {kind or 'a regular file'}, not "
+                f"{'a regular file' if want is None else 'a folder of its own'}; relpos writes only regular files "
+                f"inside its own folder. Nothing was changed; remove it or choose another {flag}.")
+    return root_p / rel
+
+
+def refuse_links_below(folder: str | os.PathLike, *, flag: str = "--out", root: str | os.PathLike | None = None) -> None:
+    """Raise :class:`OutputDirError` if ``folder`` (when it exists) is not a real folder, or holds anything at
+    any depth that is neither a real folder nor a regular file (a symbolic link, a named pipe, ...)."""
+    top = Path(folder)
+    check_under(root if root is not None else top.parent, top, folder=True, flag=flag)
+    if not top.exists():
+        return
+    for base, dirnames, filenames in os.walk(top, followlinks=False):
+        for name in dirnames + filenames:
+            p = Path(base) / name
+            try:
+                kind = file_kind(os.lstat(p).st_mode)
+            except OSError:
+                continue
+            if kind not in (None, "a folder"):
+                shown = p.relative_to(top.parent)
+                raise OutputDirError(
+                    f"{flag} {top.parent}: {shown} is {kind}, not a regular file; relpos writes only regular "
+                    f"files inside its own folder. Nothing was changed; remove it or choose another {flag}.")
+
+
+def create_exclusive(path: str | os.PathLike, mode: int = 0o666) -> int:
+    """Create ``path`` as a new regular file and return its descriptor open for writing.
+
+    Never opens an existing file, a symbolic link (even a dangling one) or a named pipe: ``O_EXCL`` fails on
+    any of them.
+
+    Raises:
+        OutputDirError: something already exists at ``path``.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags, mode)
+    except FileExistsError:
+        raise OutputDirError(f"{path} already exists; relpos creates its temporary files anew and never writes "
+                             "into an existing one. Nothing was changed; remove it and run again") from None
+
+
+def _check_target(path: Path) -> None:
+    """A file about to be replaced must be a regular file (a link is neither followed nor replaced)."""
+    try:
+        kind = file_kind(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return
+    if kind is not None:
+        raise OutputDirError(f"{path} is {kind}, not a regular file; relpos replaces only regular files it wrote. "
+                             "Nothing was changed; remove it or choose another output folder")
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: into a new temporary file beside it (created
+    exclusively, never through a link), flushed, then renamed into place.
+
+    Raises:
+        OutputDirError: ``path`` exists and is not a regular file (a symbolic link, a named pipe, a folder);
+            nothing is written.
+    """
+    path = Path(path)
+    _check_target(path)
+    tmp = path.parent / f"{path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    fd = create_exclusive(tmp)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        _check_target(path)  # again, just before the rename
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    clean_stale_tmp(path)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """:func:`write_bytes_atomic` of UTF-8 text."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def save_figure(fig: Any, path: str | os.PathLike, **savefig_kwargs: Any) -> None:
+    """A matplotlib figure written as a PNG by :func:`write_bytes_atomic` (never through a link)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", **savefig_kwargs)
+    write_bytes_atomic(path, buf.getvalue())
 
 
 def check_writable(folder: str | os.PathLike, *, flag: str = "--out") -> None:
@@ -285,15 +419,21 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
 
     The file gets the usual permissions (0666 minus the umask, like every other
     file relpos writes); leftover temporary files of dead writers are removed.
+
+    Raises:
+        OutputDirError: ``path`` exists and is not a regular file (a symbolic link is
+            neither followed nor replaced); nothing is written.
     """
     path = Path(path)
+    _check_target(path)
     tmp = path.parent / f"{path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    fd = create_exclusive(tmp)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(obj, f, indent=1, allow_nan=False)
             f.flush()
             os.fsync(f.fileno())
+        _check_target(path)
         os.replace(tmp, path)
     except BaseException:
         try:

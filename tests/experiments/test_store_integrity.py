@@ -278,3 +278,38 @@ def test_two_compare_processes_train_each_job_once(tmp_path):
     with Store(out / "results.sqlite", create=False) as st:
         fp = st.get_meta("fingerprint")
         assert len(st.done_jobs(fp)) == 8 and st.leases(fp) == {}
+
+
+# ------------------------------------------------------------ what relpos did not create (issue 47)
+
+
+@pytest.mark.parametrize("sql, name", [
+    ("CREATE TRIGGER t AFTER INSERT ON runs BEGIN DELETE FROM runs; END", "trigger 't'"),
+    ("CREATE VIEW v AS SELECT 1", "view 'v'"),
+    ("CREATE TABLE extra (x)", "table 'extra'"),
+    ("ALTER TABLE failures ADD COLUMN note TEXT", "table 'failures' with other columns"),
+])
+def test_a_store_with_objects_relpos_did_not_create_is_refused_before_any_write(tmp_path, sql, name):
+    db = tmp_path / "results.sqlite"
+    with Store(db) as st:
+        st.bind(FP, {"k": 1})
+        st.write_job(FP, fake_result("lm/rope/seed0"))
+    con = sqlite3.connect(db)
+    con.execute(sql)
+    con.commit()
+    con.close()
+    before = db.read_bytes()
+    with pytest.raises(NotAStoreError, match=name):
+        Store(db)
+    assert not is_results_store(db) and db.read_bytes() == before
+
+
+@pytest.mark.parametrize("side", ["", "-wal", "-shm", "-journal"])
+def test_a_linked_store_or_side_file_is_refused_before_sqlite_opens_it(tmp_path, side):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / f"results.sqlite{side}").symlink_to(victim)
+    with pytest.raises(NotAStoreError, match=f"results.sqlite{side} is a symbolic link"):
+        Store(tmp_path / "out" / "results.sqlite")
+    assert victim.read_bytes() == b"" and sorted(os.listdir(tmp_path / "out")) == [f"results.sqlite{side}"]

@@ -99,8 +99,10 @@ def _jobs_needing(store, fp: str, variants: list[str], passkey: bool) -> list[di
     for j in store.jobs(fp):
         lm, rotary = j["task"] == "lm", (not j["randomized"]) and _offers_scalings(j["scheme"])
         if (passkey and lm) or (variants and rotary):
+            train = j["info"].get("train") or {}
             out.append({k: j[k] for k in ("job", "scheme", "task", "seed", "randomized")}
-                       | {"checkpoint": ((j["info"].get("train") or {}).get("checkpoint"))})
+                       | {"checkpoint": train.get("checkpoint"), "info": {"train": {
+                           k: train.get(k) for k in ("checkpoint", "checkpoint_sha256")}}})
     return out
 
 
@@ -188,6 +190,12 @@ def add_evaluations(add: Additions, *, log: Callable[[str], None] = lambda s: No
         return None
     if add.missing():
         raise ConfigMismatchError(missing_line(add))
+    from relpos.compare.saved_models import check_saved_model
+
+    unhashed = [j["job"] for j in add.jobs if check_saved_model(add.folder, j) == "config"]  # before any is used
+    if unhashed:
+        log(f"{len(unhashed)} saved models (e.g. {unhashed[0]}) predate the content hash relpos records now: "
+            "each was checked by its config.json (job and scheme) only")
     with Store(add.folder / "results.sqlite", create=False) as st:
         _refuse_if_busy(st, add)  # before the evaluations; checked again when they are stored
     cfg, new_fp = add.cfg, add.cfg.fingerprint()

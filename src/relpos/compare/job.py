@@ -434,11 +434,14 @@ def save_model(job: Job, cfg, model, fit: dict | None) -> str:
     import os
 
     from relpos.training.checkpoint import save
+    from relpos.outdir import check_under
 
     path = model_path(cfg.models_dir, job)
+    folder = os.path.dirname(os.path.abspath(cfg.models_dir))
+    check_under(folder, path, folder=True)  # no link on the way: the model is written inside the output folder
     extra = {"job": job.key, "fitted": bool(fit and fit.get("fitted")), "fit_score": fit and fit.get("score")}
     save(path, model, extra=extra)
-    return os.path.relpath(path, os.path.dirname(os.path.abspath(cfg.models_dir)))
+    return os.path.relpath(path, folder)
 
 
 def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: Callable | None = None,
@@ -477,6 +480,10 @@ def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: 
     tail = losses[-max(1, len(losses) // 10):]
     fit = _fit_record(task, mon, runs, lr, tries, cfg.fit.target) if runs else None
     checkpoint = save_model(j, cfg, model, fit) if (cfg.models_dir and evaluate) else None
+    if checkpoint is not None:  # the saved model's content hash: checked before the model is ever reused
+        from relpos.compare.saved_models import model_digest
+
+        digest = model_digest(model_path(cfg.models_dir, j))
     return {
         "job": j.key,
         **j.to_dict(),
@@ -492,6 +499,7 @@ def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: 
             "model": mcfg.to_dict(),
             "fit": fit,
             "checkpoint": checkpoint,
+            **({"checkpoint_sha256": digest} if checkpoint is not None else {}),
         },
         "eval_seconds": eval_seconds,
         # CPU time of the whole job (training tries and evaluation): on a shared machine, the honest

@@ -121,7 +121,7 @@ def reuse_runs(store, cfg, keys: list[str], folder: str | os.PathLike, *, models
     for res in reusable(cfg, keys, folder, skip=store.done_jobs(fp) | set(store.leases(fp))):
         model = (res.get("train") or {}).get("checkpoint")  # relative to the folder: models/<task>/...
         if isinstance(model, str):
-            kept = models_dir is not None and _copy_model(Path(folder) / model, Path(models_dir).parent / model)
+            kept = models_dir is not None and _copy_model(Path(folder), model, Path(models_dir).parent, res)
             if not kept:  # never point at a model this folder does not hold
                 res["train"]["checkpoint"] = None
         if store.write_job(fp, res):
@@ -129,13 +129,34 @@ def reuse_runs(store, cfg, keys: list[str], folder: str | os.PathLike, *, models
     return out
 
 
-def _copy_model(src: Path, dest: Path) -> bool:
-    """Copy a saved model folder unless something is already at ``dest`` (never overwrite); whether ``dest``
-    now holds the model."""
+def _copy_model(src_folder: Path, rel: str, dest_folder: Path, res: dict) -> bool:
+    """Copy a saved model folder unless something is already at the destination (never overwrite); whether the
+    destination now holds the model. The source must be the job's own model (its config and recorded content
+    hash, :func:`relpos.compare.saved_models.check_saved_model`); only its regular files are copied, and
+    nothing is written through a link."""
+    from relpos.compare.saved_models import SavedModelError, check_saved_model
+    from relpos.outdir import check_under
+
+    src = src_folder / rel
     if not src.is_dir():
         return False
+    try:
+        check_saved_model(src_folder, {"job": res["job"], "scheme": res["scheme"], "info": {"train": res["train"]}})
+    except SavedModelError:
+        return False  # not the job's own model: the run is reused without it
+    dest = check_under(dest_folder, dest_folder / rel, folder=True)
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(src, dest)
+        check_under(dest_folder, dest, folder=True)
+        tmp = dest.parent / f".{dest.name}.reuse-{os.getpid()}"
+        tmp.mkdir()
+        try:
+            for entry in os.scandir(src):  # a saved model is a flat folder of regular files
+                if entry.is_file(follow_symlinks=False):
+                    shutil.copyfile(entry.path, tmp / entry.name, follow_symlinks=False)
+            os.rename(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         return True
     return dest.is_dir()

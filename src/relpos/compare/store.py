@@ -51,6 +51,7 @@ from relpos.compare.store_check import (  # re-exported: store.py was their home
     ConfigMismatchError,
     CorruptStoreError,
     NotAStoreError,
+    check_store_files,
     is_results_store,
     read_store_meta,
 )
@@ -182,9 +183,10 @@ class Store(LeaseMixin):
     def __init__(self, path: str | os.PathLike, *, timeout: float = 120.0, create: bool = True) -> None:
         self.path = Path(path)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
-        if not create and not self.path.exists():
+        if not create and not (self.path.exists() or self.path.is_symlink()):
             raise FileNotFoundError(f"no results database at {self.path}")
-        if self.path.exists():
+        check_store_files(self.path)  # SQLite would follow a link (of the database, its log or its memory file)
+        if self.path.exists() or self.path.is_symlink():
             self._check_file(create)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from relpos.outdir import file_kind
 
-__all__ = ["ConfigMismatchError", "NotAStoreError", "CorruptStoreError", "is_results_store", "read_store_meta"]
+__all__ = ["ConfigMismatchError", "NotAStoreError", "CorruptStoreError", "is_results_store", "read_store_meta",
+           "foreign_objects", "check_store_files", "SIDE_FILES"]
 
 class ConfigMismatchError(ValueError):
     """The output folder holds results of a different configuration."""
@@ -38,6 +39,47 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
+#: The files SQLite opens beside a database (each must be a regular file where it exists).
+SIDE_FILES = ("-wal", "-shm", "-journal")
+
+_OWN_COLUMNS: dict[str, list[str]] = {}
+
+
+def own_columns() -> dict[str, list[str]]:
+    """``{table: [column, ...]}`` of the tables a relpos store creates (read from its schema)."""
+    if not _OWN_COLUMNS:
+        from relpos.compare.store import _SCHEMA  # here, not at import: store imports this module
+
+        con = sqlite3.connect(":memory:")
+        try:
+            con.executescript(_SCHEMA)
+            for t in _tables(con):
+                _OWN_COLUMNS[t] = [r[1] for r in con.execute(f"PRAGMA table_info({t})")]
+        finally:
+            con.close()
+    return _OWN_COLUMNS
+
+
+def foreign_objects(conn: sqlite3.Connection) -> list[str]:
+    """What a database holds that a relpos store does not create: triggers, views, indexes and tables of
+    other names, and relpos's tables with other columns; each as ``"a trigger 'x'"``. Reads only
+    ``sqlite_master`` and the tables' column lists, so no view or trigger is ever run."""
+    own = own_columns()
+    out = []
+    for kind, name, table in conn.execute("SELECT type, name, tbl_name FROM sqlite_master ORDER BY type, name"):
+        if kind == "table" and name == "sqlite_sequence":
+            continue
+        if kind == "index" and str(name).startswith("sqlite_autoindex_") and table in own:
+            continue
+        if kind == "table" and name in own:
+            cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{name}")')]
+            if cols != own[name]:
+                out.append(f"a table {name!r} with other columns ({', '.join(map(str, cols))})")
+            continue
+        out.append(f"{'an' if kind == 'index' else 'a'} {kind} {name!r}")
+    return out
+
+
 def is_results_store(path: str | os.PathLike) -> bool:
     """True if ``path`` is a relpos results database (read-only check; never raises, never blocks)."""
     try:
@@ -53,6 +95,25 @@ def _corrupt(p: Path, detail: str) -> CorruptStoreError:
         f"recovered file into place, or move {p.name} and results.json aside and rerun the same "
         f"`relpos compare` (finished runs are then trained again)"
     )
+
+
+def check_store_files(path: str | os.PathLike) -> None:
+    """Raise :class:`NotAStoreError` unless the database and the files SQLite keeps beside it (``-wal``,
+    ``-shm``, ``-journal``) are regular files where they exist: SQLite follows a symbolic link (and blocks on
+    a named pipe), so the results would be written somewhere else. Only ``lstat`` is used."""
+    p = Path(path)
+    for side in ("",) + SIDE_FILES:
+        q = p.with_name(p.name + side)
+        try:
+            kind = file_kind(os.lstat(q).st_mode)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise NotAStoreError(f"{q} cannot be read ({e.strerror or e}); nothing was changed") from None
+        if kind is not None:
+            raise NotAStoreError(f"{q} is {kind}, not a regular file; relpos reads and writes its results "
+                                 f"database only as regular files in the folder. Nothing was changed; remove it or "
+                                 f"choose another --out")
 
 
 def read_store_meta(path: str | os.PathLike, *, create: bool = True) -> dict | None:
@@ -75,13 +136,7 @@ def read_store_meta(path: str | os.PathLike, *, create: bool = True) -> dict | N
     p = Path(path)
     if not (p.exists() or p.is_symlink()):
         return None
-    try:
-        kind = file_kind(os.stat(p).st_mode)
-    except OSError as e:
-        raise NotAStoreError(f"{p} cannot be read ({e.strerror or e})") from None
-    if kind is not None:
-        raise NotAStoreError(f"{p} is {kind}, not a relpos results database; relpos reads only regular files "
-                             f"-- remove it or choose another --out")
+    check_store_files(p)
     with open(p, "rb") as f:
         head = f.read(16)
     if not head:
@@ -100,6 +155,16 @@ def read_store_meta(path: str | os.PathLike, *, create: bool = True) -> dict | N
         try:
             try:
                 tables = _tables(con)
+                # a database with some of relpos's tables (or none at all) and anything else: named below
+                foreign = foreign_objects(con) if (tables & set(own_columns()) or not tables) else []
+            except sqlite3.DatabaseError as e:
+                raise _corrupt(p, str(e)) from None
+            if foreign:  # before any of them is read: a view may never end, a trigger may delete rows
+                raise NotAStoreError(
+                    f"{p} holds {', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''} that relpos did not "
+                    f"create; relpos never opens such a database for writing. Nothing was changed; remove "
+                    f"{'them' if len(foreign) > 1 else 'it'} or choose another --out")
+            try:
                 meta = dict(con.execute("SELECT key, value FROM meta")) if "meta" in tables else {}
             except sqlite3.DatabaseError as e:
                 raise _corrupt(p, str(e)) from None

@@ -39,9 +39,26 @@ from relpos.compare.store import ConfigMismatchError, Store, error_line, job_sec
 __all__ = ["plan", "compare", "rebuild_report", "summary_text", "CompareSummary", "prepare_output", "build_results",
            "folder_config", "OUTPUT_FILES"]
 
-#: Files a sweep writes (moved aside by ``force``).
+#: Files a sweep writes (moved aside by ``force``, with an ``--hf-model`` evaluation's report: a folder taken over
+#: keeps none of the old results beside the new ones).
 OUTPUT_FILES = ("results.sqlite", "results.sqlite-wal", "results.sqlite-shm", "results.json", "config.json",
-                "report.md")
+                "report.md", "hf_report.md")
+
+
+def check_output_files(out: str | Path) -> Path:
+    """The ``--out`` rule (:func:`relpos.outdir.check_output_dir`) and, in a folder that exists, every file a
+    sweep writes there a regular file and ``models/`` (at any depth) real folders and regular files: nothing
+    is followed through a link. Changes nothing.
+
+    Raises:
+        relpos.outdir.OutputDirError: naming the path."""
+    from relpos.outdir import check_output_dir, refuse_links_below
+
+    real = check_output_dir(out, owns=_owns, what="compare results",
+                            files=OUTPUT_FILES + ("results.sqlite-journal",))
+    if Path(out).is_dir():
+        refuse_links_below(Path(out) / "models", root=out)
+    return real
 
 
 def plan(cfg: ExperimentConfig) -> list[Job]:
@@ -149,11 +166,9 @@ def prepare_output(cfg: ExperimentConfig, out_dir: str | Path, *, force: bool = 
         relpos.outdir.OutputDirError: ``out_dir`` is a file, a folder with other
             content, or the current folder (nothing is written).
     """
-    from relpos.outdir import check_output_dir
-
     out = Path(out_dir)
     # a new folder, an empty one, or one with compare's own earlier output -- never a foreign folder
-    check_output_dir(out, owns=_owns, what="compare results", files=OUTPUT_FILES)
+    check_output_files(out)
     fp = cfg.fingerprint()
     old, old_proto = _folder_meta(out) if out.exists() else (None, None)
     if old is not None and old != fp:
@@ -311,6 +326,7 @@ def compare(
 
     cfg.validate()
     out = Path(out_dir)
+    check_output_files(out)  # before the additions below read or write anything in the folder
     # evaluation-only additions: a folder that trained these very models keeps its evaluations and
     # takes new ones on its saved models, without training again (relpos.compare.additions)
     from relpos.compare.additions import add_evaluations, join_evaluations

@@ -354,6 +354,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, err: ApiError, **kw) -> None:
         self._json(err.status, err.to_json(), **kw)
 
+    def parse_request(self) -> bool:  # noqa: D102 - the stdlib's, then one header of each of these at most
+        if not super().parse_request():
+            return False
+        for name in ("Host", "Content-Length"):  # two of them: which one a proxy and the explorer read may differ
+            if len(self.headers.get_all(name) or ()) > 1:
+                self.close_connection = True
+                self._error(ApiError(f"the {name} header is given more than once", code="bad_request", status=400))
+                return False
+        return True
+
     def _host_ok(self) -> bool:
         if not self.server.loopback:
             return True

@@ -450,17 +450,24 @@ def run_hf_sweep(out: str | os.PathLike, spec: dict, *, progress: bool | None = 
                                       f"move the old results into {out}/previous-{old}-<time>/")
         log(f"moved the results of evaluation {old} to {_archive(outp, old)}")
     outp.mkdir(parents=True, exist_ok=True)
-    with Store(outp / "results.sqlite") as store:
-        store.bind(fp, protocol)
-        done = store.done_jobs(fp)
-        for s in spec["scalings"]:
-            key = f"hf/{model.name}/{s}"
-            if key in done:
-                log(f"{key}: already stored, skipped")
-                continue
-            res = run_hf_job(spec, s, model=model, progress=progress, corpus=corpus)
+    db = outp / "results.sqlite"
+    done: set[str] = set()
+    if db.exists() or db.is_symlink():  # a new store is created only with its first result (a refusal leaves none)
+        with Store(db) as store:
+            store.bind(fp, protocol)
+            done = store.done_jobs(fp)
+    for s in spec["scalings"]:
+        key = f"hf/{model.name}/{s}"
+        if key in done:
+            log(f"{key}: already stored, skipped")
+            continue
+        res = run_hf_job(spec, s, model=model, progress=progress, corpus=corpus)
+        with Store(db) as store:
+            store.bind(fp, protocol)
             store.write_job(fp, res)
-            log(f"{key}: {res['eval_seconds']:.1f}s")
+        log(f"{key}: {res['eval_seconds']:.1f}s")
+    with Store(db) as store:
+        store.bind(fp, protocol)
         return store.runs(fp)
 
 

@@ -28,9 +28,13 @@ def _owns(folder: Path) -> bool:
 
 def check_hf_output_dir(out: str | os.PathLike) -> Path:
     """The output-folder rule of :mod:`relpos.outdir`, and an ``hf_report.md`` relpos did not write is refused."""
-    from relpos.outdir import OutputDirError, check_output_dir
+    from relpos.outdir import OutputDirError, check_output_dir, refuse_links_below, refuse_special_files
 
-    real = check_output_dir(out, owns=_owns, what="compare results")
+    # every file relpos writes there a regular file (SQLite and the report writer would follow a link)
+    real = check_output_dir(out, owns=_owns, what="compare results", files=_MOVED + ("results.sqlite-journal",))
+    if Path(out).is_dir():
+        refuse_links_below(Path(out) / "models", root=out)
+        refuse_special_files(out, sorted(p.name for p in Path(out).glob("*.png")))
     rep = real / "hf_report.md"
     if rep.exists() or rep.is_symlink():
         try:
@@ -43,22 +47,29 @@ def check_hf_output_dir(out: str | os.PathLike) -> Path:
     return real
 
 
+#: relpos's own files in a folder ``--hf-model`` may write: its own, and those of a trained ``relpos compare``
+#: (a training folder taken over with ``--force`` keeps none of its results beside the new ones).
+_MOVED = ("results.sqlite", "results.sqlite-wal", "results.sqlite-shm", "hf_report.md", "results.json",
+          "config.json", "report.md")
+
+
 def _archive(out: Path, old_fp: str) -> Path:
-    """Move relpos's own HF output of another configuration into ``previous-<fp>-<time>/``."""
+    """Move relpos's own output of another configuration (an HF evaluation's, or a trained compare's: its
+    database, results.json, config.json, reports, plots and models) into ``previous-<fp>-<time>/``."""
     dest = out / f"previous-{old_fp}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     dest.mkdir(parents=True)
-    for name in ("results.sqlite", "results.sqlite-wal", "results.sqlite-shm", "hf_report.md"):
-        if (out / name).exists():
+    for name in _MOVED:
+        if (out / name).exists() or (out / name).is_symlink():
             shutil.move(str(out / name), str(dest / name))
-    for p in out.glob("passkey_*.png"):
+    for p in out.glob("*.png"):
         shutil.move(str(p), str(dest / p.name))
+    if (out / "models").is_dir() and not (out / "models").is_symlink():
+        shutil.move(str(out / "models"), str(dest / "models"))
     return dest
 
 
 def _stored_fingerprint(out: Path) -> str | None:
-    if not (out / "results.sqlite").is_file():
-        return None
-    from relpos.compare.store import Store
+    """The fingerprint of the folder's database, read only (nothing created), or None."""
+    from relpos.compare.store import read_store_meta
 
-    with Store(out / "results.sqlite") as st:
-        return st.get_meta("fingerprint")
+    return (read_store_meta(out / "results.sqlite") or {}).get("fingerprint")

@@ -142,7 +142,9 @@ def passkey_heatmap(measurements: Sequence[dict], path: str | os.PathLike, *, ti
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w" if v < 0.5 else "k", fontsize=8)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from relpos.outdir import save_figure
+
+    save_figure(fig, path, dpi=110)  # never through a link
     plt.close(fig)
     return Path(path)
 
@@ -163,7 +165,11 @@ def _factors(s: str) -> list[float]:
 
 
 def _scalings(s: str) -> list[str]:
-    return [t.strip() for t in str(s).split(",") if t.strip()]
+    out = [t.strip() for t in str(s).split(",") if t.strip()]
+    twice = sorted({t for t in out if out.count(t) > 1})
+    if twice:  # it would be evaluated (and reported) twice
+        raise argparse.ArgumentTypeError(f"{', '.join(twice)} given more than once; name each scaling once")
+    return out
 
 
 def add_hf_arguments(g, *, module: bool = False) -> None:
@@ -289,7 +295,9 @@ def run_hf(args) -> int:
                         log=lambda s: print(s, file=sys.stderr))
     check_hf_output_dir(out)  # the report beside the database is still relpos's own
     text = hf_report(runs)
-    (out / "hf_report.md").write_text(HF_MARK + "\n\n" + text + "\n")
+    from relpos.outdir import write_text_atomic
+
+    write_text_atomic(out / "hf_report.md", HF_MARK + "\n\n" + text + "\n")
     if not getattr(args, "no_plots", False):
         for r in runs:
             if r["task"] == "passkey":

@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from relpos.report.tables import _order, _stats, _tasks, _train_len, aggregate, shown_runs
+from relpos.outdir import save_figure
 
 __all__ = ["make_plots"]
 
@@ -111,7 +112,7 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
 
     def save(fig, name):
         fig.tight_layout()
-        fig.savefig(out_dir / name, dpi=100, pil_kwargs={"optimize": True})
+        save_figure(fig, out_dir / name, dpi=100, pil_kwargs={"optimize": True})
         plt.close(fig)
         made.append(name)
 
@@ -195,7 +196,7 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
         handles, labs = axes[0][-1].get_legend_handles_labels()
         fig.legend(handles, labs, fontsize=7, loc="center right")
         fig.tight_layout(rect=(0, 0, 1 - 1.4 / (4.2 * len(names) + 1.5), 1))
-        fig.savefig(out_dir / fname, dpi=100, pil_kwargs={"optimize": True})
+        save_figure(fig, out_dir / fname, dpi=100, pil_kwargs={"optimize": True})
         plt.close(fig)
         made.append(fname)
     return made

@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -390,33 +389,49 @@ def _ours(path: Path, manifest: set[str]) -> bool:
 def write_page(inp: PageInputs, ship: dict, out: str | Path, json_dir: str | Path, *, force: bool = False) -> Path:
     """Copy the quoted files into ``json_dir`` and write the page to ``out``; refuses (:class:`Refused`) to
     overwrite a page without :data:`MARKER` or a JSON-folder file relpos did not write, unless ``force``."""
+    from relpos.outdir import OutputDirError, file_kind, read_regular_text, write_bytes_atomic, write_text_atomic
+
     out, jd = Path(out), Path(json_dir)
+    for flag, path, names in (("--out", out.parent, [out.name]), ("--json-dir", jd, [*ship, MANIFEST])):
+        for name in names:  # a link is never followed, a named pipe never opened (it would block)
+            try:
+                kind = file_kind(os.lstat(path / name).st_mode)
+            except FileNotFoundError:
+                continue
+            if kind is not None:
+                raise Refused(f"{flag}: {path / name} is {kind}, not a regular file; relpos writes only regular "
+                              "files and never through a link. Nothing was changed; remove it or choose another "
+                              f"{flag}")
     if out.exists() and not force:
-        first = out.read_text(errors="replace").split("\n", 1)[0]
+        first = read_regular_text(out).split("\n", 1)[0]
         if first != MARKER:
             raise Refused(f"--out {out} exists and was not written by relpos.report.results_page (no marker "
                           "line); refusing to overwrite it (use --force)")
     man_path = jd / MANIFEST
-    manifest = set(json.loads(man_path.read_text())) if man_path.is_file() else set()
+    manifest = set(json.loads(read_regular_text(man_path))) if man_path.is_file() else set()
     for name in ship:
         p = jd / name
         if p.exists() and not force and not _ours(p, manifest):
             raise Refused(f"--json-dir: {p} exists and was not written by relpos; refusing to overwrite it "
                           "(use --force)")
+    for name, src in ship.items():  # the sources: regular files only (a link could pull any file in)
+        if isinstance(src, Path) and file_kind(os.lstat(src).st_mode) is not None:
+            raise Refused(f"{src} is {file_kind(os.lstat(src).st_mode)}, not a regular file; relpos copies only "
+                          "regular files. Nothing was changed")
     jd.mkdir(parents=True, exist_ok=True)
-    for name, src in ship.items():
-        tmp = jd / (name + ".tmp")
-        if isinstance(src, Path):
-            shutil.copyfile(src, tmp)
-        else:
-            tmp.write_text(json.dumps(src, indent=1) + "\n")
-        os.replace(tmp, jd / name)
-    man_path.write_text(json.dumps(sorted(manifest | set(ship) | {MANIFEST}), indent=1) + "\n")
-    links = os.path.relpath(jd, out.parent).replace(os.sep, "/").rstrip("/") + "/"
-    page = page_markdown(inputs_from_json_dir(jd), links)  # from the shipped files only
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page)
-    os.replace(tmp, out)
+    try:  # each file into a new temporary file (created exclusively), then renamed into place
+        for name, src in ship.items():
+            if isinstance(src, Path):
+                with open(src, "rb") as f:
+                    write_bytes_atomic(jd / name, f.read())
+            else:
+                write_text_atomic(jd / name, json.dumps(src, indent=1) + "\n")
+        write_text_atomic(man_path, json.dumps(sorted(manifest | set(ship) | {MANIFEST}), indent=1) + "\n")
+        links = os.path.relpath(jd, out.parent).replace(os.sep, "/").rstrip("/") + "/"
+        page = page_markdown(inputs_from_json_dir(jd), links)  # from the shipped files only
+        write_text_atomic(out, page)
+    except OutputDirError as e:
+        raise Refused(str(e)) from None
     return out
 
 
@@ -447,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
                 prev = claims.previous_from_page(text)
         inp, ship = inputs_from_folders(a.full, a.scale, a.default, prev)
         shipped = Path(a.json_dir) / "times.json"
-        if shipped.is_file():  # times of results whose store is gone stay on the page
+        if shipped.is_file() and not shipped.is_symlink():  # times of results whose store is gone stay on the page
             carry_times(inp, json.loads(shipped.read_text()))
         path = write_page(inp, ship, a.out, a.json_dir, force=a.force)
     except (Refused, ValueError, OSError) as e:

@@ -370,7 +370,7 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
             lines.append(f"- `{f['job']}`: {error_line(f['error'])}")
         lines.append("")
     path = out_dir / "report.md"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, path)
+    from relpos.outdir import write_text_atomic
+
+    write_text_atomic(path, "\n".join(lines))  # never through a link; the temporary file created exclusively
     return path
