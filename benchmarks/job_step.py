@@ -247,15 +247,22 @@ def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, wa
     for s, j in jobs.items():
         variants[("job", s)] = j.step
         variants[("validate", s)] = j.validate
-    compile_s = {}
+    compile_s, compile_errors = {}, {}
     for s in compiled:
+        torch._dynamo.reset()  # a fresh compile per model: another cell's shapes would make it dynamic
         c = JobStep(cell, s, compiled=True)
         t0 = time.process_time()
-        c.step()  # the compile
+        try:
+            for _ in range(warmup + 1):  # the compile (and any recompile) before the timed rounds
+                c.step()
+        except Exception as e:  # a compiler failure is a result of this row, not the end of the run
+            compile_errors[s] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            log(f"{cell}: compiling {s} failed: {compile_errors[s]}")
+            continue
         compile_s[s] = time.process_time() - t0
         variants[("compiled", s)] = c.step
-    for fn in variants.values():
-        for _ in range(warmup):
+    for key, fn in variants.items():
+        for _ in range(warmup if key[0] != "compiled" else 0):
             fn()
     log(f"{cell}: {len(variants)} variants warmed up")
     keys = list(variants)
@@ -275,6 +282,8 @@ def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, wa
         row = {"scheme": s, "job_step_ms": job_ms[s], "step_ms": med[("job", s)],
                "validation_ms": med[("validate", s)], "vs_nope": job_ms[s] / job_ms["nope"],
                "vs_bare": job_ms[s] / bare, "target": target, "met": job_ms[s] / job_ms["nope"] <= target}
+        if s in compile_errors:
+            row["compile_error"] = compile_errors[s]
         if ("compiled", s) in med:
             c = med[("compiled", s)] + med[("validate", s)] / val_every
             row.update({"compiled_job_step_ms": c, "compile_speedup": job_ms[s] / c, "compile_s": compile_s[s]})
@@ -368,6 +377,10 @@ def markdown(doc: dict) -> str:
         for c, r in comp:
             lines.append(f"| {c['cell']} | {r['scheme']} | {r['job_step_ms']:.1f} | {r['compiled_job_step_ms']:.1f} | "
                          f"{r['compile_speedup']:.2f}x | {r['compile_s']:.0f} |")
+    failed = [(c, r) for c in doc["cells"] for r in c["rows"] if "compile_error" in r]
+    if failed:
+        lines += ["", "Compilation failed (not timed): " + "; ".join(f"{c['cell']} {r['scheme']}: {r['compile_error']}"
+                                                             for c, r in failed)]
     pred = doc.get("prediction")
     if pred:
         lines += ["", f"Predicted CPU-hours of `{pred['store']}` from these per-step figures (steps of every "
