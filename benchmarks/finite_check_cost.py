@@ -1,7 +1,7 @@
 """Cost of the NaN/inf check on q and k (issue 29 item 15) in ``relpos.attention``.
 
-``reference``, ``dense`` and ``chunked`` refuse non-finite q or k with one
-``aminmax`` pass over each. This times ``impl="dense"`` and ``impl="chunked"``
+``reference``, ``dense`` and ``chunked`` refuse non-finite q or k: one sum over
+each (an exact ``aminmax`` pass only when that sum is not finite). This times ``impl="dense"`` and ``impl="chunked"``
 with the check and with it replaced by a no-op, interleaved, in a full causal
 forward (N = 2048) and in one decoding step (Nq = 1 over a 2048-token cache), on
 CPU with one thread (process CPU time, median of the rounds).

@@ -224,3 +224,19 @@ def test_nan_in_v_propagates_to_the_rows_that_see_it(impl):
     v[0, :, 3, 0] = float("nan")
     out = relpos.attention(q, k, v, relpos.make_encoding("alibi", n_heads=2, head_dim=8), causal=True, impl=impl)
     assert torch.isnan(out[:, :, 3:, 0]).all()
+
+
+def test_the_finite_check_does_not_refuse_finite_inputs_whose_sum_overflows():
+    """The check first sums q and k (one cheap pass, issue 52); a finite input whose sum overflows float32 is
+    decided by the exact min/max pass, not refused."""
+    from types import SimpleNamespace
+
+    from relpos.attention import NonFiniteError, check_finite
+
+    big = torch.full((1, 2, 6, 8), 3e38)  # every entry finite, the sum is inf
+    assert not torch.isfinite(big.sum())
+    check_finite(SimpleNamespace(q=big, k=-big))  # no error
+    with pytest.raises(NonFiniteError, match="k holds NaN or inf"):
+        k = big.clone()
+        k[0, 0, 0, 0] = float("-inf")
+        check_finite(SimpleNamespace(q=big, k=k))

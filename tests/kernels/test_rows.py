@@ -168,3 +168,30 @@ def test_a_missing_build_is_reported_not_compiled(monkeypatch, tmp_path):
     assert kernels.load() is None
     assert "not built" in kernels.status() and str(tmp_path) in kernels.status()
     assert list(tmp_path.iterdir()) == []  # loading never compiles or writes
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows_from, rows_to", [(0, 120), (40, 57)])
+def test_short_and_long_runs_in_one_row_equal_the_oracle(rows_from, rows_to):
+    """Issue 52: the kernel reads runs shorter than 8 keys key by key and longer ones run by run, both in one
+    query row, as DeBERTa's exact, log and clamped buckets give a bidirectional row (about 500 short runs a row
+    at N = 2048, where walking them run by run cost more than the keys): the gather exact, the gradients to
+    rounding, for a whole call and for a block of query rows."""
+    enc = DeBERTa(n_heads=2, head_dim=8, position_buckets=16, max_relative_positions=40)
+    pos = torch.arange(120)[None]
+    table, rlo = enc._distance_rows(pos, pos)
+    runs = torch.unique_consecutive(table, return_counts=True)[1]
+    assert runs.min() == 1 and runs.max() >= 8 and bool(((runs > 1) & (runs < 8)).any())
+    n_rows = int(table.max()) + 1
+    qpos = pos[:, rows_from:rows_to]
+    g = torch.Generator().manual_seed(0)
+    C = torch.randn(2, 2, qpos.shape[1], n_rows, generator=g, dtype=torch.float64, requires_grad=True)
+    P = torch.randn(2, 2, n_rows, 120, generator=g, dtype=torch.float64, requires_grad=True)
+    for c, p in ((C, P), (C, None), (None, P)):
+        want = rows.reference(c, p, qpos, pos, table, rlo)
+        got = rows.gather(c, p, qpos, pos, table, rlo)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        ds = torch.randn(want.shape, generator=g, dtype=torch.float64)
+        live = [t for t in (c, p) if t is not None]
+        for a, b in zip(torch.autograd.grad(got, live, ds), torch.autograd.grad(want, live, ds)):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

@@ -336,3 +336,70 @@ def test_cached_and_recomputed_decoding_agree(scheme):
     a = greedy_decode(m, p, 12, use_cache=True)
     b = greedy_decode(m, p, 12, use_cache=False, max_tokens=40)  # also exercises row chunking
     assert torch.equal(a, b)
+
+
+def _old_mqar_sample(self, rng, n, *, evaluation=False):
+    """MQAR.sample as it was before issue 52 (numpy interleaving): the reference for the faster one."""
+    keys = rng.choice(self.n_keys, size=n, replace=False)
+    vals = rng.integers(0, self.n_values, size=n) + self.n_keys
+    pairs = [keys, vals] if self.order == "key-value" else [vals, keys]
+    p = [self.BOS] + np.stack(pairs, axis=1).reshape(-1).tolist() + [self.SEP]
+    order = rng.permutation(n) if self.queries == "each-once" else rng.integers(0, n, size=n)
+    return p, self._answers(p, n, [int(keys[i]) for i in order])
+
+
+def _old_fill(self, xrow, yrow, p, a, n):
+    seq = p + a
+    xrow[: len(seq) - 1] = seq[:-1]
+    tgt = np.asarray(a, dtype=np.int64)
+    tgt[~np.asarray(self.answer_mask(n), dtype=bool)] = -100
+    yrow[len(p) - 1 : len(seq) - 1] = tgt
+
+
+def _old_split_of(self, prompt):
+    if self.holdout <= 0:
+        return "train"
+    import zlib
+
+    h = zlib.crc32(np.asarray(prompt, dtype=np.int32).tobytes())
+    if (h % 10_000) >= self.holdout * 10_000:
+        return "train"
+    return "val" if (h // 10_000) % 2 == 0 else "test"
+
+
+def _old_batch(src, step):
+    """AlgorithmicSource.batch before issue 52 (a length drawn for every row, even from a single length)."""
+    from relpos.tasks.base import stable_seed
+
+    t = src.task
+    rng = np.random.default_rng(stable_seed(t.name, "train", t._key(), src.seed, step, 0))
+    x = np.full((src.batch_size, src.width), t.PAD, dtype=np.int64)
+    y = np.full((src.batch_size, src.width), -100, dtype=np.int64)
+    for b in range(src.batch_size):
+        n = int(rng.integers(t.min_len, t.train_len + 1))
+        p, a = t.draw(rng, n, held_out=False)
+        t._fill(x[b], y[b], p, a, n)
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+@pytest.mark.parametrize("name, kw", [
+    ("mqar", {"train_len": 4, "min_len": 4, "eval_lengths": [4, 8], "order": "value-key", "queries": "random"}),
+    ("mqar", {"train_len": 6, "eval_lengths": [6, 8]}),
+    ("copy", {"train_len": 8, "alphabet": 8}), ("reverse", {"train_len": 5}), ("parity", {"train_len": 12}),
+    ("copy-hints", {"train_len": 6})])
+def test_faster_batches_are_the_batches_of_before(name, kw, monkeypatch):
+    """Issue 52 made training batches cheaper (MQAR's were about 10 % of its step): the same batches,
+    validation and test sets, token for token, as the code before."""
+    from relpos.tasks import make_task
+    from relpos.tasks.algorithmic import AlgorithmicTask
+    from relpos.tasks.mqar import MQAR
+
+    task = make_task(name, **kw)
+    src = task.train_source(32, seed=3)
+    new = [src.batch(s) for s in (0, 1, 9)] + [task.validation_batch(), task.examples(task.train_len, 8)]
+    monkeypatch.setattr(MQAR, "sample", _old_mqar_sample)
+    monkeypatch.setattr(AlgorithmicTask, "_fill", _old_fill)
+    monkeypatch.setattr(AlgorithmicTask, "split_of", _old_split_of)
+    old = [_old_batch(src, s) for s in (0, 1, 9)] + [task.validation_batch(), task.examples(task.train_len, 8)]
+    for (xn, yn), (xo, yo) in zip(new, old):
+        assert torch.equal(xn, xo) and torch.equal(yn, yo)

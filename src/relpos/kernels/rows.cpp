@@ -3,7 +3,7 @@
 // A score term of the form  out[b,h,a,j] = C[b,h,a,t] + P[b,h,t,j]  with the table row
 // t = table[qpos[a] - kpos[j] - rlo]  depends on the pair only through its distance, so for
 // keys at unit steps t is constant over runs of keys (DeBERTa's log buckets, clipped offsets).
-// The kernels walk those runs: the forward writes each run as one contiguous loop, the backward
+// The kernels walk those runs (short runs key by key): the forward writes each run as one contiguous loop, the backward
 // sums a run of the row state's gradient in a register and adds a run of the column state's
 // gradient with one contiguous loop. No N x N index is built. Arbitrary positions take a
 // per-pair loop. Built by relpos.kernels (torch.utils.cpp_extension); see its docstring.
@@ -15,9 +15,15 @@
 
 namespace {
 
+// Runs shorter than this are walked key by key (one table read per key) rather than run by run: a
+// bidirectional DeBERTa row crosses about 500 runs of 1-6 keys (its exact and log buckets on both
+// sides), where the per-run work cost more than the keys.
+constexpr int64_t kMinRun = 8;
+
 struct Rows {
-  // distance table and its runs, positions, and whether each batch row of keys steps by 1
-  const int64_t* td; std::vector<int64_t> starts;
+  // distance table and its segments (seg: starts, seg_const: a run of one row, or short runs read key by
+  // key), positions, and whether each batch row of keys steps by 1
+  const int64_t* td; std::vector<int64_t> seg; std::vector<char> seg_const;
   const int64_t* qd; const int64_t* kd; int64_t bq, bk, Nq, Nk;
   std::vector<char> unit;
 };
@@ -41,9 +47,14 @@ Rows prepare(const torch::Tensor& qpos, const torch::Tensor& kpos, const torch::
     TORCH_CHECK(*qmm.first - *kmm.second - rlo >= 0 && *qmm.second - *kmm.first - rlo < T,
                 "positions reach distances outside the table");
   }
-  r.starts.reserve(T + 1);
-  for (int64_t i = 0; i < T; ++i) if (i == 0 || r.td[i] != r.td[i - 1]) r.starts.push_back(i);
-  r.starts.push_back(T);
+  std::vector<int64_t> starts;
+  for (int64_t i = 0; i < T; ++i) if (i == 0 || r.td[i] != r.td[i - 1]) starts.push_back(i);
+  starts.push_back(T);
+  for (size_t i = 0; i + 1 < starts.size(); ++i) {
+    const bool cst = starts[i + 1] - starts[i] >= kMinRun;
+    if (cst || r.seg_const.empty() || r.seg_const.back()) { r.seg.push_back(starts[i]); r.seg_const.push_back(cst); }
+  }
+  r.seg.push_back(T);
   r.unit.resize(r.bk);
   for (int64_t b = 0; b < r.bk; ++b) {
     const int64_t* k = r.kd + b * r.Nk; bool u = true;
@@ -53,25 +64,19 @@ Rows prepare(const torch::Tensor& qpos, const torch::Tensor& kpos, const torch::
   return r;
 }
 
-// f(t, j0, j1) for each run of keys [j0, j1) of one query row that reads table row t; the key's
-// distance index is A - j (A = qpos - rlo - kpos[0]), which falls as j grows.
+// f(cst, j0, j1) for each segment of keys [j0, j1) of one query row: one run of a single table row
+// (cst) or short runs read key by key. The key's distance index is A - j (A = qpos - rlo - kpos[0]),
+// which falls as j grows.
 template <typename F>
-inline void for_runs(const Rows& r, int64_t A, F f) {
-  const int64_t lo = A - r.Nk + 1, hi = A;
-  auto it = std::upper_bound(r.starts.begin(), r.starts.end() - 1, hi) - 1;
+inline void for_segments(const Rows& r, int64_t A, int64_t Nk, F f) {
+  const int64_t lo = A - Nk + 1, hi = A;
+  auto it = std::upper_bound(r.seg.begin(), r.seg.end() - 1, hi) - 1;
   while (true) {
     const int64_t s0 = std::max(*it, lo), s1 = std::min(*(it + 1) - 1, hi);
-    if (s0 <= s1) f(r.td[s0], A - s1, A - s0 + 1);
-    if (*it <= lo || it == r.starts.begin()) break;
+    if (s0 <= s1) f(bool(r.seg_const[it - r.seg.begin()]), A - s1, A - s0 + 1);
+    if (*it <= lo || it == r.seg.begin()) break;
     --it;
   }
-}
-
-// Whether the runs one row crosses are long enough to walk (else a plain loop over its keys is cheaper).
-inline bool long_runs(const Rows& r, int64_t A) {
-  const auto lo_it = std::upper_bound(r.starts.begin(), r.starts.end() - 1, A - r.Nk + 1);
-  const auto hi_it = std::upper_bound(r.starts.begin(), r.starts.end() - 1, A);
-  return 4 * (hi_it - lo_it + 1) <= r.Nk;  // mean run of at least 4 keys
 }
 
 struct View4 {  // a strided 4-D view's pointer and strides (or absent)
@@ -128,32 +133,34 @@ void gather_rows(torch::Tensor out, torch::Tensor C, torch::Tensor P, torch::Ten
           scalar_t* orow = o + (bh * Nq + a) * Nk;
           const scalar_t* crow = vc.on ? cd + b * vc.s0 + h * vc.s1 + a * vc.s2 : nullptr;
           const int64_t base = q[a] - rlo;
-          if (runs && long_runs(r, base - k[0])) {
-            for_runs(r, base - k[0], [&](int64_t t, int64_t j0, int64_t j1) {
-              const scalar_t c = vc.on ? crow[t * vc.s3] : scalar_t(0);
-              if (vp.on) {
-                const scalar_t* pr = pb + t * vp.s2;
-                if (accumulate) for (int64_t j = j0; j < j1; ++j) orow[j] += c + pr[j];
-                else for (int64_t j = j0; j < j1; ++j) orow[j] = c + pr[j];
+          if (runs) {  // keys at unit steps: the distance index is A - j
+            const int64_t A = base - k[0];
+            for_segments(r, A, Nk, [&](bool cst, int64_t j0, int64_t j1) {
+              if (cst) {
+                const int64_t t = r.td[A - j0];
+                const scalar_t c = vc.on ? crow[t * vc.s3] : scalar_t(0);
+                if (vp.on) {
+                  const scalar_t* pr = pb + t * vp.s2;
+                  if (accumulate) for (int64_t j = j0; j < j1; ++j) orow[j] += c + pr[j];
+                  else for (int64_t j = j0; j < j1; ++j) orow[j] = c + pr[j];
+                } else {
+                  if (accumulate) for (int64_t j = j0; j < j1; ++j) orow[j] += c;
+                  else for (int64_t j = j0; j < j1; ++j) orow[j] = c;
+                }
+                return;
+              }
+              const int64_t* tr = r.td + A;
+              if (vc.on && vp.on) {
+                if (accumulate) for (int64_t j = j0; j < j1; ++j) { const int64_t t = tr[-j]; orow[j] += crow[t * vc.s3] + pb[t * vp.s2 + j]; }
+                else for (int64_t j = j0; j < j1; ++j) { const int64_t t = tr[-j]; orow[j] = crow[t * vc.s3] + pb[t * vp.s2 + j]; }
+              } else if (vc.on) {
+                if (accumulate) for (int64_t j = j0; j < j1; ++j) orow[j] += crow[tr[-j] * vc.s3];
+                else for (int64_t j = j0; j < j1; ++j) orow[j] = crow[tr[-j] * vc.s3];
               } else {
-                if (accumulate) for (int64_t j = j0; j < j1; ++j) orow[j] += c;
-                else for (int64_t j = j0; j < j1; ++j) orow[j] = c;
+                if (accumulate) for (int64_t j = j0; j < j1; ++j) orow[j] += pb[tr[-j] * vp.s2 + j];
+                else for (int64_t j = j0; j < j1; ++j) orow[j] = pb[tr[-j] * vp.s2 + j];
               }
             });
-            continue;
-          }
-          if (runs) {  // keys at unit steps: the distance index is A - j
-            const int64_t* tr = r.td + (base - k[0]);
-            if (vc.on && vp.on) {
-              if (accumulate) for (int64_t j = 0; j < Nk; ++j) { const int64_t t = tr[-j]; orow[j] += crow[t * vc.s3] + pb[t * vp.s2 + j]; }
-              else for (int64_t j = 0; j < Nk; ++j) { const int64_t t = tr[-j]; orow[j] = crow[t * vc.s3] + pb[t * vp.s2 + j]; }
-            } else if (vc.on) {
-              if (accumulate) for (int64_t j = 0; j < Nk; ++j) orow[j] += crow[tr[-j] * vc.s3];
-              else for (int64_t j = 0; j < Nk; ++j) orow[j] = crow[tr[-j] * vc.s3];
-            } else {
-              if (accumulate) for (int64_t j = 0; j < Nk; ++j) orow[j] += pb[tr[-j] * vp.s2 + j];
-              else for (int64_t j = 0; j < Nk; ++j) orow[j] = pb[tr[-j] * vp.s2 + j];
-            }
             continue;
           }
           for (int64_t j = 0; j < Nk; ++j) {
@@ -195,17 +202,19 @@ void scatter_rows(torch::Tensor gC, torch::Tensor gP, torch::Tensor ds, torch::T
           const scalar_t* drow = dd + (bh * Nq + a) * Nk;
           scalar_t* crow = vc.on ? cd + b * vc.s0 + h * vc.s1 + a * vc.s2 : nullptr;
           const int64_t base = q[a] - rlo;
-          if (runs && long_runs(r, base - k[0])) {
-            for_runs(r, base - k[0], [&](int64_t t, int64_t j0, int64_t j1) {
-              if (vc.on) { scalar_t acc = 0; for (int64_t j = j0; j < j1; ++j) acc += drow[j]; crow[t * vc.s3] += acc; }
-              if (vp.on) { scalar_t* pr = pb + t * vp.s2; for (int64_t j = j0; j < j1; ++j) pr[j] += drow[j]; }
-            });
-            continue;
-          }
           if (runs) {  // keys at unit steps: the distance index is A - j
-            const int64_t* tr = r.td + (base - k[0]);
-            if (vc.on) for (int64_t j = 0; j < Nk; ++j) crow[tr[-j] * vc.s3] += drow[j];
-            if (vp.on) for (int64_t j = 0; j < Nk; ++j) pb[tr[-j] * vp.s2 + j] += drow[j];
+            const int64_t A = base - k[0];
+            for_segments(r, A, Nk, [&](bool cst, int64_t j0, int64_t j1) {
+              if (cst) {
+                const int64_t t = r.td[A - j0];
+                if (vc.on) { scalar_t acc = 0; for (int64_t j = j0; j < j1; ++j) acc += drow[j]; crow[t * vc.s3] += acc; }
+                if (vp.on) { scalar_t* pr = pb + t * vp.s2; for (int64_t j = j0; j < j1; ++j) pr[j] += drow[j]; }
+                return;
+              }
+              const int64_t* tr = r.td + A;
+              if (vc.on) for (int64_t j = j0; j < j1; ++j) crow[tr[-j] * vc.s3] += drow[j];
+              if (vp.on) for (int64_t j = j0; j < j1; ++j) pb[tr[-j] * vp.s2 + j] += drow[j];
+            });
             continue;
           }
           for (int64_t j = 0; j < Nk; ++j) {

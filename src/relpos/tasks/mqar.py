@@ -106,10 +106,11 @@ class MQAR(AlgorithmicTask):
     def sample(self, rng: np.random.Generator, n: int, *, evaluation: bool = False):
         keys = rng.choice(self.n_keys, size=n, replace=False)
         vals = rng.integers(0, self.n_values, size=n) + self.n_keys
-        pairs = [keys, vals] if self.order == "key-value" else [vals, keys]
-        p = [self.BOS] + np.stack(pairs, axis=1).reshape(-1).tolist() + [self.SEP]
+        keys, vals = keys.tolist(), vals.tolist()  # Python ints: the pairs are interleaved without numpy
+        first, second = (keys, vals) if self.order == "key-value" else (vals, keys)
+        p = [self.BOS, *(t for pair in zip(first, second) for t in pair), self.SEP]
         order = rng.permutation(n) if self.queries == "each-once" else rng.integers(0, n, size=n)
-        queries = [int(keys[i]) for i in order]
+        queries = [keys[i] for i in order.tolist()]
         return p, self._answers(p, n, queries)
 
     def _answers(self, prompt: list[int], n: int, queries: list[int]) -> list[int]:

@@ -50,6 +50,19 @@ def _derived_seed(*parts: int) -> int:
     return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
 
 
+def _seed_micro(device: torch.device, seed: int) -> None:
+    """Seed the random state a micro-batch uses (dropout, randomized positions) on ``device``.
+
+    On a CPU device only the CPU generator is used, so only it is seeded: ``torch.manual_seed`` also queues
+    a seed for every lazily initialised accelerator, formatting a stack trace each time (about 0.4 ms per
+    call, several per cent of a small model's step). The CPU generator ends in the same state either way.
+    """
+    if device.type == "cpu":
+        torch.default_generator.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)
+
+
 def _check_batch(x, y, world: int) -> None:
     if not isinstance(x, Tensor) or not isinstance(y, Tensor):
         raise TypeError("a batch source must return (x, y) tensors")
@@ -210,7 +223,7 @@ class Trainer:
             self.tokens += int(x.numel())  # global micro-batch: every process counts the same
             x = x[ctx.rank:: ctx.world_size].to(ctx.device, torch.long)
             y = y[ctx.rank:: ctx.world_size].to(ctx.device, torch.long)
-            torch.manual_seed(_derived_seed(cfg.seed, s, m, ctx.rank))
+            _seed_micro(ctx.device, _derived_seed(cfg.seed, s, m, ctx.rank))
             last = m == len(micro) - 1
             sync = contextlib.nullcontext() if (last or not ctx.distributed) else self.net.no_sync()
             with sync:

@@ -1,0 +1,450 @@
+"""One training step of a ``relpos compare`` job, against a bare PyTorch loop, at every preset's shapes.
+
+For each cell (a preset's task at its shapes: the default preset's LM and copy; the full preset's copy,
+MQAR, reverse and parity; the six scale cells) this times, side by side in one process and interleaved
+(one step of every variant per round, the order rotated every round):
+
+* **job** -- relpos's compare job step as the job runs it: :class:`relpos.training.loop.Trainer` built from the
+  job's own configs (:func:`~relpos.compare.job.model_config_for`,
+  :func:`~relpos.compare.job.train_config_for` at the job's first learning rate, the task's training
+  batches), the per-step work of :func:`relpos.training.loop.train`'s loop and the
+  :class:`~relpos.compare.fitting.FitMonitor` callback, plus the monitor's **amortised validation**: a
+  validation (``FitMonitor.score``) is timed in every round too and counts ``1 / val_every`` of it per step;
+* **bare** -- a bare PyTorch loop written here: the same width, depth, heads, MLP, vocabulary, batch and
+  sequence, tied embeddings, plain ``F.scaled_dot_product_attention(is_causal=True)``, AdamW with the job's
+  betas and weight-decay groups and the job's gradient clipping (the recipe's, so both do the same maths),
+  on pre-made batches; no data generation, checks, schedules, seeds or monitor;
+* **compiled** -- the job's trainer with ``TrainConfig(compile=True)`` (``torch.compile`` of the whole
+  model) for the schemes in ``--compile-schemes`` at the cells in ``--compile-cells``; its compile time
+  (the first steps) is recorded.
+
+The clock is process CPU time with one thread; each variant gets warm-up steps first. Reported per cell:
+medians, NoPE's job step against the bare loop (target <= 1.15x), each scheme's job step against NoPE's
+(target <= 1.3x; 2x for DeBERTa, CoPE and FoX), and the compiled step's speed-up.
+
+``--predict STORE`` also predicts a finished sweep's training CPU-hours from this run's per-step figures:
+for every job in the store, its steps (all learning-rate tries) times the job-step median of its task's cell
+and scheme, plus its evaluation seconds.
+
+Usage::
+
+    python benchmarks/job_step.py                       # every cell, the presets' schemes
+    python benchmarks/job_step.py --cells full-mqar --schemes nope rope --rounds 5
+    python benchmarks/job_step.py --quick               # a tiny smoke run (seconds)
+    python benchmarks/job_step.py --predict docs/results/protocol3/full/results.sqlite
+
+Writes ``benchmarks/results/job_step.json`` and ``.md`` (``--name``) and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+#: cell -> (what, preset, task, scale cell (d_model, train_len) or None).
+CELLS: dict[str, tuple[str, str, str, tuple[int, int] | None]] = {
+    "default-lm": ("`relpos compare` (default preset), LM; the full preset's LM has the same shapes, so its "
+                   "eleven schemes run here", "default", "lm", None),
+    "default-copy": ("default preset, copy (L = 8)", "default", "copy", None),
+    "full-copy": ("full preset, copy (L = 16; copy-distinct has the same shapes)", "full", "copy", None),
+    "full-mqar": ("full preset, MQAR (3 layers, batch 256)", "full", "mqar", None),
+    "full-reverse": ("full preset, reverse (L = 16)", "full", "reverse", None),
+    "full-parity": ("full preset, parity (L = 16)", "full", "parity", None),
+    **{f"scale-d{d}-n{n}": (f"scale preset, d_model {d}, training length {n}", "scale", "lm", (d, n))
+       for d in (64, 128, 256) for n in (64, 256)},
+    "ci-lm": ("`relpos compare --preset ci`, LM (the --quick cell)", "ci", "lm", None),
+}
+DEFAULT_CELLS = tuple(c for c in CELLS if c != "ci-lm")
+#: Which cell's per-step figures stand for a task of the full preset in ``--predict``.
+TASK_CELLS = {"lm": "default-lm", "copy": "full-copy", "copy-distinct": "full-copy", "reverse": "full-reverse",
+              "parity": "full-parity", "mqar": "full-mqar"}
+#: Targets: NoPE's job step over the bare loop; a scheme's job step over NoPE's (2x for the content-dependent
+#: schemes the train-step benchmark names).
+BARE_TARGET, TARGET, CONTENT_TARGETS = 1.15, 1.3, {"deberta": 2.0, "cope": 2.0, "fox": 2.0}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cells", nargs="*", default=None, choices=list(CELLS), help="cells (default: all but ci-lm)")
+    p.add_argument("--schemes", nargs="*", default=None,
+                   help="schemes (default: each cell's preset's schemes; NoPE always runs)")
+    p.add_argument("--rounds", type=int, default=7, help="timed interleaved rounds (default 7)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per variant first (default 2)")
+    p.add_argument("--compile-schemes", nargs="*", default=["nope", "rope", "alibi", "t5"],
+                   help="schemes also timed compiled (default nope rope alibi t5; none: --no-compile)")
+    p.add_argument("--compile-cells", nargs="*", default=["default-lm", "full-copy", "full-mqar", "scale-d256-n256"],
+                   choices=list(CELLS), help="cells where the compiled trainers run (each compile takes 5-60 s)")
+    p.add_argument("--no-compile", dest="compile", action="store_false", help="no compiled trainers")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: cell ci-lm, schemes nope and alibi, 1 round, no compile (unless named)")
+    p.add_argument("--predict", default=None, metavar="STORE",
+                   help="a sweep's results.sqlite: predict its CPU-hours from this run's per-step figures")
+    p.add_argument("--provisional", action="store_true",
+                   help="mark the results provisional (measured on shared cores, not the committed measurement)")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"), help="results folder")
+    p.add_argument("--name", default="job_step", help="output file stem (default job_step)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.cells = args.cells or ["ci-lm"]
+        args.schemes = args.schemes or ["nope", "alibi"]
+        args.rounds, args.warmup = 1, 1
+        if "--compile-schemes" not in (argv or sys.argv[1:]):
+            args.compile = False
+    if args.rounds < 1 or args.warmup < 1:
+        p.error("--rounds and --warmup must be >= 1")
+    args.cells = args.cells or list(DEFAULT_CELLS)
+    return args
+
+
+def cell_schemes(cell: str) -> list[str]:
+    """The schemes a cell's preset trains (at ``default-lm``, the full preset's: its LM has these shapes)."""
+    from relpos.compare.presets import preset
+
+    cfg = preset("full") if cell == "default-lm" else cell_config(cell)[0]
+    return list(cfg.schemes)
+
+
+def cell_config(cell: str):
+    """The :class:`~relpos.compare.config.ExperimentConfig` a cell's jobs run with, and its task name."""
+    from relpos.compare.presets import preset, scale_cell
+
+    _, name, task, sc = CELLS[cell]
+    return (scale_cell(*sc) if sc else preset(name)), task
+
+
+# ------------------------------------------------------------------ (a) the job step
+
+
+class JobStep:
+    """One compare job's training, stepped: the trainer of :func:`relpos.training.loop.train` with the job's configs
+    and the per-step work of its loop (throughput, :class:`~relpos.training.config.StepInfo`, the
+    :class:`~relpos.compare.fitting.FitMonitor` call). The monitor here never validates inside
+    :meth:`step` (its interval is set past the run); :meth:`validate` runs its validation alone, so the
+    caller can count ``1 / val_every`` of it per step."""
+
+    def __init__(self, cell: str, scheme: str, *, compiled: bool = False, seed: int = 0) -> None:
+        from relpos.training.distributed import DistContext
+        from relpos.compare.fitting import DEFAULT_COOLDOWN, FitMonitor
+        from relpos.compare.job import Job, model_config_for, train_config_for
+        from relpos.training.loop import Trainer
+
+        cfg, task_name = cell_config(cell)
+        task = cfg.make_task(task_name)
+        job = Job(task_name, scheme, seed)
+        self.mcfg = model_config_for(job, cfg, task)
+        self.tcfg = dataclasses.replace(train_config_for(job, cfg, task, lr=cfg.lr_tries(task_name)[0]),
+                                        compile=compiled)
+        self.val_every = cfg.fit.val_every
+        self.trainer = Trainer(self.mcfg, self.tcfg, task.train_source(self.tcfg.batch_size, seed),
+                               ctx=DistContext())
+        settings = cfg.train_settings(task_name)
+        quiet = dataclasses.replace(cfg.fit, val_every=10**9)  # validation is timed by validate()
+        self.monitor = FitMonitor(task, quiet, self.tcfg.steps, cooldown_at=settings.get("cooldown_at"),
+                                  cooldown=settings.get("cooldown", DEFAULT_COOLDOWN))
+        self.t0, self.tokens0 = time.perf_counter(), 0
+
+    def step(self) -> float:
+        """One optimizer step and the loop's per-step work, as :func:`relpos.training.loop.train` runs them."""
+        from relpos.training.schedule import lr_at
+        from relpos.training.config import StepInfo
+
+        tr = self.trainer
+        loss = tr.step()
+        elapsed = time.perf_counter() - self.t0
+        tps = (tr.tokens - self.tokens0) / elapsed if elapsed > 0 else 0.0
+        info = StepInfo(tr.step_count, loss, lr_at(tr.step_count - 1, self.tcfg, tr.cooldown), tps, elapsed,
+                        tr.model)
+        self.monitor(info)
+        return loss
+
+    def validate(self) -> dict:
+        """The fit monitor's validation of the current model (one in every ``val_every`` steps of a job)."""
+        return self.monitor.score(self.trainer.model)
+
+
+# ------------------------------------------------------------------ (b) the bare loop
+
+
+def bare_model(vocab: int, d_model: int, n_layers: int, n_heads: int, d_ff: int):
+    """A plain pre-LayerNorm decoder: tied embeddings, fused qkv, ``F.scaled_dot_product_attention``."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+            self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+            self.mlp = d_ff > 0
+            if self.mlp:
+                self.fc1, self.fc2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+        def forward(self, h):
+            B, N, C = h.shape
+            q, k, v = self.qkv(self.ln1(h)).view(B, N, 3, n_heads, C // n_heads).permute(2, 0, 3, 1, 4)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, N, D)
+            h = h + self.proj(o.transpose(1, 2).reshape(B, N, C))
+            return h + self.fc2(F.gelu(self.fc1(self.ln2(h)))) if self.mlp else h
+
+    class Bare(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d_model)
+            self.blocks = nn.ModuleList(Block() for _ in range(n_layers))
+            self.ln = nn.LayerNorm(d_model)
+
+        def forward(self, x):
+            h = self.emb(x)
+            for b in self.blocks:
+                h = b(h)
+            return F.linear(self.ln(h), self.emb.weight)  # (B, N, V)
+
+    return Bare()
+
+
+class BareStep:
+    """The bare loop at a job's shapes (its model and train configs), on a few pre-made batches of the task."""
+
+    def __init__(self, job: JobStep) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        mc, tc = job.mcfg, job.tcfg
+        d_ff = 4 * mc.d_model if mc.d_ff is None else mc.d_ff
+        self.model = m = bare_model(mc.vocab_size, mc.d_model, mc.n_layers, mc.n_heads, d_ff)
+        decay = [p for p in m.parameters() if p.dim() >= 2 or tc.decay == "all"]
+        rest = [p for p in m.parameters() if not (p.dim() >= 2 or tc.decay == "all")]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
+                                 {"params": rest, "weight_decay": 0.0}], lr=tc.lr, betas=(tc.beta1, tc.beta2))
+        self.batches = [job.trainer.data.batch(10**6 + i, 0) for i in range(4)]
+        self.i = 0
+        V, clip = mc.vocab_size, tc.grad_clip
+
+        def step() -> float:
+            x, y = self.batches[self.i % len(self.batches)]
+            self.i += 1
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(m(x).reshape(-1, V), y.reshape(-1), ignore_index=-100)
+            loss.backward()
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(m.parameters(), clip)
+            opt.step()
+            return float(loss.detach())
+
+        self.step = step
+
+
+# ------------------------------------------------------------------ timing
+
+
+def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, warmup: int, log) -> dict:
+    """Every variant of one cell, interleaved; medians and ratios."""
+    import torch
+
+    jobs = {s: JobStep(cell, s) for s in schemes}
+    nope = jobs["nope"]
+    bare_loop = BareStep(nope)
+    variants: dict[tuple[str, str], object] = {("bare", "nope"): bare_loop.step}
+    for s, j in jobs.items():
+        variants[("job", s)] = j.step
+        variants[("validate", s)] = j.validate
+    compile_s, compile_errors = {}, {}
+    for s in compiled:
+        torch._dynamo.reset()  # a fresh compile per model: another cell's shapes would make it dynamic
+        c = JobStep(cell, s, compiled=True)
+        t0, w0 = time.process_time(), time.perf_counter()
+        try:
+            for _ in range(warmup + 1):  # the compile (and any recompile) before the timed rounds
+                c.step()
+        except Exception as e:  # a compiler failure is a result of this row, not the end of the run
+            compile_errors[s] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            log(f"{cell}: compiling {s} failed: {compile_errors[s]}")
+            continue
+        # this process's CPU time and the wall time (the compiler also works in worker processes)
+        compile_s[s] = (time.process_time() - t0, time.perf_counter() - w0)
+        variants[("compiled", s)] = c.step
+    for key, fn in variants.items():
+        for _ in range(warmup if key[0] != "compiled" else 0):
+            fn()
+    log(f"{cell}: {len(variants)} variants warmed up")
+    keys = list(variants)
+    times: dict[tuple[str, str], list[float]] = {k: [] for k in keys}
+    for r in range(rounds):
+        for k in keys[r % len(keys):] + keys[: r % len(keys)]:
+            t0 = time.process_time()
+            variants[k]()
+            times[k].append(time.process_time() - t0)
+    med = {k: 1000 * statistics.median(v) for k, v in times.items()}
+    val_every = nope.val_every
+    job_ms = {s: med[("job", s)] + med[("validate", s)] / val_every for s in schemes}
+    bare = med[("bare", "nope")]
+    rows = []
+    for s in schemes:
+        target = CONTENT_TARGETS.get(s, TARGET)
+        row = {"scheme": s, "job_step_ms": job_ms[s], "step_ms": med[("job", s)],
+               "validation_ms": med[("validate", s)], "vs_nope": job_ms[s] / job_ms["nope"],
+               "vs_bare": job_ms[s] / bare, "target": target, "met": job_ms[s] / job_ms["nope"] <= target}
+        if s in compile_errors:
+            row["compile_error"] = compile_errors[s]
+        if ("compiled", s) in med:
+            c = med[("compiled", s)] + med[("validate", s)] / val_every
+            row.update({"compiled_job_step_ms": c, "compile_speedup": job_ms[s] / c, "compile_cpu_s": compile_s[s][0],
+                        "compile_wall_s": compile_s[s][1]})
+        rows.append(row)
+    mc, tc = nope.mcfg, nope.tcfg
+    return {"cell": cell, "what": CELLS[cell][0], "rounds": rounds, "warmup": warmup, "val_every": val_every,
+            "model": {"d_model": mc.d_model, "n_layers": mc.n_layers, "n_heads": mc.n_heads, "d_ff": mc.d_ff,
+                      "vocab_size": mc.vocab_size},
+            "batch": tc.batch_size, "seq_len": tc.seq_len, "bare_step_ms": bare,
+            "nope_vs_bare": job_ms["nope"] / bare, "bare_target": BARE_TARGET,
+            "bare_met": job_ms["nope"] / bare <= BARE_TARGET, "torch_threads": torch.get_num_threads(),
+            "bare_params": sum(p.numel() for p in bare_loop.model.parameters()),
+            "job_params": nope.trainer.model.num_params(), "rows": rows}
+
+
+# ------------------------------------------------------------------ prediction
+
+
+def predict(store: str, cells: list[dict]) -> dict:
+    """A finished sweep's CPU-hours from this run's job steps: per job, its steps over every learning-rate
+    try times its cell's job step for its scheme (randomized runs: the scheme's), plus its evaluation
+    seconds; per task, beside the CPU-hours the store measured."""
+    import sqlite3
+
+    per = {(c["cell"], r["scheme"]): r["job_step_ms"] for c in cells for r in c["rows"]}
+    bare = {c["cell"]: c["bare_step_ms"] for c in cells}
+    con = sqlite3.connect(f"file:{Path(store).resolve()}?mode=ro", uri=True)
+    try:
+        infos = [json.loads(i) for (i,) in con.execute("SELECT info FROM jobs")]
+    finally:
+        con.close()
+    tasks: dict[str, dict] = {}
+    missing = set()
+    for d in infos:
+        t = d["train"]
+        tries = ((t.get("fit") or {}).get("lr_tries")) or [{"steps": t["steps"]}]
+        steps = sum(int(x["steps"]) for x in tries)
+        cell = TASK_CELLS.get(d["task"])
+        ms = per.get((cell, d["scheme"]))
+        agg = tasks.setdefault(d["task"], {"jobs": 0, "measured_cpu_h": 0.0, "predicted_cpu_h": 0.0,
+                                           "bare_cpu_h": 0.0, "steps": 0, "eval_h": 0.0})
+        agg["jobs"] += 1
+        agg["steps"] += steps
+        agg["measured_cpu_h"] += float(d.get("cpu_seconds") or 0.0) / 3600
+        agg["eval_h"] += float(d.get("eval_seconds") or 0.0) / 3600
+        if ms is None:
+            missing.add((cell, d["scheme"]))
+            continue
+        agg["predicted_cpu_h"] += (steps * ms / 1000 + float(d.get("eval_seconds") or 0.0)) / 3600
+        agg["bare_cpu_h"] += (steps * bare[cell] / 1000 + float(d.get("eval_seconds") or 0.0)) / 3600
+    total = {k: sum(a[k] for a in tasks.values()) for k in ("measured_cpu_h", "predicted_cpu_h", "bare_cpu_h")}
+    return {"store": str(store), "tasks": tasks, "total": total,
+            "missing": sorted(f"{c}/{s}" for c, s in missing)}
+
+
+# ------------------------------------------------------------------ output
+
+
+def markdown(doc: dict) -> str:
+    lines = ["# One compare job step against a bare PyTorch loop", ""]
+    if doc.get("provisional"):
+        lines += [f"**Provisional**: {doc['provisional']}", ""]
+    lines += [f"Command: `{doc['command']}`", "",
+              f"CPU ({doc['machine']}), torch {doc['torch']}, 1 thread, process CPU time; medians of interleaved "
+              f"rounds after warm-up steps. Run took {doc['seconds']:.0f} s. *job*: the compare job's step "
+              "(data, checks, schedule, monitor) plus 1/val_every of its validation; *bare*: a plain PyTorch loop "
+              f"at the same shapes (SDPA, AdamW, the job's clipping). Targets: NoPE's job <= {BARE_TARGET}x the "
+              f"bare loop; each scheme <= {TARGET}x NoPE (2x DeBERTa, CoPE, FoX).", "",
+              "| cell | batch x seq | bare ms | NoPE job ms | NoPE / bare | met |",
+              "|---|---|---|---|---|---|"]
+    for c in doc["cells"]:
+        nope = c["rows"][0]
+        lines.append(f"| {c['cell']} | {c['batch']} x {c['seq_len']} | {c['bare_step_ms']:.1f} | "
+                     f"{nope['job_step_ms']:.1f} | {c['nope_vs_bare']:.2f}x | {'yes' if c['bare_met'] else '**no**'} |")
+    schemes = list(dict.fromkeys(r["scheme"] for c in doc["cells"] for r in c["rows"]))
+    lines += ["", "Each scheme's job step as a multiple of NoPE's (target in brackets; **bold**: over it):", "",
+              "| scheme | " + " | ".join(c["cell"] for c in doc["cells"]) + " |",
+              "|---|" + "---|" * len(doc["cells"])]
+    for s in schemes:
+        cells = []
+        for c in doc["cells"]:
+            r = next((r for r in c["rows"] if r["scheme"] == s), None)
+            cells.append("" if r is None else (f"{r['vs_nope']:.2f}x" if r["met"] else f"**{r['vs_nope']:.2f}x**"))
+        t = CONTENT_TARGETS.get(s, TARGET)
+        lines.append(f"| {s} ({t}x) | " + " | ".join(cells) + " |")
+    comp = [(c, r) for c in doc["cells"] for r in c["rows"] if "compiled_job_step_ms" in r]
+    if comp:
+        lines += ["", "`torch.compile` (`TrainConfig(compile=True)`): the compiled job step against the eager one "
+                  "(>= 1.2x would make compare compile by default):", "",
+                  "| cell | scheme | eager ms | compiled ms | speed-up | first steps: CPU s / wall s |",
+                  "|---|---|---|---|---|---|"]
+        for c, r in comp:
+            lines.append(f"| {c['cell']} | {r['scheme']} | {r['job_step_ms']:.1f} | {r['compiled_job_step_ms']:.1f} | "
+                         f"{r['compile_speedup']:.2f}x | {r['compile_cpu_s']:.0f} / {r['compile_wall_s']:.0f} |")
+    failed = [(c, r) for c in doc["cells"] for r in c["rows"] if "compile_error" in r]
+    if failed:
+        lines += ["", "Compilation failed (not timed): " + "; ".join(f"{c['cell']} {r['scheme']}: {r['compile_error']}"
+                                                             for c, r in failed)]
+    pred = doc.get("prediction")
+    if pred:
+        lines += ["", f"Predicted CPU-hours of `{pred['store']}` from these per-step figures (steps of every "
+                  "try x job step + evaluation seconds):", "",
+                  "| task | jobs | measured | predicted | bare loop |", "|---|---|---|---|---|"]
+        for t, a in pred["tasks"].items():
+            lines.append(f"| {t} | {a['jobs']} | {a['measured_cpu_h']:.2f} | {a['predicted_cpu_h']:.2f} | "
+                         f"{a['bare_cpu_h']:.2f} |")
+        tot = pred["total"]
+        lines.append(f"| all | | {tot['measured_cpu_h']:.2f} | {tot['predicted_cpu_h']:.2f} | {tot['bare_cpu_h']:.2f} |")
+        if pred["missing"]:
+            lines += ["", "Not measured in this run (left out of the prediction): " + ", ".join(pred["missing"])]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from relpos import kernels
+
+    torch.set_num_threads(1)
+    torch.set_flush_denormal(True)
+    t0 = time.monotonic()
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    cells = []
+    for cell in args.cells:
+        schemes = list(args.schemes or cell_schemes(cell))
+        schemes = ["nope"] + [s for s in dict.fromkeys(schemes) if s != "nope"]
+        compiled = []
+        if args.compile and cell in args.compile_cells:
+            compiled = [s for s in args.compile_schemes if s in schemes]
+        cells.append(run_cell(cell, schemes, compiled, args.rounds, args.warmup, log))
+        log(f"{cell}: done at {time.monotonic() - t0:.0f} s")
+    doc = {"benchmark": "job_step", "command": "python benchmarks/job_step.py " + " ".join(argv or sys.argv[1:]),
+           "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
+           "relpos_kernels": kernels.status(), "seconds": round(time.monotonic() - t0, 1), "cells": cells}
+    if args.provisional:
+        doc["provisional"] = ("measured on a shared 2-core machine under load (other processes running); the "
+                              "committed measurement is to be rerun on quiet cores")
+    if args.predict:
+        doc["prediction"] = predict(args.predict, cells)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    md = markdown(doc)
+    (out / f"{args.name}.md").write_text(md + "\n")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

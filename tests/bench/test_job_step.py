@@ -1,0 +1,75 @@
+"""``benchmarks/job_step.py`` (issue 52): the quick run end to end, the bare loop's shapes, the prediction."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from tests.bench.scripts import load_script
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return load_script("job_step")
+
+
+def test_quick_run_writes_the_table(mod, tmp_path):
+    assert mod.main(["--quick", "--provisional", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "job_step.json").read_text())
+    assert "shared" in doc["provisional"]  # a provisional run says so in its metadata
+    (cell,) = doc["cells"]
+    assert cell["cell"] == "ci-lm" and (cell["batch"], cell["seq_len"]) == (8, 32)
+    # the bare loop trains a model of exactly the job's size (NoPE has no position parameters)
+    assert cell["bare_params"] == cell["job_params"] > 0
+    rows = {r["scheme"]: r for r in cell["rows"]}
+    assert list(rows) == ["nope", "alibi"]
+    assert rows["nope"]["vs_nope"] == 1.0 and rows["alibi"]["target"] == 1.3
+    for r in rows.values():
+        # the job step counts 1 / val_every of a validation
+        assert r["job_step_ms"] == pytest.approx(r["step_ms"] + r["validation_ms"] / cell["val_every"])
+        assert r["validation_ms"] > 0 and "compiled_job_step_ms" not in r
+    assert cell["nope_vs_bare"] == pytest.approx(rows["nope"]["job_step_ms"] / cell["bare_step_ms"])
+    assert cell["bare_met"] == (cell["nope_vs_bare"] <= 1.15)
+    md = (tmp_path / "job_step.md").read_text()
+    assert "**Provisional**" in md and "| ci-lm | 8 x 32 |" in md and "| alibi (1.3x) |" in md
+
+
+def test_job_step_runs_the_jobs_configs(mod):
+    """The timed job is built from the job's own configs: the preset's model, batch, sequence and first rate."""
+    from relpos.compare.job import Job, model_config_for, train_config_for
+
+    j = mod.JobStep("full-mqar", "nope")
+    cfg, task_name = mod.cell_config("full-mqar")
+    task = cfg.make_task(task_name)
+    job = Job(task_name, "nope", 0)
+    assert j.mcfg == model_config_for(job, cfg, task)
+    assert j.tcfg.to_dict() == train_config_for(job, cfg, task, lr=cfg.lr_tries(task_name)[0]).to_dict()
+    assert (j.mcfg.n_layers, j.tcfg.batch_size, j.tcfg.seq_len) == (3, 256, 17)
+    assert j.monitor.history == [] and j.step() > 0 and j.monitor.history == []  # validation only in validate()
+    assert "val_exact" in j.validate()
+
+
+def test_prediction_from_a_store(mod, tmp_path):
+    store = tmp_path / "results.sqlite"
+    con = sqlite3.connect(store)
+    con.execute("CREATE TABLE jobs (info TEXT)")
+    jobs = [("lm", "nope", [100, 200], 3600.0, 36.0), ("mqar", "rope", [1000], 7200.0, 0.0),
+            ("mqar", "t5", [10], 10.0, 0.0)]
+    for task, scheme, steps, cpu, ev in jobs:
+        info = {"task": task, "scheme": scheme, "cpu_seconds": cpu, "eval_seconds": ev,
+                "train": {"steps": steps[-1], "fit": {"lr_tries": [{"steps": s} for s in steps]}}}
+        con.execute("INSERT INTO jobs VALUES (?)", (json.dumps(info),))
+    con.commit()
+    con.close()
+    cells = [{"cell": "default-lm", "bare_step_ms": 5.0, "rows": [{"scheme": "nope", "job_step_ms": 10.0}]},
+             {"cell": "full-mqar", "bare_step_ms": 50.0, "rows": [{"scheme": "rope", "job_step_ms": 72.0}]}]
+    p = mod.predict(str(store), cells)
+    lm, mq = p["tasks"]["lm"], p["tasks"]["mqar"]
+    assert lm["predicted_cpu_h"] == pytest.approx((300 * 0.010 + 36) / 3600)
+    assert lm["bare_cpu_h"] == pytest.approx((300 * 0.005 + 36) / 3600)
+    assert mq["predicted_cpu_h"] == pytest.approx(1000 * 0.072 / 3600)  # t5 was not measured: left out
+    assert mq["measured_cpu_h"] == pytest.approx(7210 / 3600) and mq["jobs"] == 2
+    assert p["missing"] == ["full-mqar/t5"]
+    assert p["total"]["measured_cpu_h"] == pytest.approx((3600 + 7200 + 10) / 3600)
