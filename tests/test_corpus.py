@@ -289,7 +289,7 @@ def test_the_corpus_of_docs_your_data(tmp_path):
 def test_command_line_options():
     import argparse
 
-    from relpos.corpus.cli import add_corpus_arguments, corpus_spec_from_args
+    from relpos.commands.corpus_flags import add_corpus_arguments, corpus_spec_from_args
 
     p = argparse.ArgumentParser()
     add_corpus_arguments(p)

@@ -166,7 +166,7 @@ def test_hf_bad_input(model_dir, tmp_path):
 
 
 def test_hf_command_line_writes_report_and_heatmaps(model_dir, tmp_path, monkeypatch, capsys):
-    from relpos.pretrained.sweep import main
+    from relpos.commands.hf import main
 
     monkeypatch.setenv("RELPOS_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "c.jsonl"

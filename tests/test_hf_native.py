@@ -218,3 +218,41 @@ def test_lengths_above_max_eval_tokens_are_left_out_and_reported(l3):
     with pytest.raises(ValueError, match="--max-eval-tokens"):
         plan({"model": str(folder), "corpus": str(corpus), "factors": [4], "max_eval_tokens": 64})
     assert math.isfinite(p["tokens"]["lm"])
+
+
+def test_the_evaluation_runs_from_python_without_a_namespace(l3, tmp_path, monkeypatch, capsys):
+    """The library takes typed values: the corpus spec from plain values, the evaluation from a spec dict;
+    nothing below the command line is handed an argparse Namespace (the CLI gives the same report)."""
+    import argparse
+
+    from relpos.corpus.options import corpus_spec
+    from relpos.pretrained import sweep
+
+    folder, corpus = l3
+    monkeypatch.setenv("RELPOS_CACHE", str(tmp_path / "cache"))
+    seen = []
+    real_init = argparse.Namespace.__init__
+    monkeypatch.setattr(argparse.Namespace, "__init__", lambda self, **kw: (seen.append(kw), real_init(self, **kw)))
+    spec = {"model": str(folder), "corpus": corpus_spec(corpus), "device": "cpu", "factors": [1, 2],
+            "eval_tokens": 256, "scalings": ["native", "none"], "passkey_n": 0}
+    assert sweep.run_hf(spec, tmp_path / "py") == 0
+    assert seen == []
+    py = capsys.readouterr().out
+    monkeypatch.setattr(argparse.Namespace, "__init__", real_init)
+    rc, so, se = _cli(["compare", "--hf-model", str(folder), "--corpus", str(corpus), "--out", str(tmp_path / "cli"),
+                       "--device", "cpu", "--hf-factors", "1,2", "--eval-tokens", "256", "--scalings", "native,none",
+                       "--passkey", "0"], capsys)
+    assert rc == 0, se
+    assert (tmp_path / "py" / "hf_report.md").read_text() == (tmp_path / "cli" / "hf_report.md").read_text()
+    assert "| native (llama3, as shipped) |" in py
+
+
+def test_corpus_spec_takes_plain_values(tmp_path):
+    from relpos.corpus.options import corpus_spec
+
+    (tmp_path / "a.md").write_text("hello")
+    assert corpus_spec(None) is None
+    assert corpus_spec(tmp_path, glob="*.md", text_field="body")["glob"] == "*.md"
+    with pytest.raises(ValueError, match="--tokenizer needs --corpus PATH"):
+        corpus_spec(None, tokenizer="t.json")
+    assert corpus_spec(None, tokenizer="t.json", tokenizer_alone=True) is None

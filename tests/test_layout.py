@@ -112,3 +112,21 @@ def test_no_tracker_numbers_in_the_source():
             for i, line in enumerate(f.read_text().splitlines(), 1)
             if re.search(r"\b(issue|issues)\s+#?\d+|\btask\s+#\d+", line, re.I)]
     assert hits == []
+
+
+def test_nothing_below_the_command_line_takes_parsed_flags():
+    """Flags become typed configs in ``commands/``: below it no function takes a parsed ``args`` (a module's own
+    ``python -m`` entry point, ``main``, parses and converts its flags in the same place)."""
+    bad = []
+    for f in SRC.rglob("*.py"):
+        rel = f.relative_to(SRC)
+        if rel.parts[0] in ("commands", "experiments") or rel.name in ("cli.py", "__main__.py"):
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in ("main",):
+                params = node.args.args + node.args.kwonlyargs
+                hook = lambda a: isinstance(a.annotation, ast.Name) and a.annotation.id == "tuple"  # noqa: E731
+                if any(a.arg == "args" and not hook(a) or getattr(a.annotation, "attr", None) == "Namespace"
+                       for a in params):
+                    bad.append(f"{rel}:{node.lineno} {node.name}")
+    assert bad == []

@@ -83,7 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--task-len", type=int, help="longest training problem L of the algorithmic tasks")
     g.add_argument("--task-eval-lengths", type=_csv(int),
                    help="algorithmic problem lengths to evaluate (default 1,2,3,4 x --task-len)")
-    from relpos.corpus.cli import add_corpus_arguments
+    from relpos.commands.corpus_flags import add_corpus_arguments
 
     add_corpus_arguments(p)
     g.add_argument("--passkey", type=int, default=None, metavar="N",
@@ -91,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with --hf-model 10, and 0 turns it off); added to a finished --out folder, it is "
                         "evaluated on the saved models: no training")
     g = p.add_argument_group("your pretrained model")
-    from relpos.pretrained.sweep import add_hf_arguments
+    from relpos.commands.hf import add_hf_arguments
 
     add_hf_arguments(g)
     g.add_argument("--device", default=None, help="cpu or cuda for --hf-model (default: cuda when available)")
@@ -184,7 +184,7 @@ def build_config(args: argparse.Namespace):
         for opts in data.task_options.values():  # the lengths asked for hold for every algorithmic task
             for k in ("train_len", "min_len", "eval_lengths"):
                 opts.pop(k, None)
-    from relpos.corpus.cli import corpus_spec_from_args
+    from relpos.commands.corpus_flags import corpus_spec_from_args
 
     spec = corpus_spec_from_args(args)
     if spec is not None:
@@ -254,11 +254,11 @@ def main(args: argparse.Namespace) -> int:
         out = args.out or os.path.join("runs", f"compare-{args.preset}")
         print(summary_text(rebuild_report(out, plots=not args.no_plots, tasks=args.tasks)))
         return 0
-    from relpos.pretrained.sweep import check_hf_flags, run_hf
+    from relpos.commands.hf import check_hf_flags, run_from_args
 
     check_hf_flags(args)
     if args.hf_model:
-        return run_hf(args)
+        return run_from_args(args)
     if args.preset == "scale":
         return _run_scale(args)
     cfg = build_config(args)

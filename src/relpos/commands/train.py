@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--max-bytes", type=int, default=None, help="use only the first N bytes of the corpus")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    from relpos.corpus.cli import add_corpus_arguments
+    from relpos.commands.corpus_flags import add_corpus_arguments
 
     add_corpus_arguments(p)
     bar = p.add_mutually_exclusive_group()
@@ -80,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     if args.seq_len > mcfg.max_len:
         raise ValueError(f"--seq-len ({args.seq_len}) exceeds the model's max_len ({mcfg.max_len})")
     from relpos.corpus import Requirement, TokenLMSource, cached_corpus
-    from relpos.corpus.cli import corpus_spec_from_args
+    from relpos.commands.corpus_flags import corpus_spec_from_args
 
     spec = corpus_spec_from_args(args)
     corpus = None

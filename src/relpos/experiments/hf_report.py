@@ -2,7 +2,7 @@
 
 import sys
 
-from relpos.pretrained.sweep import main
+from relpos.commands.hf import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,13 +3,12 @@
 A command calls :func:`add_corpus_arguments` on its parser and
 :func:`corpus_spec_from_args` on the parsed arguments; the spec (a JSON-able
 dict, or None for the built-in corpus) goes into the command's configuration.
+The library below the command line takes the spec (:func:`relpos.corpus.options.corpus_spec`), never the flags.
 """
 
 from __future__ import annotations
 
 import argparse
-
-from relpos.corpus import CorpusSpec
 
 __all__ = ["add_corpus_arguments", "corpus_spec_from_args"]
 
@@ -29,26 +28,10 @@ def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def corpus_spec_from_args(args: argparse.Namespace) -> dict | None:
-    """The corpus spec dict of the parsed options (None: the built-in corpus).
+    """The corpus spec dict of the parsed options (None: the built-in corpus); see
+    :func:`relpos.corpus.options.corpus_spec`, which takes the same values without a ``Namespace``."""
+    from relpos.corpus.options import corpus_spec
 
-    Raises:
-        ValueError: ``--corpus-glob``, ``--text-field`` or ``--tokenizer`` without ``--corpus``
-            (``--tokenizer`` alone is allowed when the command has ``--hf-model``).
-    """
-    if getattr(args, "corpus", None) is None:
-        extras = [f for f, default in (("corpus_glob", None), ("text_field", "text")) if getattr(args, f, default) != default]
-        if extras:
-            raise ValueError(f"--{extras[0].replace('_', '-')} needs --corpus PATH")
-        if getattr(args, "tokenizer", None) is not None and getattr(args, "hf_model", None) is None:
-            raise ValueError("--tokenizer needs --corpus PATH")
-        return None
-    import os
-
-    from relpos.corpus.readers import check_glob, check_regular_file
-
-    if args.corpus_glob is not None:
-        check_glob(args.corpus_glob)
-    for flag, path in (("--corpus", args.corpus), ("--tokenizer", getattr(args, "tokenizer", None))):
-        if path is not None and os.path.exists(path) and not (flag == "--corpus" and os.path.isdir(path)):
-            check_regular_file(path, flag)  # a named pipe would block the read (before anything is created)
-    return CorpusSpec(str(args.corpus), args.corpus_glob, args.text_field, args.tokenizer).to_dict()
+    return corpus_spec(getattr(args, "corpus", None), glob=getattr(args, "corpus_glob", None),
+                       text_field=getattr(args, "text_field", "text"), tokenizer=getattr(args, "tokenizer", None),
+                       tokenizer_alone=getattr(args, "hf_model", None) is not None)
