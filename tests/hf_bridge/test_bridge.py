@@ -136,9 +136,26 @@ def test_unservable_models_and_options_are_refused():
         relpos.hf.use_scheme(mistral, "alibi")
     with pytest.raises(ValueError, match="rope_type 'longrope'"):
         relpos.hf.rope_options(type("C", (), {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1.0}})())
-    model = relpos.hf.use_scheme(tiny_llama(attention_dropout=0.1), "alibi").train()
-    with pytest.raises(ValueError, match="attention_dropout"):
-        model(torch.ones(1, 4, dtype=torch.long))
+
+
+def test_attention_dropout_applies_in_training_only():
+    """The model's own attention_dropout reaches relpos.attention in train() mode; eval() is the model without it."""
+    torch.manual_seed(0)
+    model = relpos.hf.use_scheme(tiny_llama(attention_dropout=0.5), "alibi")
+    plain = relpos.hf.use_scheme(tiny_llama(attention_dropout=0.0), "alibi")
+    plain.load_state_dict(model.state_dict())
+    x = torch.randint(0, V, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(x).logits, plain.eval()(x).logits)
+        model.train()
+        torch.manual_seed(1)
+        a = model(x).logits
+        torch.manual_seed(1)
+        b = model(x).logits
+        torch.manual_seed(2)
+        c = model(x).logits
+    torch.testing.assert_close(a, b)  # a seed fixes the draw
+    assert (a - c).abs().max() > 1e-3 and (a - plain(x).logits).abs().max() > 1e-3
 
 
 def test_t5_table_is_shared_and_saved():

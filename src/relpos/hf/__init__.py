@@ -38,8 +38,9 @@ the weights; :func:`load_bridged` loads it back to identical logits.
 Refused by name: schemes that act only on the token embeddings (``sinusoidal``,
 ``learned``), DeBERTa with ``share_att_key=True`` (it needs the layer's content
 projections bound), models with sliding-window attention, static (pre-allocated) caches, models without a
-``rotary_emb`` to turn off, attention dropout in training, and RoPE types relpos
-does not implement. transformers (>= 4.56) is imported lazily, on the first
+``rotary_emb`` to turn off, and RoPE types relpos
+does not implement. The model's ``attention_dropout`` applies in ``train()`` mode, as in its own
+attention. transformers (>= 4.56) is imported lazily, on the first
 :func:`use_scheme`. Guide: ``docs/use.md``.
 """
 

@@ -109,8 +109,6 @@ def relpos_attention_forward(module: nn.Module, query: Tensor, key: Tensor, valu
     enc = getattr(module, "relpos_encoding", None)
     if enc is None:
         raise ValueError(f"attention implementation {ATTN_NAME!r} needs relpos.hf.use_scheme(model, scheme) first")
-    if dropout and module.training:
-        raise ValueError("the relpos bridge has no attention dropout; set config.attention_dropout = 0.0")
     if kwargs.get("sliding_window") is not None:
         raise ValueError("the relpos bridge does not serve sliding-window attention")
     for k in ("softcap", "s_aux", "sinks"):
@@ -123,16 +121,19 @@ def relpos_attention_forward(module: nn.Module, query: Tensor, key: Tensor, valu
             raise ValueError(f"the relpos bridge expects a 2-D padding mask, got shape {tuple(attention_mask.shape)}")
         kpm = attention_mask[:, -Nk:].bool()  # (B, Nk), True = a real token
     pos, docs = plan_positions(module, kwargs.get("position_ids"), kpm, B, Nq, Nk)
+    p = float(dropout) if module.training else 0.0  # the model's own attention dropout, in training only
     if docs is None:
         out = relpos.attention(query, key, value, enc, causal=True, q_offset=Nk - Nq, key_mask=kpm,
-                               positions=pos, impl=module.relpos_impl, scale=scaling)  # (B, H, Nq, D)
+                               positions=pos, impl=module.relpos_impl, scale=scaling, dropout_p=p)  # (B, H, Nq, D)
     else:
-        out = _per_document(query, key, value, enc, kpm, pos, docs, module.relpos_impl, scaling)
+        # one call per document rather than one block-diagonal attn_mask: a content-dependent scheme (CoPE)
+        # counts positions over every key the causal mask allows, so only a separate call keeps documents apart
+        out = _per_document(query, key, value, enc, kpm, pos, docs, module.relpos_impl, scaling, p)
     return out.transpose(1, 2).contiguous(), None
 
 
 def _per_document(q: Tensor, k: Tensor, v: Tensor, enc, kpm: Tensor | None, pos: Tensor, docs: Tensor, impl: str,
-                  scale: float | None) -> Tensor:
+                  scale: float | None, dropout_p: float = 0.0) -> Tensor:
     """Packed rows without a cache (Nq = Nk): one causal :func:`relpos.attention` call per document, so no token
     attends across a document boundary. ``q (B, H, N, D)``, ``k, v (B, Hkv, N, D)``, ``pos, docs (B, N)`` ->
     ``(B, H, N, Dv)``."""
@@ -144,7 +145,8 @@ def _per_document(q: Tensor, k: Tensor, v: Tensor, enc, kpm: Tensor | None, pos:
         for s, e in zip(starts, ends):
             m = None if kpm is None else kpm[b:b + 1, s:e]
             parts.append(relpos.attention(q[b:b + 1, :, s:e], k[b:b + 1, :, s:e], v[b:b + 1, :, s:e], enc, causal=True,
-                                          key_mask=m, positions=pos[b:b + 1, s:e], impl=impl, scale=scale))
+                                          key_mask=m, positions=pos[b:b + 1, s:e], impl=impl, scale=scale,
+                                          dropout_p=dropout_p))
         rows.append(torch.cat(parts, dim=2))
     return torch.cat(rows, dim=0)
 
