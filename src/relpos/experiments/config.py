@@ -437,7 +437,8 @@ class ExperimentConfig(ConcernsMixin):
             "rope_variants": sorted(self.rope_variants),
             "random_positions_factor": self.random_positions_factor,
             "scheme_options": {normalise_name(k): v for k, v in sorted(self.scheme_options.items())},
-            "fit": dataclasses.asdict(self.fit),
+            # keep_best only when set, so that folders from before it keep their fingerprints
+            "fit": {k: v for k, v in dataclasses.asdict(self.fit).items() if k != "keep_best" or v},
             "embed_scale": self.embed_scale,
             "scheme_ranges": self.scheme_ranges,
             **({"passkey": self.passkey} if self.passkey else {}),

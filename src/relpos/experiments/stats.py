@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 __all__ = ["per_example_key", "MIN_SEEDS", "CONFIDENCE", "N_BOOT", "paired_bootstrap", "Interval",
-           "rank_against_best", "spearman", "spearman_interval"]
+           "rank_against_best", "spearman", "spearman_interval", "BORDERLINE"]
 
 #: Fitted seeds a row needs to enter a ranking.
 MIN_SEEDS = 2
@@ -33,6 +33,9 @@ MIN_SEEDS = 2
 CONFIDENCE = 0.95
 #: Bootstrap resamples.
 N_BOOT = 2000
+#: A decision is *borderline* when a bound of its interval lies within this of 0: a tie or a difference that
+#: another bootstrap draw, or a few more test examples, could turn (the page marks and counts them).
+BORDERLINE = 0.005
 
 
 def per_example_key(protocol: str, eval_len: int, bucket_start: int = -1, field: str = "value") -> str:
@@ -58,6 +61,15 @@ class Interval(tuple):
     @property
     def tie(self) -> bool:
         return self.lo <= 0.0 <= self.hi
+
+    @property
+    def borderline(self) -> bool:
+        """A bound within :data:`BORDERLINE` of 0 (the tie-or-not decision is close to its edge).
+
+        >>> Interval(0.1, 0.003, 0.2).borderline, Interval(0.1, 0.02, 0.2).borderline
+        (True, False)
+        """
+        return any(math.isfinite(b) and abs(b) < BORDERLINE for b in (self.lo, self.hi))
 
     def __repr__(self) -> str:
         return f"Interval({self.est:.4g}, [{self.lo:.4g}, {self.hi:.4g}])"
@@ -154,9 +166,10 @@ def rank_against_best(rows: dict[str, list[dict]], stat: Stat | None = None, *, 
     Returns:
         ``{"best": label, "scores": {label: mean score}, "vs_best": {label: Interval of label - best (sign
         such that negative is worse when higher_is_better)}, "tie": {label: bool}, "rank": {label: int},
-        "excluded": [labels]}``. The best row ties with itself; ``rank`` is 1 for the best and every row
-        whose interval contains 0, else 1 + the number of rows whose interval against it excludes 0 in
-        their favour (computed pairwise).
+        "excluded": [labels], "pairs": {(better, worse): Interval of better - worse}}``. The best row ties
+        with itself; ``rank`` is 1 for the best and every row whose interval contains 0, else 1 + the
+        number of rows whose interval against it excludes 0 in their favour (computed pairwise; every
+        pairwise interval read is in ``pairs``, so a caller can tell which ranks sit near an edge).
     """
     if stat is None:
         def stat(m):
@@ -165,7 +178,7 @@ def rank_against_best(rows: dict[str, list[dict]], stat: Stat | None = None, *, 
     ok = {lab: r for lab, r in rows.items() if len(r) >= MIN_SEEDS}
     excluded = sorted(set(rows) - set(ok))
     if not ok:
-        return {"best": None, "scores": {}, "vs_best": {}, "tie": {}, "rank": {}, "excluded": excluded}
+        return {"best": None, "scores": {}, "vs_best": {}, "tie": {}, "rank": {}, "excluded": excluded, "pairs": {}}
 
     def score(r):
         return float(np.mean([stat({k: float(np.mean(v)) for k, v in s.items() if k != "_seed"}) for s in r]))
@@ -189,7 +202,7 @@ def rank_against_best(rows: dict[str, list[dict]], stat: Stat | None = None, *, 
         iv = Interval(0.0, 0.0, 0.0) if lab == best else interval(lab, best)
         vs_best[lab] = iv
         tie[lab] = iv is None or iv.tie
-    rank = {}
+    rank, pairs = {}, {}
     labs = sorted(ok)
     for lab in labs:
         if tie[lab]:
@@ -200,10 +213,13 @@ def rank_against_best(rows: dict[str, list[dict]], stat: Stat | None = None, *, 
             if o == lab or sign * (scores[o] - scores[lab]) <= 0:
                 continue
             iv = interval(o, lab)
+            if iv is not None:
+                pairs[(o, lab)] = iv
             if iv is not None and not iv.tie:
                 better += 1
         rank[lab] = 1 + better
-    return {"best": best, "scores": scores, "vs_best": vs_best, "tie": tie, "rank": rank, "excluded": excluded}
+    return {"best": best, "scores": scores, "vs_best": vs_best, "tie": tie, "rank": rank, "excluded": excluded,
+            "pairs": pairs}
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
