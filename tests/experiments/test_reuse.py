@@ -166,4 +166,5 @@ def test_runs_validated_differently_are_copied_only_for_the_tasks_named_and_say_
     assert sorted(vb["differs"]) == ["fit.keep_best: (absent) -> True", "task.n_val: 32 -> 40"]
     other = cfg_with(0.0, [])  # a training difference is never waved through
     other.fit.keep_best, other.steps = True, other.steps + 1
+    other.task_train["copy"]["steps"] += 1
     assert reusable(other.validate(), keys, a, validated_before=["lm", "copy"]) == []
