@@ -168,3 +168,12 @@ def test_runs_validated_differently_are_copied_only_for_the_tasks_named_and_say_
     other.fit.keep_best, other.steps = True, other.steps + 1
     other.task_train["copy"]["steps"] += 1
     assert reusable(other.validate(), keys, a, validated_before=["lm", "copy"]) == []
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--reuse-validated-before", "lm,nonsense"], "names unknown tasks: nonsense"),
+    (["--reuse-validated-before", "lm"], "needs --reuse FOLDER"),
+])
+def test_cli_refuses_a_bad_reuse_validated_before(tmp_path, capsys, extra, says):
+    rc = main(["compare", "--preset", "ci", "--out", str(tmp_path / "o"), *extra])
+    assert rc == 2 and says in capsys.readouterr().err and not (tmp_path / "o").exists()

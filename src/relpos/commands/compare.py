@@ -264,10 +264,12 @@ def main(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     out = args.out or os.path.join("runs", f"compare-{cfg.preset}")
     validated_before = [t.strip() for t in args.reuse_validated_before.split(",") if t.strip()]
-    bad = sorted(set(validated_before) - set(cfg.tasks))
+    from relpos.experiments.config import ALL_TASKS
+
+    bad = sorted(set(validated_before) - set(ALL_TASKS))
     if bad or (validated_before and not args.reuse):
-        print("relpos compare: --reuse-validated-before " + (f"names tasks not in this run: {', '.join(bad)} "
-              f"(its tasks: {', '.join(cfg.tasks)})" if bad else "needs --reuse FOLDER"), file=sys.stderr)
+        print("relpos compare: --reuse-validated-before " + (f"names unknown tasks: {', '.join(bad)} "
+              f"(known: {', '.join(ALL_TASKS)})" if bad else "needs --reuse FOLDER"), file=sys.stderr)
         return 2
     for folder in args.reuse:
         if not os.path.isfile(os.path.join(folder, "results.sqlite")):

@@ -456,7 +456,10 @@ class ExperimentConfig(ConcernsMixin):
         return split_protocol(self.protocol())[0]
 
     def to_dict(self) -> dict:
-        return copy.deepcopy(dataclasses.asdict(self))
+        d = copy.deepcopy(dataclasses.asdict(self))
+        if not d["fit"].get("keep_best"):  # as the fingerprint: config.json of folders from before it unchanged
+            d["fit"].pop("keep_best", None)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "ExperimentConfig":

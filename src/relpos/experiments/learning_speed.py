@@ -24,7 +24,7 @@ def first_pass_steps(results: dict) -> dict:
     and randomized-position models as trained; views of one model share its job)."""
     out: dict = defaultdict(lambda: {"steps": [], "jobs": 0, "fitted": 0, "recorded": 0})
     for r in results["runs"]:
-        if r.get("variant") not in (None, "randomized"):
+        if r.get("variant") not in (None, "randomized-sampled"):  # a randomized model as validated in training
             continue
         fit = (r.get("train") or {}).get("fit") or {}
         c = out[(r["task"], r["label"])]
@@ -43,7 +43,8 @@ def _cell(c: dict) -> str:
         return f"n/a ({frac})"
     if not c["steps"]:
         return f"- ({frac})"
-    return f"{statistics.median(c['steps']):,.0f} ({frac})"
+    passed = "" if len(c["steps"]) == c["fitted"] else f"; {len(c['steps'])} passed"
+    return f"{statistics.median(c['steps']):,.0f} ({frac}{passed})"
 
 
 def speed_markdown(results: dict, tasks: list[str], labels: list[str]) -> list[str]:
@@ -55,7 +56,8 @@ def speed_markdown(results: dict, tasks: list[str], labels: list[str]) -> list[s
         return []
     out = ["Median training steps to first pass the fit gate (over the seeds that passed it; the kept "
            "learning-rate try), with the fitted fraction in parentheses. Language modelling: the step at which "
-           "the validation loss was first flat. `n/a`: not recorded in this store; `-`: never passed.", "",
+           "the validation loss was first flat. `n/a`: not recorded in this store; `-`: never passed; `k passed`: "
+           "where some runs passed the gate once and ended below it (a gate that reads the final check).", "",
            "| scheme | " + " | ".join(tasks) + " |", "|---|" + "---:|" * len(tasks)]
     for lab in rows:
         out.append(f"| {lab} | " + " | ".join(_cell(fp[(t, lab)]) if (t, lab) in fp else "-" for t in tasks) + " |")

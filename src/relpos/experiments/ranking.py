@@ -11,7 +11,8 @@ score per fitted seed:
 
 The best scheme of a task is the one with the best mean score over its fitted seeds. Every other scheme is
 compared with it by :func:`relpos.experiments.stats.paired_bootstrap` (over the seeds both fitted, and the
-evaluation examples within each seed); a **tie** when the interval of the difference contains 0. A scheme's
+evaluation examples within each seed); a **tie** when the interval of the difference contains 0 or has a bound
+within :data:`~relpos.experiments.stats.BORDERLINE` of it (:attr:`~relpos.experiments.stats.Interval.tie`). A scheme's
 rank on a task is 1 when it ties with the best, else 1 plus the number of schemes whose interval against it
 excludes 0 in their favour. A scheme with fewer than :data:`~relpos.experiments.stats.MIN_SEEDS` fitted
 seeds on a task is not ranked on it (its fitted fraction is its own column, never a score of 0).
@@ -55,7 +56,8 @@ INTERVALS_NOTE = (
     "seed shares data order, non-position initialisation and test examples). They cover seed-to-seed "
     "variation and the finite test set. They do not cover other model sizes, step budgets, learning-rate "
     "grids, tasks or corpora, and with three seeds the seed variation itself is known only roughly. "
-    "A difference whose interval contains 0 is a tie. A scheme needs "
+    f"A difference whose interval contains 0, or has a bound within {BORDERLINE} of 0 (borderline: reseeding the "
+    "bootstrap moves such a bound across 0), is a tie. A scheme needs "
     f"{MIN_SEEDS} fitted seeds to be ranked on a task."
 )
 
@@ -362,9 +364,10 @@ def ranking_markdown(results: dict, rk: dict | None = None) -> str:
         out += ["", f"Ranked alone (every other scheme fitted fewer than {MIN_SEEDS} seeds), so left out of the "
                 "MRR: " + ", ".join(alone) + "."]
     out += ["", f"Borderline decisions (`{BORDERLINE_MARK}`: an interval bound within {BORDERLINE} of 0, against "
-            f"the best or against a scheme that outranks it): {near['n']} of {near['of']} intervals."]
+            f"the best or against a scheme with a better score; decided a tie): {near['n']} of {near['of']} intervals."]
     out += ["", "Difference from the best scheme of each task (score of the row minus the best's; "
-            f"{CONFIDENCE:.0%} interval; `tie`: it contains 0):", ""]
+            f"{CONFIDENCE:.0%} interval; `tie`: it contains 0 or a bound is within {BORDERLINE} of 0, `{BORDERLINE_MARK}`: "
+            "the latter, a borderline decision):", ""]
     header = ["scheme"] + [f"{t} (best: {rk['per_task'][t]['best'] or '-'})" for t in tasks]
     out += ["| " + " | ".join(header) + " |", "|---|" + "---|" * len(tasks)]
     for lab, _, _ in rk["order"]:

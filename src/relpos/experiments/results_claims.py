@@ -15,7 +15,8 @@ against an improvement. A sub-claim compares like with like: the same tasks on b
 Every number comes from the results by the same machinery as the ranking (:mod:`relpos.experiments.ranking`):
 fitted rows only (:func:`~relpos.experiments.fitting.fitted_views`), the same per-seed scores
 (:func:`~relpos.experiments.ranking.seed_inputs`), paired bootstrap intervals over seeds and test examples
-(:func:`~relpos.experiments.stats.paired_bootstrap`), a tie when an interval contains 0, and no row with fewer
+(:func:`~relpos.experiments.stats.paired_bootstrap`), a tie when an interval does not clear 0 by more than
+:data:`~relpos.experiments.stats.BORDERLINE`, and no row with fewer
 than :data:`~relpos.experiments.stats.MIN_SEEDS` fitted seeds in any comparison.
 
 Also :func:`changes`: the old page's verdict table (protocol 2) against the new results, and
@@ -34,7 +35,7 @@ import numpy as np
 from relpos.experiments.claim_scale import PAPER_SCALE, scale_here
 from relpos.experiments.fitting import fitted_views, metric_at
 from relpos.experiments.ranking import BORDERLINE_MARK, N_BOOT_REPORT, seed_inputs
-from relpos.experiments.stats import MIN_SEEDS, Interval, paired_bootstrap
+from relpos.experiments.stats import BORDERLINE, MIN_SEEDS, Interval, paired_bootstrap
 from relpos.experiments.verdict import HOLD_ACC, HOLD_RATIO
 
 __all__ = ["Claim", "Finding", "CLAIMS", "press", "kazemnejad", "ruoss", "deletang", "findings", "changes",
@@ -83,7 +84,7 @@ CLAIMS = {
         "ALiBi's language-modelling loss stays flat past the training length, while sinusoidal and RoPE degrade.",
         f"on language modelling, ALiBi's mean far-position ratio at the longest length is <= {FLAT_RATIO}, and "
         f"sinusoidal's and RoPE's are each > {FLAT_RATIO} with a paired difference from ALiBi whose interval "
-        "lies above 0."),
+        f"lies above {BORDERLINE}."),
     "kazemnejad": Claim(
         "kazemnejad", "Kazemnejad et al. 2023 (NoPE)", "https://arxiv.org/abs/2305.19466",
         "Without position encoding (NoPE) a decoder length-generalises on algorithmic tasks at least as well as "
@@ -99,7 +100,8 @@ CLAIMS = {
         "scheme trained without them.",
         "per algorithmic task, the randomized model evaluated as trained (sampled positions, `X+rand-sampled`) "
         "minus plain `X` on the same seeds (per-token accuracy at 2L): an improvement when the interval lies "
-        f"above 0. A task compares when both share {MIN_SEEDS} fitted seeds and plain `X` is above chance there. "
+        f"above {BORDERLINE}. A task compares when both share {MIN_SEEDS} fitted seeds and plain `X` is above "
+        "chance there. "
         f"The claim holds when it improves on more than half of the tasks compared; not testable with fewer "
         f"than {MIN_TASKS}."),
     "deletang": Claim(
@@ -235,7 +237,7 @@ def press(results: dict | None, seed: int = 0) -> Finding:
     for s in ("sinusoidal", "rope"):
         iv, n = vals[s]
         d, shared = diff(results, "lm", s, "alibi", seed)
-        worse = iv.est > FLAT_RATIO and d is not None and d.lo > 0
+        worse = iv.est > FLAT_RATIO and d is not None and d.above
         ok &= worse
         nums[s], nums[f"{s}-alibi"] = iv, d
         ev.append(f"{s}: {fmt_iv(iv)}; minus ALiBi {fmt_iv(d, 3, sign=True)} ({shared} seeds shared): "
@@ -243,7 +245,7 @@ def press(results: dict | None, seed: int = 0) -> Finding:
                      f"{MIN_SEEDS} seeds shared with ALiBi)." if d is None
                      else "does not degrade beyond ALiBi by this rule."))
     fails = not alibi.est <= FLAT_RATIO or any(nums[f"{x}-alibi"] is not None and not (nums[x].est > FLAT_RATIO
-                                                   and nums[f"{x}-alibi"].lo > 0) for x in ("sinusoidal", "rope"))
+                                                   and nums[f"{x}-alibi"].above) for x in ("sinusoidal", "rope"))
     verdict = FAILS if fails else HOLDS if ok else NOT_TESTABLE
     return Finding(c, verdict, ev, nums, scale=scale)
 
@@ -324,8 +326,8 @@ def ruoss(results: dict | None, rk: dict | None, seed: int = 0) -> Finding:
             d0, _ = diff(results, t, f"{s}+rand", s, seed)
             compared += 1
             used.add(t)
-            better += d.lo > 0
-            word = "better" if d.lo > 0 else ("worse" if d.hi < 0 else "tie")
+            better += d.above
+            word = "better" if d.above else ("worse" if d.below else "tie")
             ev.append(f"{t}: {s}+rand-sampled minus {s} {fmt_iv(d, 2, sign=True)} ({word}); at positions 0..N-1 "
                       f"({s}+rand) {fmt_iv(d0, 2, sign=True) if d0 else 'not compared'}.")
     scale = scale_here(results, used or tasks, "ruoss")

@@ -69,22 +69,46 @@ def busy_seconds(jobs: list[dict]) -> float:
     return total
 
 
-def _cpu(folder: Path, res: dict | None) -> dict | None:
-    """CPU seconds and job count of a folder's store (every training try and evaluation), or None."""
+def _read_jobs(db: Path, fingerprint: str) -> list[dict]:
+    """The stored jobs of ``fingerprint`` in a store that ships beside the page, read without changing a byte of
+    it (opened immutable: no journal-mode switch, no lock files), as :meth:`Store.jobs` gives them."""
+    import sqlite3
+
+    from relpos.experiments.store import read_store_meta
+
+    read_store_meta(db, create=False)  # a relpos store, or a clear error
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    try:
+        rows = conn.execute("SELECT job, task, finished_at, train_seconds, eval_seconds, info FROM jobs "
+                            "WHERE config_hash = ? ORDER BY finished_at, job", (fingerprint,)).fetchall()
+    finally:
+        conn.close()
+    return [{"job": j, "task": t, "finished_at": f, "train_seconds": ts, "eval_seconds": es, "info": json.loads(i)}
+            for j, t, f, ts, es, i in rows]
+
+
+def _cpu(folder: Path, res: dict | None, *, shipped: bool = False) -> dict | None:
+    """CPU seconds and job count of a folder's store (every training try and evaluation), or None
+    (``shipped``: a store beside the page, read without changing it)."""
     from relpos.experiments.scale import _cpu_seconds
     from relpos.experiments.store import Store
 
     if not res or not (folder / "results.sqlite").is_file():
         return None
-    with Store(folder / "results.sqlite", create=False) as st:
-        jobs = st.jobs(res["fingerprint"])
+    if shipped:
+        jobs = _read_jobs(folder / "results.sqlite", res["fingerprint"])
+        cpu = float(sum((j["info"] or {}).get("cpu_seconds") or 0.0 for j in jobs))
+    else:
+        with Store(folder / "results.sqlite", create=False) as st:
+            jobs = st.jobs(res["fingerprint"])
+        cpu = _cpu_seconds(folder, res["fingerprint"])
     wall = busy_seconds(jobs) if jobs else None
     by_task: dict[str, dict] = {}
     for j in jobs:
         t = by_task.setdefault(j["task"], {"jobs": 0, "cpu_seconds": 0.0})
         t["jobs"] += 1
         t["cpu_seconds"] += float((j["info"] or {}).get("cpu_seconds") or 0.0)
-    return {"cpu_seconds": _cpu_seconds(folder, res["fingerprint"]), "jobs": len(jobs), "fingerprint": res["fingerprint"],
+    return {"cpu_seconds": cpu, "jobs": len(jobs), "fingerprint": res["fingerprint"],
             "wall_seconds": wall, "by_task": by_task}
 
 
@@ -144,7 +168,7 @@ def inputs_from_json_dir(json_dir: str | Path) -> PageInputs:
     full, default = read("full-results.json"), read("default-results.json")
     times = {}  # from the stores shipped here only (times.json records them; the page re-derives them)
     for key, res in (("full", full), ("default", default), *((f"scale/{k}", v) for k, v in cells.items())):
-        if res and (t := _cpu(store_dir(d, key), res)) is not None:
+        if res and (t := _cpu(store_dir(d, key), res, shipped=True)) is not None:
             times[key] = t
     return PageInputs(full=full, default=default, scale_cells=cells,
                       scale_summary=read("scale-summary.json"), times=times,

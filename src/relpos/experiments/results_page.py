@@ -185,7 +185,8 @@ def _headline(res: dict, rk: dict) -> list[str]:
     if near["of"]:
         out.append(f"- **Borderline decisions**: {near['n']} of the {near['of']} intervals behind the ranks, ties and "
                    f"views have a bound within {BORDERLINE} of 0 (another bootstrap draw or a few more test examples "
-                   f"could turn them); marked `{BORDERLINE_MARK}` in the tables below.")
+                   f"could move it across 0), so each is decided a tie; marked `{BORDERLINE_MARK}` in the tables "
+                   "below.")
     return out + [""] if out else []
 
 

@@ -28,7 +28,7 @@ with YaRN):
 randomized positions get their own table against plain RoPE). Per task, one score: the LM ratio at the
 longest length (lower is better) or the per-token accuracy at 2x L (exact match where a task reports no
 per-token accuracy). Each scheme is compared with the task's best by a paired bootstrap interval over seeds
-and test examples; a tie when it contains 0. The overall order is the mean reciprocal rank over the tasks
+and test examples; a tie when it contains 0 or has a bound within 0.005 of it. The overall order is the mean reciprocal rank over the tasks
 on which a scheme is ranked (Kazemnejad et al. 2023); a scheme with fewer than two fitted seeds on a task is
 not ranked on it, and its fitted fraction is shown, never counted as a 0.
 """
@@ -283,7 +283,7 @@ def verdict_markdown(results: dict) -> str:
     out += ["| " + " | ".join(r) + " |" for r in rows]
     out += ["", "Base schemes are ordered by mean reciprocal rank (MRR) over the common tasks, the same for every "
             "scheme with an MRR (see the ranking below: paired bootstrap intervals, ties when an interval contains "
-            "0), from fitted runs only; views of RoPE and randomized positions follow, unranked (MRR `-`). `±` is the "
+            "0 or has a bound within 0.005 of it), from fitted runs only; views of RoPE and randomized positions follow, unranked (MRR `-`). `±` is the "
             "standard deviation over fitted seeds. LM columns are far-position ratios: bits per byte on the last quarter of each "
             f"window at {' and '.join(f'{f}x' for f in v['lm_factors'])} the training length over bits per byte on the last quarter of windows at 1x (the "
             "same relative positions; 1.00 = no degradation; the whole-window ratio, biased toward 1, is in the "
