@@ -42,10 +42,12 @@ def test_default_is_a_quick_look_and_full_keeps_the_strict_lm_rule():
     # parity gets 8,000 steps (at the default's 1,000, 1 of 36 full runs fitted); the default keeps its quick
     # look (L = 8, each task's one rate)
     assert full.train_settings("parity")["steps"] == 8000 and d.train_settings("parity")["steps"] == 1000
+    # issue 49: copy and copy-distinct 6,000 steps in the full preset (every unfitted job ran its whole 4,000)
     for t in full.tasks:
         if t not in ("lm", "reverse", "mqar", "parity"):
-            want = {k: v for k, v in full.train_settings(t).items() if k != "lr_grid"}
-            assert {k: v for k, v in d.train_settings(t).items() if k != "lr_grid"} == want, t
+            want = {k: v for k, v in full.train_settings(t).items() if k not in ("lr_grid", "steps")}
+            assert {k: v for k, v in d.train_settings(t).items() if k not in ("lr_grid", "steps")} == want, t
+            assert full.train_settings(t)["steps"] == 6000 and d.train_settings(t)["steps"] == 4000
     assert full.make_task("copy").train_len == 16 and d.make_task("copy").train_len == 8
     assert len(full.lr_tries("lm")) == 3
     assert all(full.lr_tries(t) == [1e-3, 3e-3] for t in full.tasks if t != "lm")  # the same grid for every scheme

@@ -258,7 +258,8 @@ def test_a_scheme_ranked_alone_on_a_task_gains_nothing_from_it():
     page = page_markdown(PageInputs(full=res))
     assert "- **reverse** (per-token accuracy at 2L): only sinusoidal 0.10 is ranked, so nothing is compared" in page
     assert "left out of the MRR: reverse." in page and "| 1 (alone) |" in page
-    assert "(mean reciprocal rank over the same tasks for every scheme: copy, the 1 of 1 compared task(s) on which all 5 are ranked): first of 5: nope" in page
+    assert ("(mean reciprocal rank over the same tasks for every scheme: copy, the 1 of 1 compared task(s) on "
+            "which all 5 are ranked): first of 5: nope") in page
     f = claims.kazemnejad(res, rk)  # reverse (NoPE not ranked there) never enters T5's or the others' MRR
     assert f.verdict == claims.NOT_TESTABLE and "NoPE is compared on 1 algorithmic task(s)" in f.evidence[-1]
 

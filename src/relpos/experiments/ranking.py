@@ -36,7 +36,7 @@ import statistics
 from collections import defaultdict
 
 from relpos.experiments.fitting import fitted_views, metric_at
-from relpos.experiments.stats import BORDERLINE, CONFIDENCE, MIN_SEEDS, Interval, paired_bootstrap, \
+from relpos.experiments.stats import BORDERLINE, CONFIDENCE, MIN_SEEDS, Interval, decided_bootstrap, \
     per_example_key, rank_against_best
 
 __all__ = ["ranking", "ranking_markdown", "tries_markdown", "lm_far_losses", "lm_ratio", "seed_inputs",
@@ -264,7 +264,7 @@ def ranking(results: dict, *, seed: int = 0, n_boot: int | None = None) -> dict:
                 a = [{k: v for k, v in s.items() if k != "_seed"} for s in common]
                 b = [{k: v for k, v in ref[s["_seed"]].items() if k != "_seed"} for s in common]
                 try:
-                    iv = paired_bootstrap(a, b, _ratio if t == "lm" else None, n_boot=n_boot, seed=seed)
+                    iv = decided_bootstrap(a, b, _ratio if t == "lm" else None, n_boot=n_boot, seed=seed)
                 except ValueError:
                     iv = None
             variants.setdefault(t, {})[lab] = (iv, len(common))
@@ -366,7 +366,8 @@ def ranking_markdown(results: dict, rk: dict | None = None) -> str:
     out += ["", f"Borderline decisions (`{BORDERLINE_MARK}`: an interval bound within {BORDERLINE} of 0, against "
             f"the best or against a scheme with a better score; decided a tie): {near['n']} of {near['of']} intervals."]
     out += ["", "Difference from the best scheme of each task (score of the row minus the best's; "
-            f"{CONFIDENCE:.0%} interval; `tie`: it contains 0 or a bound is within {BORDERLINE} of 0, `{BORDERLINE_MARK}`: "
+            f"{CONFIDENCE:.0%} interval; `tie`: it contains 0 or a bound is within {BORDERLINE} of 0, "
+            f"`{BORDERLINE_MARK}`: "
             "the latter, a borderline decision):", ""]
     header = ["scheme"] + [f"{t} (best: {rk['per_task'][t]['best'] or '-'})" for t in tasks]
     out += ["| " + " | ".join(header) + " |", "|---|" + "---|" * len(tasks)]

@@ -35,7 +35,7 @@ import numpy as np
 from relpos.experiments.claim_scale import PAPER_SCALE, scale_here
 from relpos.experiments.fitting import fitted_views, metric_at
 from relpos.experiments.ranking import BORDERLINE_MARK, N_BOOT_REPORT, seed_inputs
-from relpos.experiments.stats import BORDERLINE, MIN_SEEDS, Interval, paired_bootstrap
+from relpos.experiments.stats import BORDERLINE, MIN_SEEDS, Interval, decided_bootstrap, paired_bootstrap
 from relpos.experiments.verdict import HOLD_ACC, HOLD_RATIO
 
 __all__ = ["Claim", "Finding", "CLAIMS", "press", "kazemnejad", "ruoss", "deletang", "findings", "changes",
@@ -154,8 +154,8 @@ def diff(results: dict, task: str, a: str, b: str, seed: int = 0) -> tuple[Inter
     if len(common) < MIN_SEEDS:
         return None, len(common)
     try:
-        return paired_bootstrap([sa[s] for s in common], [sb[s] for s in common], _stat(task),
-                                n_boot=N_BOOT_REPORT, seed=seed), len(common)
+        return decided_bootstrap([sa[s] for s in common], [sb[s] for s in common], _stat(task),
+                                 n_boot=N_BOOT_REPORT, seed=seed), len(common)
     except ValueError:
         return None, len(common)
 
@@ -203,14 +203,15 @@ def _accuracy(results: dict, task: str, lab: str, n_of_L: float) -> tuple[float,
 
 def at_chance(results: dict, task: str, lab: str, seed: int = 0) -> bool:
     """Whether ``lab``'s score at 2L on ``task`` is at chance (:data:`CHANCE`): the lower end of its interval
-    (fitted seeds, test examples) is at or below the chance level, or, with one seed, its mean is. False on a
+    (fitted seeds, test examples) is at or below the chance level plus
+    :data:`~relpos.experiments.stats.BORDERLINE`, or, with one seed, its mean is. False on a
     task without a chance level or where ``lab`` has no fitted seed."""
     if task not in CHANCE:
         return False
     iv, _ = value(results, task, lab, seed=seed)
     if iv is None:
         return False
-    return (iv.lo if math.isfinite(iv.lo) else iv.est) <= CHANCE[task]
+    return (iv.lo if math.isfinite(iv.lo) else iv.est) <= CHANCE[task] + BORDERLINE  # a borderline one too
 
 
 # ------------------------------------------------------------------ the four claims

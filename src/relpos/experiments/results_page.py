@@ -173,10 +173,11 @@ def _headline(res: dict, rk: dict) -> list[str]:
         top = max(m for _, m, _ in ranked)
         lead = [lab for lab, m, _ in ranked if m >= top - 1e-12]
         left = [lab for lab, m, _ in rk["order"] if not math.isfinite(m)]
-        out.append(f"- **Overall** (mean reciprocal rank over the same tasks for every scheme: {', '.join(rk['common'])}"
-                   f", the {len(rk['common'])} of {len(rk['compared'])} compared task(s) on which all {len(ranked)} "
+        out.append("- **Overall** (mean reciprocal rank over the same tasks for every scheme: "
+                   f"{', '.join(rk['common'])}, the {len(rk['common'])} of {len(rk['compared'])} compared task(s) on which all {len(ranked)} "
                    f"are ranked): first of {len(ranked)}: {', '.join(lead)} (MRR {top:.2f})"
-                   + (f"; not in this order (not ranked on every one of these tasks): {', '.join(left)}" if left else "")
+                   + (f"; not in this order (not ranked on every one of these tasks): {', '.join(left)}"
+                      if left else "")
                    + ".")
     from relpos.experiments.ranking import BORDERLINE_MARK, borderline_decisions
     from relpos.experiments.stats import BORDERLINE
@@ -306,7 +307,8 @@ def _time(inp: PageInputs) -> list[str]:
         rows.append("| scale | - | - | - | no results |")
     return ["Process CPU time of every job (each training try and its evaluation), summed from the store that "
             "ships beside this page (`full/results.sqlite` for the full preset; `cpu_seconds`, recorded in "
-            "`times.json`); results whose store was not shipped show no time: none is typed in. Wall: the hours during which at least one job ran (the union of the "
+            "`times.json`); results whose store was not shipped show no time: none is typed in. Wall: the hours "
+            "during which at least one job ran (the union of the "
             "jobs' own intervals, each from its end back over every training try and its evaluation; the gaps "
             "between working sessions are left out, and a job copied by `--reuse` counts when it was trained).", "",
             "| preset | jobs | CPU-hours | wall | per task or cell (CPU-hours) |", "|---|---:|---:|---:|---|", *rows, ""]

@@ -28,9 +28,10 @@ with YaRN):
 randomized positions get their own table against plain RoPE). Per task, one score: the LM ratio at the
 longest length (lower is better) or the per-token accuracy at 2x L (exact match where a task reports no
 per-token accuracy). Each scheme is compared with the task's best by a paired bootstrap interval over seeds
-and test examples; a tie when it contains 0 or has a bound within 0.005 of it. The overall order is the mean reciprocal rank over the tasks
-on which a scheme is ranked (Kazemnejad et al. 2023); a scheme with fewer than two fitted seeds on a task is
-not ranked on it, and its fitted fraction is shown, never counted as a 0.
+and test examples; a tie when it contains 0 or has a bound within 0.005 of it. The overall order is the mean
+reciprocal rank (Kazemnejad et al. 2023) over the common tasks, those on which every scheme of the order is
+ranked; a scheme with fewer than two fitted seeds on a task is not ranked on it, and its fitted fraction is
+shown, never counted as a 0.
 """
 
 from __future__ import annotations
