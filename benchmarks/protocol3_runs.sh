@@ -23,6 +23,8 @@ R=${RELPOS:-.venv/bin/relpos}
 PY=${PYTHON:-.venv/bin/python}
 SNAPSHOT=${SNAPSHOT:-}
 REUSE_ARGS=(); [ -z "${REUSE:-}" ] || REUSE_ARGS=(--reuse "$REUSE")
+# REUSE_VALIDATED_BEFORE=lm,parity (with REUSE): also copy those tasks' runs that differ only in their validation
+[ -z "${REUSE_VALIDATED_BEFORE:-}" ] || REUSE_ARGS+=(--reuse-validated-before "$REUSE_VALIDATED_BEFORE")
 export OMP_NUM_THREADS=1
 mkdir -p "$OUT"
 log() { echo "$* $(date -u +%FT%TZ)" >> "$OUT/runs.log"; }

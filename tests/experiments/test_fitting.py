@@ -344,3 +344,60 @@ def test_lr_tries_put_the_task_rate_first_only_when_the_grid_holds_it():
     assert lr_tries([2e-3, 1e-3, 3e-3], 2e-3) == [2e-3, 1e-3, 3e-3]
     assert lr_tries([2e-3, 1e-3], 5e-3) == [2e-3, 1e-3]  # never a rate outside the grid
     assert lr_tries([], 5e-3) == [5e-3]
+
+
+class _Weights:
+    """A stand-in model: one parameter tensor, scored by a table of validation results keyed by its value."""
+
+    def __init__(self):
+        import torch
+
+        self.w = torch.zeros(1)
+
+    def state_dict(self):
+        return {"w": self.w}
+
+    def load_state_dict(self, sd):
+        self.w = sd["w"].clone()
+
+
+def test_keep_best_keeps_the_best_checks_model_and_the_gate_reads_it():
+    """Issue 49: Shaw's copy peaked at 1.000 and ended at 0.938: the final check alone failed the gate."""
+    task = make_task("copy", train_len=4, eval_lengths=[4], n_val=8)
+    scores = {0.0: 0.2, 1.0: 1.0, 2.0: 0.938}
+    for keep in (False, True):
+        model = _Weights()
+        mon = FitMonitor(task, FitConfig(val_every=10, keep_best=keep, early_stop=False), steps=30)
+        mon.score = lambda m: {"val_exact": scores[float(m.w)], "val_exact_at_L": scores[float(m.w)],
+                               "val_token_accuracy_at_L": scores[float(m.w)]}
+        for step in (10, 20, 30):
+            mon(_step(step, model))
+            model.w = model.w + 1  # training moves on after each check
+        model.w = model.w * 0 + 2  # the final model is the one checked at 30
+        assert mon.restore_best(model) is keep
+        assert float(model.w) == (1.0 if keep else 2.0)
+        assert mon.best_score() == (1.0 if keep else 0.938)
+        assert mon.fitted_by_validation() is keep
+        assert mon.first_pass == 20 and mon.summary()["first_pass_step"] == 20  # recorded either way
+        assert mon.summary().get("kept_step") == (20 if keep else None)
+
+
+def test_keep_best_stays_out_of_old_fingerprints():
+    from relpos.compare.config import ExperimentConfig
+
+    cfg = ExperimentConfig()
+    before = cfg.fingerprint()
+    assert "keep_best" not in cfg.protocol()["fit"]
+    cfg.fit.keep_best = True
+    assert cfg.fingerprint() != before and cfg.protocol()["fit"]["keep_best"] is True
+
+
+def test_the_full_preset_validates_on_512_examples_at_L_and_32_kb_of_text():
+    cfg = preset("full").validate()
+    assert make_task("copy", **cfg.task_kwargs("copy")).n_val_at_l >= 512
+    assert make_task("parity", **cfg.task_kwargs("parity")).n_val_at_l >= 512
+    lm = cfg.task_kwargs("lm")
+    assert lm["n_val"] * lm["train_len"] >= 32 * 1024
+    assert cfg.fit.keep_best
+    assert all(cfg.train_settings(t)["steps"] >= 6000 for t in ("copy", "copy-distinct", "reverse", "mqar"))
+    assert cfg.model_settings("mqar")["n_heads"] == cfg.n_heads  # the probe sets MQAR's heads, not this change

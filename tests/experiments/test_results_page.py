@@ -76,7 +76,7 @@ def lm_results(**ratio):
     return results([lm_run(s, seed, r[s] + 0.01 * seed) for s in BASE for seed in range(3)])
 
 
-def algo_results(tasks=("copy", "reverse"), rand=None, **acc):
+def algo_results(tasks=("copy", "reverse", "copy-distinct"), rand=None, **acc):
     a = {"nope": 0.8, "t5": 0.6, "alibi": 0.3, "sinusoidal": 0.1, "rope": 0.2} | acc
     runs = [algo_run(t, s, seed, a[s]) for t in tasks for s in BASE for seed in range(3)]
     if rand is not None:
@@ -105,49 +105,128 @@ def test_press_rule_flips_with_the_data(ratios, want):
     assert f"{statistics.fmean(per_seed):.2f} [" in f.evidence[0]
 
 
-def test_press_is_not_measured_with_one_fitted_seed():
-    res = lm_results()
+def _unfit(res, label, seeds=(1, 2), task=None):
     for r in res["runs"]:
-        if r["label"] == "alibi" and r["seed"]:
-            r["train"] = _fit(False)
-    f = claims.press(res)
-    assert f.verdict == claims.UNMEASURED and "alibi (1 fitted seed)" in f.evidence[0]
+        if r["label"] == label and r["seed"] in seeds and (task is None or r["task"] == task):
+            r["train"], r["validation"] = _fit(False), {"score": 0.5}
+    return res
 
 
-@pytest.mark.parametrize("acc, want", [
-    ({}, claims.HOLDS),
-    ({"nope": 0.1}, claims.FAILS),             # NoPE clearly behind the best
-    ({"t5": 0.05}, claims.FAILS),              # T5 not second
+def test_press_is_not_testable_with_one_fitted_seed():
+    f = claims.press(_unfit(lm_results(), "alibi"))
+    assert f.verdict == claims.NOT_TESTABLE and "alibi (1 fitted seed)" in f.evidence[0]
+    # sinusoidal sharing one fitted seed with ALiBi: not compared, so not testable (RoPE degrades)
+    f = claims.press(_unfit(_unfit(lm_results(), "sinusoidal", (2,)), "alibi", (0,)))
+    assert f.verdict == claims.NOT_TESTABLE, f.evidence
+    assert any(e.startswith("sinusoidal:") and "1 seeds shared" in e and "not compared" in e for e in f.evidence)
+
+
+def test_every_verdict_names_the_scale_here_and_the_papers():
+    """Issue 49: a verdict says at what size it was tested, beside the paper's."""
+    res = algo_results(rand=0.7)
+    res["runs"] += lm_results()["runs"]
+    for r in res["runs"]:
+        r["train"]["params"], r["train"]["steps"] = 100_800, 3000
+    res["config"]["batch_size"] = 64
+    for f in claims.findings(res, ranking(res)):
+        assert f.scale.startswith("Scale: here 0.10M parameters, 0.19M training sequences seen"), f.scale
+        assert "; the paper: " + claims.PAPER_SCALE[f.claim.key] in f.scale
+    page = page_markdown(PageInputs(full=res))
+    assert "- Scale: here 0.10M parameters" in page and claims.PAPER_SCALE["kazemnejad"] in page
+
+
+@pytest.mark.parametrize("case, want", [
+    ("as given", claims.HOLDS),
+    ("nope behind", claims.FAILS),           # NoPE clearly behind the best on every task
+    ("t5 behind", claims.FAILS),             # T5 not second
+    ("two tasks", claims.NOT_TESTABLE),      # fewer than three tasks compare
+    ("nope one seed", claims.NOT_TESTABLE),  # NoPE lacks two fitted seeds on two of the three
 ])
-def test_kazemnejad_rule_flips_with_the_data(acc, want):
-    res = algo_results(**acc)
-    assert claims.kazemnejad(res, ranking(res)).verdict == want
+def test_kazemnejad_rule_flips_with_the_data(case, want):
+    acc = {"nope behind": {"nope": 0.1}, "t5 behind": {"t5": 0.05}}.get(case, {})
+    res = algo_results(tasks=("copy", "reverse") if case == "two tasks" else ("copy", "reverse", "copy-distinct"),
+                       **acc)
+    if case == "nope one seed":
+        _unfit(_unfit(res, "nope", task="copy"), "nope", task="reverse")
+    f = claims.kazemnejad(res, ranking(res))
+    assert f.verdict == want, f.evidence
 
 
-@pytest.mark.parametrize("rand, want", [(0.7, claims.HOLDS), (0.05, claims.FAILS)])
-def test_ruoss_rule_flips_with_the_data(rand, want):
-    res = algo_results(rand=rand)
+def test_kazemnejad_never_counts_a_task_at_chance():
+    """Issue 49: NoPE ranked (tied first) only where every scheme is at chance said 'does not hold'; parity at
+    chance is no evidence, so with two other tasks the claim is not testable, and with three it is."""
+    runs = [algo_run("parity", s, seed, 0.5) for s in BASE for seed in range(3)]
+    res = algo_results(tasks=("copy", "reverse"))
+    res["runs"] += runs
+    f = claims.kazemnejad(res, ranking(res))
+    assert f.verdict == claims.NOT_TESTABLE and any(e.startswith("at chance") and "parity" in e for e in f.evidence)
+    res = algo_results()
+    res["runs"] += runs
+    assert claims.kazemnejad(res, ranking(res)).verdict == claims.HOLDS
+
+
+def test_kazemnejad_t5_second_compares_the_same_tasks():
+    """Issue 49: T5's MRR over its tasks was compared with ALiBi's over more tasks. T5 beats ALiBi on every task
+    both are ranked on; ALiBi ties first on two tasks where T5 did not fit: T5 is still second."""
+    tasks = ("copy", "reverse", "copy-distinct", "mqar", "copy-hints")
+    res = algo_results(tasks=tasks)
+    for r in res["runs"]:
+        if r["task"] in ("mqar", "copy-hints") and r["scheme"] == "alibi":
+            r.update(algo_run(r["task"], "alibi", r["seed"], 0.8))
+    _unfit(_unfit(res, "t5", task="mqar"), "t5", task="copy-hints")
+    rk = ranking(res)
+    own = {lab: m for lab, (m, _) in rk["own"].items()}
+    assert own["alibi"] > own["t5"]  # over different task sets ALiBi would look better
+    f = claims.kazemnejad(res, rk)
+    assert f.verdict == claims.HOLDS, f.evidence
+    assert "over the same 3 tasks (copy, copy-distinct, reverse): T5 0.50" in f.evidence[-1]
+
+
+@pytest.mark.parametrize("rand, tasks, want", [
+    (0.7, ("copy", "reverse", "copy-distinct"), claims.HOLDS),
+    (0.05, ("copy", "reverse", "copy-distinct"), claims.FAILS),
+    (0.7, ("copy", "reverse"), claims.NOT_TESTABLE),  # fewer than three tasks compare
+])
+def test_ruoss_rule_flips_with_the_data(rand, tasks, want):
+    res = algo_results(tasks=tasks, rand=rand)
     f = claims.ruoss(res, ranking(res))
     assert f.verdict == want, f.evidence
-    assert claims.ruoss(algo_results(), None).verdict == claims.UNMEASURED  # nothing randomized
+    assert claims.ruoss(algo_results(), None).verdict == claims.NOT_TESTABLE  # nothing randomized
 
 
-def test_ruoss_unmeasured_names_the_fitted_seeds():
+def test_ruoss_never_counts_a_task_where_plain_rope_is_at_chance():
+    """Issue 49: 'better on 0 of 1 task compared', that task parity at chance. An improvement over a plain
+    scheme at chance is no evidence: with parity the third task, the claim is not testable."""
+    res = algo_results(tasks=("copy", "reverse"), rand=0.7)
+    res["runs"] += [algo_run("parity", s, seed, 0.5) for s in BASE for seed in range(3)]
+    res["runs"] += [algo_run("parity", "rope", seed, 0.9, variant="randomized-sampled") for seed in range(3)]
+    f = claims.ruoss(res, ranking(res))
+    assert f.verdict == claims.NOT_TESTABLE, f.evidence
+    assert any(e.startswith("parity: plain rope is at chance") for e in f.evidence)
+
+
+def test_ruoss_not_testable_names_the_fitted_seeds():
     res = algo_results(tasks=("copy",), rand=0.7)
     for r in res["runs"]:
         if r["label"] == "rope+rand-sampled":
             r["train"], r["validation"] = _fit(False), {"score": 0.5}
     f = claims.ruoss(res, ranking(res))
-    assert f.verdict == claims.UNMEASURED
-    assert f.evidence == ["copy: rope+rand-sampled and rope share 0 fitted seeds: not compared "
-                          "(rope+rand-sampled fitted 0/3, rope 3/3)."]
+    assert f.verdict == claims.NOT_TESTABLE
+    assert f.evidence[0] == ("copy: rope+rand-sampled and rope share 0 fitted seeds: not compared "
+                             "(rope+rand-sampled fitted 0/3, rope 3/3).")
 
 
-@pytest.mark.parametrize("best, want", [(0.5, claims.HOLDS), (0.97, claims.FAILS)])
-def test_deletang_rule_flips_with_the_data(best, want):
-    runs = [algo_run("parity", s, seed, best if s == "alibi" else 0.5) for s in BASE for seed in range(3)]
+@pytest.mark.parametrize("best, tasks, want", [
+    (0.5, ("parity", "copy", "reverse"), claims.HOLDS),
+    (0.97, ("parity", "copy", "reverse"), claims.FAILS),
+    (0.97, ("parity",), claims.FAILS),         # one scheme that generalises contradicts it anyway
+    (0.5, ("parity",), claims.NOT_TESTABLE),   # copy and reverse not in the results
+])
+def test_deletang_rule_flips_with_the_data(best, tasks, want):
+    runs = [algo_run(t, s, seed, best if (s, t) == ("alibi", "parity") else 0.5 if t == "parity" else 0.1)
+            for t in tasks for s in BASE for seed in range(3)]
     f = claims.deletang(results(runs))
-    assert f.verdict == want
+    assert f.verdict == want, f.evidence
     assert f"best exact match at 2L alibi {best:.2f}" in f.evidence[0]
 
 
@@ -161,7 +240,7 @@ def test_a_row_with_one_fitted_seed_never_enters_the_ranking():
     page = page_markdown(PageInputs(full=res))
     assert "not ranked (1/3 fitted)" in page
     f = claims.kazemnejad(res, rk)
-    assert f.verdict == claims.UNMEASURED and "its fitted seeds: copy 1/3." in f.evidence[0]  # why, by task
+    assert f.verdict == claims.NOT_TESTABLE and "its fitted seeds: copy 1/3" in f.evidence[-1]  # why, by task
 
 
 def test_a_scheme_ranked_alone_on_a_task_gains_nothing_from_it():
@@ -179,9 +258,10 @@ def test_a_scheme_ranked_alone_on_a_task_gains_nothing_from_it():
     page = page_markdown(PageInputs(full=res))
     assert "- **reverse** (per-token accuracy at 2L): only sinusoidal 0.10 is ranked, so nothing is compared" in page
     assert "left out of the MRR: reverse." in page and "| 1 (alone) |" in page
-    assert "at least two schemes are ranked; 1 task(s)): first of 5: nope" in page
+    assert ("(mean reciprocal rank over the same tasks for every scheme: copy, the 1 of 1 compared task(s) on "
+            "which all 5 are ranked): first of 5: nope") in page
     f = claims.kazemnejad(res, rk)  # reverse (NoPE not ranked there) never enters T5's or the others' MRR
-    assert "sinusoidal" not in f.evidence[-1] and f.verdict == claims.HOLDS, f.evidence
+    assert f.verdict == claims.NOT_TESTABLE and "NoPE is compared on 1 algorithmic task(s)" in f.evidence[-1]
 
 
 # ------------------------------------------------------------------ the page
@@ -228,7 +308,7 @@ def test_missing_folders_each_give_one_line():
                  "No protocol-2 verdict table was given (`--previous`).", "- the `full` preset: no results."):
         assert line in page
     for f in claims.findings(None, None):
-        assert f.verdict == claims.UNMEASURED
+        assert f.verdict == claims.NOT_TESTABLE
 
 
 def _folder(path: Path, res: dict) -> Path:
@@ -320,7 +400,7 @@ def test_a_learned_table_read_past_its_rows_gives_no_number():
     res = lm_results()
     _untrained_past_L(res, "alibi")
     assert claims.value(res, "lm", "alibi") == (None, 0)
-    assert claims.press(res).verdict == claims.UNMEASURED
+    assert claims.press(res).verdict == claims.NOT_TESTABLE
     from relpos.report.ranking import ranking_markdown
 
     row = next(ln for ln in ranking_markdown(res).splitlines() if ln.startswith("| alibi |") and "not ranked" in ln)
@@ -347,30 +427,6 @@ def test_what_changed_reads_the_old_verdict_table_and_names_the_flips():
     assert "- copy-hints: on the old page, not in these results (not part of this preset)." in lines
     with pytest.raises(ValueError, match="no '## Verdict'"):
         claims.previous_from_page("# nothing\n")
-
-
-def test_times_of_results_without_a_store_are_carried_from_the_shipped_file(tmp_path):
-    """A folder copied without its results.sqlite keeps the CPU time shipped beside the earlier page, but only
-    for results with the same fingerprint; the time table says so when neither is there."""
-    from relpos.report.results_page import carry_times
-
-    res = lm_results()
-    f = _folder(tmp_path / "full", res)
-    jd = tmp_path / "json"
-    jd.mkdir()
-    old = {"full": {"cpu_seconds": 7200.0, "jobs": 9, "fingerprint": res["fingerprint"]},
-           "default": {"cpu_seconds": 1.0, "jobs": 1, "fingerprint": "other"}}
-    (jd / "times.json").write_text(json.dumps(old))
-    out = tmp_path / "results.md"
-    assert main(["--full", str(f), "--default", str(f), "--out", str(out), "--json-dir", str(jd), "--force"]) == 0
-    shipped = json.loads((jd / "times.json").read_text())
-    assert shipped["full"] == old["full"] and "default" not in shipped  # another fingerprint: not carried
-    rows = _tables(out.read_text(), "## Time")
-    assert rows[2][:3] == [f"full (`{res['fingerprint']}`)", "9", "2.00"]
-    inp = PageInputs(full=res, times={"full": {"cpu_seconds": 1.0, "jobs": 1, "fingerprint": res["fingerprint"]}})
-    assert carry_times(inp, old) == [] and inp.times["full"]["cpu_seconds"] == 1.0  # its own time wins
-    inp = PageInputs(scale_cells={"d64-L64": res})
-    assert _tables(page_markdown(inp), "## Time")[3][-1] == "no store: CPU time not recorded"
 
 
 def test_a_full_folder_filled_task_by_task_names_the_presets_missing_tasks():
@@ -404,3 +460,77 @@ def test_the_verdict_shows_a_learned_table_past_its_rows_as_na():
     row = next(r for r in rows if r[0] == "alibi")
     assert UNTRAINED in row and not any("alibi" in n and "whole-window" in n for n in v["notes"])
     assert any(n.startswith("LM rows read past their trained table rows") and "alibi" in n for n in v["notes"])
+
+
+# ------------------------------------------------------------------ issue 49: like for like, borderline, speed, times
+
+
+def test_the_overall_order_reads_the_same_tasks_for_every_scheme():
+    """Issue 49: the overall MRR averaged 2 to 6 tasks per scheme. NoPE, best on copy, fitted nothing else: the
+    overall order reads the tasks every scheme in it is ranked on, and NoPE's MRR over its own task is shown
+    labelled as such, not as a place in the order."""
+    res = algo_results(nope=0.9)
+    _unfit(_unfit(res, "nope", task="reverse"), "nope", task="copy-distinct")
+    rk = ranking(res)
+    assert rk["common"] == ["copy", "copy-distinct", "reverse"]
+    order = [lab for lab, m, _ in rk["order"] if m == m]
+    assert "nope" not in order and len(order) == 4 and rk["own"]["nope"] == (1.0, 1)
+    page = page_markdown(PageInputs(full=res))
+    assert "not in this order (not ranked on every one of these tasks): nope." in page
+    assert "MRR (own tasks: different sets)" in page
+
+
+def test_borderline_decisions_are_counted_and_marked():
+    from relpos.report.ranking import BORDERLINE_MARK, borderline_decisions
+    from relpos.report.stats import Interval
+
+    res = algo_results(tasks=("copy",))
+    rk = ranking(res)
+    assert borderline_decisions(rk)["n"] == 0 and borderline_decisions(rk)["of"] >= 4
+    pt = rk["per_task"]["copy"]
+    pt["vs_best"]["t5"] = Interval(-0.2, -0.3, -0.004)  # a bound within 0.005 of 0
+    near = borderline_decisions(rk)
+    assert near["n"] == 1 and ("copy", "t5") in near["vs_best"] and ("copy", "t5") in near["rank"]
+    page = page_markdown(PageInputs(full=res))
+    assert "- **Borderline decisions**: 0 of" in page
+    from relpos.report.ranking import ranking_markdown
+
+    md = ranking_markdown(res, rk)
+    assert f"-0.20 [-0.30, -0.00] tie {BORDERLINE_MARK}" in md and "Borderline decisions" in md  # decided a tie
+
+
+def test_learning_speed_reads_the_first_pass_and_says_na_where_not_recorded():
+    res = algo_results(tasks=("copy",))
+    for r in res["runs"]:
+        if r["label"] == "alibi":
+            r["train"]["fit"]["first_pass_step"] = [900, 1200, None][r["seed"]]
+        if r["label"] == "t5":
+            r["train"]["fit"]["first_pass_step"] = 700
+    page = page_markdown(PageInputs(full=res))
+    rows = {r[0]: r[1:] for r in _tables(page, "## Learning speed")}
+    assert rows["alibi"] == ["1,050 (3/3; 2 passed)"] and rows["t5"] == ["700 (3/3)"] and rows["nope"] == ["n/a (3/3)"]
+    assert "- copy: fastest to pass the gate: t5 (median 700 steps" in page
+
+
+def test_times_come_only_from_a_store_shipped_beside_the_page(tmp_path):
+    """Issue 49: times.json typed CPU-hours of folders whose store was gone. Read back, a time comes from the
+    store shipped in the JSON folder; a figure in times.json without one is not on the page."""
+    from relpos.compare.store import Store
+
+    res = lm_results()
+    jd = tmp_path / "json"
+    jd.mkdir()
+    (jd / "full-results.json").write_text(json.dumps(res))
+    (jd / "default-results.json").write_text(json.dumps({**res, "fingerprint": "fedcba9876543210"}))
+    (jd / "times.json").write_text(json.dumps({"default": {"cpu_seconds": 1111.0, "jobs": 16,
+                                                           "fingerprint": "fedcba9876543210"}}))
+    (jd / "full").mkdir()
+    with Store(jd / "full" / "results.sqlite") as st:
+        st.bind(res["fingerprint"], {})
+        for i in range(2):
+            st.write_job(res["fingerprint"], {"job": f"lm/alibi/seed{i}", "scheme": "alibi", "task": "lm", "seed": i,
+                                              "train": {"seconds": 10.0}, "eval_seconds": 1.0,
+                                              "cpu_seconds": 1800.0 * (i + 1), "runs": []})
+    rows = _tables(page_markdown(inputs_from_json_dir(jd)), "## Time")
+    assert rows[1][0] == "default" and rows[1][-1] == "store not shipped: CPU time not recorded"
+    assert rows[2][:3] == [f"full (`{res['fingerprint']}`)", "2", "1.50"]

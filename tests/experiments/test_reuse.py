@@ -143,3 +143,37 @@ def test_foreign_source_is_refused_untouched(tmp_path, content):
     with pytest.raises(NotAStoreError):
         run(cfg_with(0.0, []), tmp_path / "o", reuse=[src])
     assert (src / "results.sqlite").read_bytes() == content
+
+
+def test_runs_validated_differently_are_copied_only_for_the_tasks_named_and_say_so(tmp_path):
+    """Issue 49: the second protocol-3 pass validates on more examples and keeps the best check's model; its
+    finished language-modelling runs are merged, not retrained, only when asked, and each records how it was
+    validated instead."""
+    from relpos.compare.reuse import reusable
+
+    a = tmp_path / "a"
+    run(cfg_with(0.0, []), a)
+    new = cfg_with(0.0, [])
+    new.fit.keep_best = True
+    new.lm = {**new.lm, "n_val": new.lm.get("n_val", 32) + 8}
+    new.validate()
+    keys = ["lm/alibi/seed0", "copy/alibi/seed0"]
+    assert reusable(new, keys, a) == []  # another validation: nothing is the same run
+    got = {r["job"]: r for r in reusable(new, keys, a, validated_before=["lm"])}
+    assert sorted(got) == ["lm/alibi/seed0"]  # copy's validation changed too, but copy was not named
+    vb = got["lm/alibi/seed0"]["train"]["fit"]["validated_before"]
+    assert vb["fingerprint"] == cfg_with(0.0, []).validate().fingerprint()
+    assert sorted(vb["differs"]) == ["fit.keep_best: (absent) -> True", "task.n_val: 32 -> 40"]
+    other = cfg_with(0.0, [])  # a training difference is never waved through
+    other.fit.keep_best, other.steps = True, other.steps + 1
+    other.task_train["copy"]["steps"] += 1
+    assert reusable(other.validate(), keys, a, validated_before=["lm", "copy"]) == []
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--reuse-validated-before", "lm,nonsense"], "names unknown tasks: nonsense"),
+    (["--reuse-validated-before", "lm"], "needs --reuse FOLDER"),
+])
+def test_cli_refuses_a_bad_reuse_validated_before(tmp_path, capsys, extra, says):
+    rc = main(["compare", "--preset", "ci", "--out", str(tmp_path / "o"), *extra])
+    assert rc == 2 and says in capsys.readouterr().err and not (tmp_path / "o").exists()

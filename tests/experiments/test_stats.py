@@ -133,3 +133,35 @@ def test_lm_ranking_reads_the_far_position_ratio_per_window():
     b = [{"far": seed_inputs(run(2.0), "lm")[0]["far"], "base": seed_inputs(run(2.0), "lm")[0]["base"]}] * 2
     iv = paired_bootstrap(a, b, lambda m: m["far"] / m["base"])
     assert iv.est > 0.4 and not iv.tie
+
+
+def test_a_decision_near_its_edge_is_recomputed_with_more_resamples(monkeypatch):
+    """Issue 49: with 1,000 resamples three decisions moved when the bootstrap was reseeded. An interval whose
+    bound lies near 0 or +-BORDERLINE is recomputed with REFINE times the resamples; one far from them is not."""
+    from relpos.report import stats
+
+    calls = []
+
+    def fake(a, b, stat=None, *, n_boot, seed):
+        calls.append(n_boot)
+        return fake.iv
+
+    monkeypatch.setattr(stats, "paired_bootstrap", fake)
+    for iv, want in ((stats.Interval(0.1, 0.0041, 0.2), [100, 100 * stats.REFINE]),
+                     (stats.Interval(0.1, -0.001, 0.2), [100, 100 * stats.REFINE]),
+                     (stats.Interval(0.1, 0.05, 0.2), [100])):
+        calls.clear()
+        fake.iv = iv
+        stats.decided_bootstrap([], [], n_boot=100, seed=3)
+        assert calls == want
+
+
+def test_few_seeds_get_every_draw_of_seeds_equally_often():
+    """The first stage is enumerated (3 seeds: 27 draws, each as often), so the bounds move less with the
+    bootstrap's seed than when the draws' shares are random."""
+    rng = np.random.default_rng(0)
+    a = [{"v": rng.random(64) + 0.1 * s} for s in range(3)]
+    b = [{"v": rng.random(64)} for _ in range(3)]
+    los = [paired_bootstrap(a, b, n_boot=2700, seed=s).lo for s in range(5)]
+    assert max(los) - min(los) < 0.01
+    assert paired_bootstrap(a, b, n_boot=2700, seed=1) == paired_bootstrap(a, b, n_boot=2700, seed=1)

@@ -107,6 +107,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reuse", action="append", default=[], metavar="FOLDER",
                    help="copy the runs of another compare folder that would be trained exactly the same here "
                         "(same task settings apart from the learning-rate grid, same tries); repeatable")
+    g.add_argument("--reuse-validated-before", default="", metavar="TASKS",
+                   help="with --reuse: also copy the runs of these tasks (comma-separated) whose settings differ "
+                        "only in how they were validated (validation set size, fit.keep_best); each keeps its "
+                        "old gate and records the difference")
     g.add_argument("--no-plots", action="store_true", help="skip the PNG plots and report.md")
     g.add_argument("--no-keep-models", action="store_true",
                    help="do not save the trained models (by default each run's model is kept under OUT/models/)")
@@ -263,6 +267,14 @@ def main(args: argparse.Namespace) -> int:
         return _run_scale(args)
     cfg = build_config(args)
     out = args.out or os.path.join("runs", f"compare-{cfg.preset}")
+    validated_before = [t.strip() for t in args.reuse_validated_before.split(",") if t.strip()]
+    from relpos.compare.config import ALL_TASKS
+
+    bad = sorted(set(validated_before) - set(ALL_TASKS))
+    if bad or (validated_before and not args.reuse):
+        print("relpos compare: --reuse-validated-before " + (f"names unknown tasks: {', '.join(bad)} "
+              f"(known: {', '.join(ALL_TASKS)})" if bad else "needs --reuse FOLDER"), file=sys.stderr)
+        return 2
     for folder in args.reuse:
         if not os.path.isfile(os.path.join(folder, "results.sqlite")):
             print(f"relpos compare: --reuse {folder}: no results.sqlite there (give the --out folder of an earlier "
@@ -296,7 +308,7 @@ def main(args: argparse.Namespace) -> int:
 
             skip = {j.job for j in status.jobs if j.state in ("done", "running")}
             for i, folder in enumerate(args.reuse):
-                got = reusable(cfg, [j.key for j in jobs], folder, skip=skip)
+                got = reusable(cfg, [j.key for j in jobs], folder, skip=skip, validated_before=validated_before)
                 skip |= {r["job"] for r in got}
                 lines.insert(2 + i, f"--reuse {folder}: {len(got)} runs would be copied "
                                 f"({sum(float(r.get('cpu_seconds') or 0) for r in got):,.0f} CPU-seconds)")
@@ -312,7 +324,8 @@ def main(args: argparse.Namespace) -> int:
                          nproc=args.nproc)
     command = "relpos compare " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 1 else ""
     summary = compare(cfg, out, runner=runner, force=args.force, progress=args.progress, plots=not args.no_plots,
-                      command=command.strip(), keep_models=not args.no_keep_models, reuse=args.reuse)
+                      command=command.strip(), keep_models=not args.no_keep_models, reuse=args.reuse,
+                      reuse_validated_before=validated_before)
     print(summary_text(summary))
     if summary.interrupted:
         return 130

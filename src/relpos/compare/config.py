@@ -437,7 +437,8 @@ class ExperimentConfig(ConcernsMixin):
             "rope_variants": sorted(self.rope_variants),
             "random_positions_factor": self.random_positions_factor,
             "scheme_options": {normalise_name(k): v for k, v in sorted(self.scheme_options.items())},
-            "fit": dataclasses.asdict(self.fit),
+            # keep_best only when set, so that folders from before it keep their fingerprints
+            "fit": {k: v for k, v in dataclasses.asdict(self.fit).items() if k != "keep_best" or v},
             "embed_scale": self.embed_scale,
             "scheme_ranges": self.scheme_ranges,
             **({"passkey": self.passkey} if self.passkey else {}),
@@ -455,7 +456,10 @@ class ExperimentConfig(ConcernsMixin):
         return split_protocol(self.protocol())[0]
 
     def to_dict(self) -> dict:
-        return copy.deepcopy(dataclasses.asdict(self))
+        d = copy.deepcopy(dataclasses.asdict(self))
+        if not d["fit"].get("keep_best"):  # as the fingerprint: config.json of folders from before it unchanged
+            d["fit"].pop("keep_best", None)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "ExperimentConfig":

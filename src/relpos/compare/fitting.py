@@ -28,10 +28,15 @@ every ``val_every`` steps and stops training once the model is fitted:
   one was still improving at its end (1.327).
 
 The **fit gate** then decides whether a run may enter rankings and verdicts: an
-algorithmic run is *fitted* when its validation exact match at ``L`` (at the end of training) is
+algorithmic run is *fitted* when its validation exact match at ``L`` is
 ``>= target``; a language-modelling run is fitted when its validation loss
 flattened within the step budget (with ``"plateau"``, before the last
-cooldown that fits in the budget had to start).
+cooldown that fits in the budget had to start). With ``keep_best`` the run keeps
+the checkpoint of its best validation check (not the last: a copy run that
+reached 1.000 and drifted to 0.938 keeps the 1.000 model), and the gate and the
+choice of rate read that check; without it, the final model and the final check.
+Either way the monitor records the step at which a run first passed the gate
+(``first_pass_step``: learning speed).
 
 **Equal tuning.** With ``lr_grid`` set (``fit.lr_grid``, or a task's own grid in ``task_train``), every
 job of a task -- language modelling included, every scheme alike -- trains once at *every* rate of the
@@ -80,6 +85,9 @@ class FitConfig:
             (empty: only the task's ``lr``). A task whose recipe names its own grid
             (``task_train[task]["lr_grid"]``, e.g. MQAR's) uses that one instead.
         early_stop: False trains every run for its full step budget.
+        keep_best: keep the model of the best validation check (exact match at L, or the lowest LM
+            validation loss; the later of equal checks) instead of the last one; the gate reads that
+            check. Left out of the fingerprint when False, so folders from before it keep theirs.
     """
 
     target: float = 0.95
@@ -92,6 +100,7 @@ class FitConfig:
     lm_cooldown: float = 0.25
     lr_grid: list[float] = dataclasses.field(default_factory=list)
     early_stop: bool = True
+    keep_best: bool = False
 
     def __post_init__(self) -> None:
         from relpos.validation import check_bool, check_choice, check_float, check_int
@@ -105,6 +114,7 @@ class FitConfig:
         check_choice("fit.lm_schedule", self.lm_schedule, ("cosine", "plateau"))
         check_float("fit.lm_cooldown", self.lm_cooldown, 0.0, 1.0, lo_open=True)
         check_bool("fit.early_stop", self.early_stop)
+        check_bool("fit.keep_best", self.keep_best)
         if isinstance(self.lr_grid, (str, bytes)) or not hasattr(self.lr_grid, "__iter__"):
             raise TypeError(f"fit.lr_grid must be a list of numbers, got {self.lr_grid!r}")
         self.lr_grid = [check_float("fit.lr_grid entries", v, 0.0, lo_open=True) for v in self.lr_grid]
@@ -277,6 +287,9 @@ class FitMonitor:
         self._streak = 0
         self.cooldown_from: int | None = None  # the step the cooldown began ("plateau" or cooldown_at)
         self.end: int | None = None  # the step the cooldown ends
+        self.first_pass: int | None = None  # the first check at which the gate passed
+        self.best_at: int | None = None  # with keep_best: the index in history of the kept check
+        self._best_state: dict | None = None  # and the model's parameters then (on the CPU)
 
     def score(self, model) -> dict[str, float]:
         model = _as_trained(model, self.x.shape[1])
@@ -299,6 +312,14 @@ class FitMonitor:
             return False
         rec = {"step": step, "train_loss": float(info.loss), **self.score(info.model)}
         self.history.append(rec)
+        if self.fit.keep_best:
+            self._keep_if_best(info.model)
+        out = self._decide(step)
+        if self.first_pass is None and (self.flat if self.kind == "lm" else self._gate(rec) >= self.fit.target):
+            self.first_pass = step
+        return out
+
+    def _decide(self, step: int):
         if self.kind == "lm" and self.fit.lm_schedule == "plateau":
             return self._plateau(step)
         stop = self._fitted_now()
@@ -306,6 +327,33 @@ class FitMonitor:
             self.stopped_early = True
             return True
         return self._cool_when_learned(step) if self.cooldown_at is not None else False
+
+    def _gate(self, rec: dict) -> float:
+        """The score the gate and the choice of rate read from one check (higher is better): validation exact
+        match at L, or minus the LM validation loss."""
+        v = -rec["val_loss"] if self.kind == "lm" else rec.get("val_exact_at_L", rec["val_exact"])
+        return v if math.isfinite(v) else -math.inf
+
+    def _keep_if_best(self, model) -> None:
+        """Remember the model of the latest check when it is at least as good as the best so far."""
+        i = len(self.history) - 1
+        if self.best_at is not None and self._gate(self.history[i]) < self._gate(self.history[self.best_at]):
+            return
+        self.best_at = i
+        sd = getattr(model, "state_dict", None)
+        self._best_state = ({k: v.detach().to("cpu", copy=True) for k, v in sd().items()} if callable(sd) else None)
+
+    def restore_best(self, model) -> bool:
+        """With ``keep_best``: load the kept check's parameters into ``model`` (True when something was
+        loaded; False without keep_best, without a check, or when the kept check is the last one)."""
+        if not self.fit.keep_best or self._best_state is None or self.best_at == len(self.history) - 1:
+            return False
+        model.load_state_dict(self._best_state)
+        return True
+
+    def _kept(self) -> dict:
+        """The check the model kept comes from: the best (keep_best) or the last."""
+        return self.history[self.best_at if self.fit.keep_best and self.best_at is not None else -1]
 
     def _cool_when_learned(self, step: int):
         """Start the cooldown once the exact match reaches ``cooldown_at``; training stops at its end."""
@@ -355,23 +403,21 @@ class FitMonitor:
         return self._streak >= self.fit.confirm
 
     def best_score(self) -> float:
-        """Higher is better: the final validation exact match at L, or minus the final LM validation loss
-        (the model kept is the final one, so the score is the last check's)."""
+        """Higher is better: the kept check's validation exact match at L, or minus its LM validation loss
+        (the kept check: the best with ``keep_best``, else the last, as the model kept is)."""
         if not self.history:
             return -math.inf
-        last = self.history[-1]
-        v = -last["val_loss"] if self.kind == "lm" else last.get("val_exact_at_L", last["val_exact"])
-        return v if math.isfinite(v) else -math.inf
+        return self._gate(self._kept())
 
     def token_score(self) -> float | None:
-        """The final validation per-token accuracy at L (algorithmic tasks; None for language modelling)."""
+        """The kept check's validation per-token accuracy at L (algorithmic tasks; None for language modelling)."""
         if self.kind == "lm" or not self.history:
             return None
-        return self.history[-1].get("val_token_accuracy_at_L")
+        return self._kept().get("val_token_accuracy_at_L")
 
     def fitted_by_validation(self) -> bool:
-        """The fit gate, on validation only: the LM loss flattened, or the final validation exact match at L
-        reached the target."""
+        """The fit gate, on validation only: the LM loss flattened, or the kept check's validation exact match
+        at L reached the target."""
         if self.kind == "lm":
             return self.flat
         return bool(self.history) and self.best_score() >= self.fit.target
@@ -382,6 +428,8 @@ class FitMonitor:
             "stopped_early": self.stopped_early,
             **({"cooldown_from": self.cooldown_from} if self.cooldown_from is not None else {}),
             "steps_run": self.history[-1]["step"] if self.history else 0,
+            "first_pass_step": self.first_pass,
+            **({"kept_step": self._kept()["step"]} if self.fit.keep_best and self.history else {}),
             "budget": self.steps,
             "history": self.history,
         }

@@ -394,10 +394,12 @@ def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
         mon = FitMonitor(task, cfg.fit, steps, progress=report, cooldown_at=settings.get("cooldown_at"),
                          cooldown=settings.get("cooldown", DEFAULT_COOLDOWN))
         res = train(mcfg, tcfg, task.train_source(tcfg.batch_size, j.seed), callback=mon)
+        mon.restore_best(res.model)  # fit.keep_best: the model of the best validation check, as the gate reads
         score = mon.best_score()
         tries.append({"lr": lr, "steps": int(res.steps), "seconds": float(res.seconds),
                       "score": score if math.isfinite(score) else None, "token": mon.token_score(),
-                      "fitted": mon.fitted_by_validation(), "stopped_early": mon.stopped_early})
+                      "fitted": mon.fitted_by_validation(), "stopped_early": mon.stopped_early,
+                      "first_pass_step": mon.first_pass})
         best = choose_try(tries)
         # keep only the best model so far in memory (a try's model is not needed once another beats it)
         kept = [(res, mon, lr)] if best == len(tries) - 1 else kept
@@ -407,12 +409,12 @@ def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
 
 
 def _fit_record(task, mon, runs: list[dict], lr: float, tries: list[dict], target: float) -> dict:
-    """The fit gate of a job (see :mod:`relpos.compare.fitting`): the kept try's final validation score,
-    the score its rate was chosen by. A randomized-position model was validated as it was trained (at
+    """The fit gate of a job (see :mod:`relpos.compare.fitting`): the kept try's validation score (of its
+    kept check: the best with ``fit.keep_best``, else the last), the score its rate was chosen by. A randomized-position model was validated as it was trained (at
     sampled positions). The test set is never read here."""
     rec = {**mon.summary(), "lr": lr, "lr_tries": tries, "target": target}
     if task.kind == "lm":
-        rec.update(fitted=mon.fitted_by_validation(), score=mon.history[-1]["val_loss"] if mon.history else None,
+        rec.update(fitted=mon.fitted_by_validation(), score=-mon.best_score() if mon.history else None,
                    score_kind="validation loss (nats) at the training length; fitted = it flattened")
         return rec
     score = mon.best_score() if mon.history else 0.0

@@ -177,6 +177,17 @@ _FULL_PARITY_STEPS = 8000
 #: 2026-12-03: every copy try ran its whole 4,000-step budget or nearly (about 650 CPU-seconds a job of three
 #: tries), so early stopping saves little; two rates that bracket the old single rate (2e-3) cost two thirds.
 _FULL_ALGO_GRID = (1e-3, 3e-3)
+#: The full preset's budgets of the tasks that stopped before they fitted under protocol 3 (copy and copy-distinct
+#: at 4,000 steps: every unfitted job ran its whole budget and 26 were still rising; MQAR at 4,000: 65 of 72 tries
+#: hit the cap, its lookup first reaching 0.5 validation exact match at steps 1,600-4,000). Reverse keeps 8,000.
+_FULL_RERUN_STEPS = {"copy": 6000, "copy-distinct": 6000, "mqar": 6000}
+#: MQAR's attention heads in the full preset (None: the shared 4 heads of 16 dimensions; Zoology's MQAR uses one
+#: head of 64). Set from the shape probe (benchmarks/mqar_shape_probe.sh) before the rerun.
+_FULL_MQAR_HEADS: int | None = None
+#: The full preset's in-training validation: 1,024 examples per algorithmic task (512 at L: the gate read 128),
+#: and 512 language-modelling windows of 64 bytes (32 KB: the rate choice and the flatness gate read 2 KB).
+_FULL_ALGO_VAL = 1024
+_FULL_LM_VAL = 512
 #: The full preset's algorithmic tasks. ``copy-hints`` (copy with the answer's position marked: twice the
 #: tokens, the costliest copy variant) is left to ``--tasks``: with it, four of seven ranked tasks were copy
 #: variants (a ranking fragility the protocol-3 review named) and it would cost about 7 CPU-hours more.
@@ -200,6 +211,18 @@ def _full() -> ExperimentConfig:
     cfg.training.task_train["reverse"]["steps"] = _FULL_REVERSE_STEPS
     cfg.training.task_train["mqar"]["steps"] = _FULL_MQAR_STEPS
     cfg.training.task_train["parity"]["steps"] = _FULL_PARITY_STEPS
+    # protocol 3, second pass: runs that fit (longer budgets), a gate that keeps the best check's model and
+    # reads a larger validation set. The finished language-modelling and parity runs of the first pass train
+    # the same and differ only in their validation: `relpos compare --preset full --reuse OLD
+    # --reuse-validated-before lm,parity` copies them, each recording the difference (docs/results.md names it)
+    for t, n in _FULL_RERUN_STEPS.items():
+        cfg.training.task_train[t]["steps"] = n
+    cfg.tuning.keep_best = True
+    cfg.data.algorithmic = {**cfg.data.algorithmic, "n_val": _FULL_ALGO_VAL}
+    cfg.data.lm = {**cfg.data.lm, "n_val": _FULL_LM_VAL}
+    if _FULL_MQAR_HEADS is not None:
+        cfg.model.task_model = {**cfg.model.task_model, "mqar": {**cfg.model.task_model["mqar"],
+                                                                  "n_heads": _FULL_MQAR_HEADS}}
     return cfg
 
 

@@ -15,6 +15,14 @@ Everything else is trained as usual. A reused job keeps its measurements, its fi
 time, and records where it came from (``reused_from`` in its ``info``: folder, fingerprint, time); its
 saved model is copied too when the source kept one. The source folder is only read.
 
+**Validated as before** (``validated_before``: tasks named by the caller, ``relpos compare
+--reuse-validated-before``). A change of how runs are validated -- the validation set's size, or keeping the
+best check's model (``fit.keep_best``) -- changes every task's settings, so no finished run would be reused.
+For the tasks named, a job is also taken when its settings differ only in those (:data:`VALIDATION_ONLY`):
+it is then the run as trained and gated there, not what this configuration would train, and says so in its
+fit record (``validated_before``: the source fingerprint and every differing setting); the results page
+names such runs.
+
 Example:
     >>> full = {"lr_grid": [2e-3, 1e-3, 3e-3]}
     >>> same_tries([{"lr": r} for r in (2e-3, 1e-3, 3e-3)], 2e-3, full["lr_grid"], task="copy")
@@ -31,7 +39,11 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["task_settings", "same_tries", "reusable", "reuse_runs"]
+__all__ = ["task_settings", "same_tries", "reusable", "reuse_runs", "VALIDATION_ONLY"]
+
+#: Settings of :func:`task_settings` that decide only how a run is validated (section, key): the size of the
+#: validation set and whether the best check's model is kept.
+VALIDATION_ONLY = (("fit", "keep_best"), ("task", "n_val"))
 
 #: Protocol sections that are the same for every task (compared whole).
 _SHARED = ("protocol_version", "model", "rope_variants", "random_positions_factor", "scheme_options",
@@ -45,6 +57,15 @@ def task_settings(protocol: dict, task: str) -> dict:
     return {**{k: protocol.get(k) for k in _SHARED}, "fit": fit, "train": train,
             "task": (protocol.get("tasks") or {}).get(task),
             "task_model": (protocol.get("task_model") or {}).get(task)}
+
+
+def _validation_aside(settings: dict) -> dict:
+    """:func:`task_settings` without :data:`VALIDATION_ONLY`."""
+    out = copy.deepcopy(settings)
+    for sect, key in VALIDATION_ONLY:
+        if isinstance(out.get(sect), dict):
+            out[sect].pop(key, None)
+    return out
 
 
 def same_tries(tried: list[dict], task_lr: float, grid: list[float], *, task: str) -> bool:
@@ -64,9 +85,12 @@ def _result(job: dict, runs: list[dict]) -> dict:
     return res
 
 
-def reusable(cfg, keys: list[str], folder: str | os.PathLike, *, skip: set[str] = frozenset()) -> list[dict]:
+def reusable(cfg, keys: list[str], folder: str | os.PathLike, *, skip: set[str] = frozenset(),
+             validated_before=()) -> list[dict]:
     """The jobs among ``keys`` (but not in ``skip``) that ``folder`` holds and that ``cfg`` would train the same,
-    as worker results ready for :meth:`~relpos.compare.store.Store.write_job`. Reads ``folder`` only.
+    as worker results ready for :meth:`~relpos.compare.store.Store.write_job`; for the tasks in
+    ``validated_before``, also those whose settings differ only in :data:`VALIDATION_ONLY` (recorded in their
+    fit record). Reads ``folder`` only.
 
     Raises:
         FileNotFoundError: ``folder`` holds no results database.
@@ -84,23 +108,32 @@ def reusable(cfg, keys: list[str], folder: str | os.PathLike, *, skip: set[str] 
         runs: dict[str, list[dict]] = {}
         for r in src.runs(src_fp):
             runs.setdefault(r["job"], []).append(r)
-    same = {t: task_settings(proto, t) == task_settings(here, t) for t in {k.split("/", 1)[0] for k in keys}}
+    from relpos.compare.config import config_diff
+
+    tasks = {k.split("/", 1)[0] for k in keys}
+    same = {t: task_settings(proto, t) == task_settings(here, t) for t in tasks}
+    loose = {t: t in set(validated_before) and not same[t]
+             and _validation_aside(task_settings(proto, t)) == _validation_aside(task_settings(here, t)) for t in tasks}
     out = []
     for key in keys:
         task = key.split("/", 1)[0]
         job = jobs.get(key)
-        if job is None or key in skip or key not in runs or not same[task]:
+        if job is None or key in skip or key not in runs or not (same[task] or loose[task]):
             continue
         fit = ((job["info"].get("train") or {}).get("fit") or {})
         if not same_tries(fit.get("lr_tries") or [], cfg.train_settings(task)["lr"], cfg.lr_grid(task), task=task):
             continue
         res = _result(job, runs[key])
         res["reused_from"] = {"folder": str(folder), "fingerprint": src_fp, "finished_at": job["finished_at"]}
+        if loose[task] and isinstance((res.get("train") or {}).get("fit"), dict):
+            res["train"]["fit"]["validated_before"] = {
+                "fingerprint": src_fp, "differs": config_diff(task_settings(proto, task), task_settings(here, task))}
         out.append(res)
     return out
 
 
-def reuse_runs(store, cfg, keys: list[str], folder: str | os.PathLike, *, models_dir: str | None = None) -> list[dict]:
+def reuse_runs(store, cfg, keys: list[str], folder: str | os.PathLike, *, models_dir: str | None = None,
+               validated_before=()) -> list[dict]:
     """Copy into ``store`` the jobs among ``keys`` that ``folder`` holds and that would be trained the same.
 
     Args:
@@ -109,6 +142,8 @@ def reuse_runs(store, cfg, keys: list[str], folder: str | os.PathLike, *, models
         keys: the planned job keys (``task/scheme[+rand]/seed<k>``); those already done or leased are left.
         folder: another ``relpos compare`` output folder (read only).
         models_dir: where this sweep keeps its models (None: copy none).
+        validated_before: tasks whose runs are copied also when they differ only in how they were validated
+            (see the module docstring).
 
     Returns:
         One ``{"job", "cpu_seconds"}`` per reused job.
@@ -118,7 +153,8 @@ def reuse_runs(store, cfg, keys: list[str], folder: str | os.PathLike, *, models
     """
     fp = cfg.fingerprint()
     out = []
-    for res in reusable(cfg, keys, folder, skip=store.done_jobs(fp) | set(store.leases(fp))):
+    for res in reusable(cfg, keys, folder, skip=store.done_jobs(fp) | set(store.leases(fp)),
+                        validated_before=validated_before):
         model = (res.get("train") or {}).get("checkpoint")  # relative to the folder: models/<task>/...
         if isinstance(model, str):
             kept = models_dir is not None and _copy_model(Path(folder), model, Path(models_dir).parent, res)

@@ -292,6 +292,7 @@ def compare(
     command: str = "",
     keep_models: bool = True,
     reuse: list[str | Path] = (),
+    reuse_validated_before: list[str] = (),
 ) -> CompareSummary:
     """Run (or resume) a sweep and write its results, plots and report.
 
@@ -310,6 +311,8 @@ def compare(
             checkpoints that ``relpos explore --results OUT`` can load).
         reuse: other output folders whose runs are copied where training them here would repeat
             them exactly (see :mod:`relpos.compare.reuse`); read only.
+        reuse_validated_before: tasks whose runs in ``reuse`` are copied also when they differ only in how
+            they were validated (recorded in each run; see :mod:`relpos.compare.reuse`).
 
     A folder that trained these very models (equal training part of the protocol) keeps the evaluations it
     holds (``cfg``'s RoPE scalings and passkey settings are joined with them, in place), and evaluations it
@@ -349,7 +352,8 @@ def compare(
         for folder in reuse:
             from relpos.compare.reuse import reuse_runs
 
-            got = reuse_runs(store, cfg, [j.key for j in jobs], folder, models_dir=cfg.models_dir)
+            got = reuse_runs(store, cfg, [j.key for j in jobs], folder, models_dir=cfg.models_dir,
+                             validated_before=reuse_validated_before)
             log(f"reused {len(got)} runs from {folder} that would be trained the same here "
                 f"({sum(g['cpu_seconds'] for g in got):,.0f} CPU-seconds of training and evaluation saved)")
         done = store.done_jobs(fp)

@@ -11,11 +11,16 @@ score per fitted seed:
 
 The best scheme of a task is the one with the best mean score over its fitted seeds. Every other scheme is
 compared with it by :func:`relpos.report.stats.paired_bootstrap` (over the seeds both fitted, and the
-evaluation examples within each seed); a **tie** when the interval of the difference contains 0. A scheme's
+evaluation examples within each seed); a **tie** when the interval of the difference contains 0 or has a bound
+within :data:`~relpos.report.stats.BORDERLINE` of it (:attr:`~relpos.report.stats.Interval.tie`). A scheme's
 rank on a task is 1 when it ties with the best, else 1 plus the number of schemes whose interval against it
-excludes 0 in their favour. The overall order is the mean reciprocal rank over the tasks on which the scheme
-is ranked; a scheme with fewer than :data:`~relpos.report.stats.MIN_SEEDS` fitted seeds on a task is
-not ranked on it (its fitted fraction is its own column, never a score of 0).
+excludes 0 in their favour. A scheme with fewer than :data:`~relpos.report.stats.MIN_SEEDS` fitted
+seeds on a task is not ranked on it (its fitted fraction is its own column, never a score of 0).
+
+The overall order compares like with like: it is the mean reciprocal rank over the **common tasks**, a set of
+compared tasks on which every scheme of the order is ranked (:func:`common_block`: the largest such block of
+the scheme x task table). The mean reciprocal rank over each scheme's own tasks (different task sets) is
+kept beside it, labelled as such.
 
 RoPE's scalings and randomized positions are views of (or alternatives to) the trained RoPE model: they get
 their own table, each compared with plain RoPE the same way.
@@ -25,19 +30,24 @@ Results from before protocol 3 carry no per-example scores: their intervals then
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import defaultdict
 
 from relpos.compare.fitting import fitted_views, metric_at
-from relpos.report.stats import CONFIDENCE, MIN_SEEDS, Interval, paired_bootstrap, per_example_key, \
-    rank_against_best
+from relpos.report.stats import BORDERLINE, CONFIDENCE, MIN_SEEDS, Interval, decided_bootstrap, \
+    per_example_key, rank_against_best
 
 __all__ = ["ranking", "ranking_markdown", "tries_markdown", "lm_far_losses", "lm_ratio", "seed_inputs",
-           "INTERVALS_NOTE", "N_BOOT_REPORT"]
+           "INTERVALS_NOTE", "N_BOOT_REPORT", "common_block", "borderline_decisions", "BORDERLINE_MARK"]
 
-#: Bootstrap resamples of the report's intervals.
-N_BOOT_REPORT = 1000
+#: Bootstrap resamples of the report's intervals. At 1,000, three decisions of the protocol-3 page moved when
+#: the bootstrap was reseeded (bounds within 0.0007 of 0); benchmarks/bootstrap_stability.py checks that no
+#: rank, tie or verdict moves across five bootstrap seeds at this count.
+N_BOOT_REPORT = 10000
+#: How a borderline decision is marked in the tables (an interval bound within BORDERLINE of 0).
+BORDERLINE_MARK = "~"
 
 #: What the intervals cover and what they do not (the report and docs/results.md say it).
 INTERVALS_NOTE = (
@@ -46,7 +56,8 @@ INTERVALS_NOTE = (
     "seed shares data order, non-position initialisation and test examples). They cover seed-to-seed "
     "variation and the finite test set. They do not cover other model sizes, step budgets, learning-rate "
     "grids, tasks or corpora, and with three seeds the seed variation itself is known only roughly. "
-    "A difference whose interval contains 0 is a tie. A scheme needs "
+    f"A difference whose interval contains 0, or has a bound within {BORDERLINE} of 0 (borderline: reseeding the "
+    "bootstrap moves such a bound across 0), is a tie. A scheme needs "
     f"{MIN_SEEDS} fitted seeds to be ranked on a task."
 )
 
@@ -181,14 +192,41 @@ def _fitted_fraction(results: dict) -> dict:
     return {k: tuple(v) for k, v in c.items()}
 
 
-def ranking(results: dict) -> dict:
-    """The protocol-3 ranking of a results document.
+def common_block(ranked: dict[str, set[str]], tasks: list[str]) -> tuple[list[str], list[str]]:
+    """``(tasks, schemes)``: the largest block of the scheme x task table in which every scheme is ranked on
+    every task (``ranked``: scheme -> the tasks it is ranked on; ``tasks``: the compared tasks, in order).
+    Largest: the most scheme-task cells, then the most schemes, then the most tasks, then the earliest tasks.
+    At least two schemes; ``([], [])`` when no task ranks two.
 
-    Returns ``{"tasks": [...], "compared": the tasks in the MRR, "per_task": {task:
-    rank_against_best(...)}, "order": [(label, mrr, n compared tasks ranked on)],
-    "variants": {task: {label: (Interval | None, seeds)}}, "fitted": {(task, label): (k, n)},
-    "per_example": bool}``.
+    >>> common_block({"a": {"x", "y"}, "b": {"x", "y"}, "c": {"x"}}, ["x", "y"])
+    (['x', 'y'], ['a', 'b'])
+    >>> common_block({"a": {"x"}, "b": {"x"}, "c": {"x"}, "d": {"y"}}, ["x", "y"])
+    (['x'], ['a', 'b', 'c'])
     """
+    best, key = ([], []), None
+    for k in range(1, len(tasks) + 1):
+        for ts in itertools.combinations(tasks, k):
+            labs = sorted(lab for lab, got in ranked.items() if set(ts) <= got)
+            if len(labs) < 2:
+                continue
+            kk = (len(ts) * len(labs), len(labs), len(ts), [-tasks.index(t) for t in ts])
+            if key is None or kk > key:
+                best, key = (list(ts), labs), kk
+    return best
+
+
+def ranking(results: dict, *, seed: int = 0, n_boot: int | None = None) -> dict:
+    """The protocol-3 ranking of a results document (``seed``: the bootstrap's; ``n_boot``: its resamples,
+    :data:`N_BOOT_REPORT` by default).
+
+    Returns ``{"tasks": [...], "compared": the tasks on which at least two schemes are ranked, "per_task":
+    {task: rank_against_best(...)}, "common": the compared tasks of the overall order (every scheme of it is
+    ranked on each), "order": [(label, MRR over the common tasks, number of them)] for the schemes of the
+    overall order, best first, then every other base scheme with NaN, "own": {label: (MRR over the compared
+    tasks it is ranked on, their number)} (different task sets), "variants": {task: {label: (Interval |
+    None, seeds)}}, "fitted": {(task, label): (k, n)}, "per_example": bool}``.
+    """
+    n_boot = N_BOOT_REPORT if n_boot is None else n_boot
     base = set((results.get("config") or {}).get("schemes") or []) or {r["scheme"] for r in results["runs"]}
     is_base = lambda r: not r.get("variant") and r["scheme"] in base  # noqa: E731
     data = _collect(results, is_base)
@@ -196,16 +234,22 @@ def ranking(results: dict) -> dict:
     per_task = {}
     for t in tasks:
         per_task[t] = rank_against_best(dict(data[t]), _ratio if t == "lm" else None, higher_is_better=t != "lm",
-                                        n_boot=N_BOOT_REPORT)
+                                        n_boot=n_boot, seed=seed)
     labels = sorted({lab for t in tasks for lab in data[t]} | {r["label"] for r in results["runs"] if is_base(r)})
     # the tasks in an MRR: at least two schemes ranked. A scheme ranked alone (every other fitted fewer than
     # MIN_SEEDS seeds) is first by default, not by comparison, so that task says nothing about its place
     compared = [t for t in tasks if len(per_task[t]["rank"]) >= 2]
-    order = []
+    own = {}
     for lab in labels:
         rks = [per_task[t]["rank"][lab] for t in compared if lab in per_task[t]["rank"]]
-        order.append((lab, statistics.fmean(1.0 / r for r in rks) if rks else math.nan, len(rks)))
-    order.sort(key=lambda x: (-(x[1] if math.isfinite(x[1]) else -1.0), x[0]))
+        own[lab] = (statistics.fmean(1.0 / r for r in rks) if rks else math.nan, len(rks))
+    # like with like: the overall order reads the same tasks for every scheme in it
+    same_tasks, block = common_block({lab: {t for t in compared if lab in per_task[t]["rank"]} for lab in labels},
+                                     compared)
+    order = sorted(((lab, statistics.fmean(1.0 / per_task[t]["rank"][lab] for t in same_tasks), len(same_tasks))
+                    for lab in block), key=lambda x: (-x[1], x[0]))
+    order += sorted(((lab, math.nan, 0) for lab in labels if lab not in block),
+                    key=lambda x: (-(own[x[0]][0] if math.isfinite(own[x[0]][0]) else -1.0), x[0]))
     # the views of RoPE and randomized positions against plain RoPE
     variants: dict = {}
     views = _collect(results, lambda r: bool(r.get("variant")) or r["scheme"] not in base)
@@ -220,14 +264,49 @@ def ranking(results: dict) -> dict:
                 a = [{k: v for k, v in s.items() if k != "_seed"} for s in common]
                 b = [{k: v for k, v in ref[s["_seed"]].items() if k != "_seed"} for s in common]
                 try:
-                    iv = paired_bootstrap(a, b, _ratio if t == "lm" else None, n_boot=N_BOOT_REPORT)
+                    iv = decided_bootstrap(a, b, _ratio if t == "lm" else None, n_boot=n_boot, seed=seed)
                 except ValueError:
                     iv = None
             variants.setdefault(t, {})[lab] = (iv, len(common))
     per_ex = any(r.get("per_example") for r in results["runs"])
-    out = {"tasks": tasks, "compared": compared, "per_task": per_task, "order": order, "variants": variants,
-           "fitted": _fitted_fraction(results), "per_example": per_ex}
+    out = {"tasks": tasks, "compared": compared, "common": same_tasks, "per_task": per_task, "order": order,
+           "own": own, "variants": variants, "fitted": _fitted_fraction(results), "per_example": per_ex}
     return out
+
+
+def borderline_decisions(rk: dict) -> dict:
+    """The ranking's decisions whose interval has a bound within :data:`~relpos.report.stats.BORDERLINE`
+    of 0: ``{"vs_best": {(task, label)}, "rank": {(task, label)}, "variants": {(task, label)}, "n": borderline
+    count, "of": every decision counted}``. A rank is borderline when any pairwise interval it was counted
+    from is (``rank_against_best``'s ``pairs``: the label's against the best and against each scheme with a
+    better score); each interval counts once."""
+    vs, rank, var = set(), set(), set()
+    seen, n = set(), 0
+    for t, pt in rk["per_task"].items():
+        for lab, iv in pt["vs_best"].items():
+            if lab == pt["best"] or iv is None:
+                continue
+            seen.add((t, pt["best"], lab))
+            if iv.borderline:
+                vs.add((t, lab))
+                rank.add((t, lab))
+        for (a, b), iv in pt.get("pairs", {}).items():
+            if a == pt["best"]:
+                continue  # the interval against the best, counted above (its sign the other way)
+            seen.add((t, a, b))
+            if iv.borderline:
+                rank.add((t, b))
+                n += 1
+    n += len(vs)
+    for t, d in rk["variants"].items():
+        for lab, (iv, _) in d.items():
+            if iv is None or not math.isfinite(iv.lo):
+                continue
+            seen.add((t, "rope", lab))
+            if iv.borderline:
+                var.add((t, lab))
+                n += 1
+    return {"vs_best": vs, "rank": rank, "variants": var, "n": n, "of": len(seen)}
 
 
 def _iv(iv: Interval | None, digits: int = 2) -> str:
@@ -235,7 +314,8 @@ def _iv(iv: Interval | None, digits: int = 2) -> str:
         return "-"
     if not math.isfinite(iv.lo):
         return f"{iv.est:+.{digits}f}"
-    return f"{iv.est:+.{digits}f} [{iv.lo:+.{digits}f}, {iv.hi:+.{digits}f}]" + (" tie" if iv.tie else "")
+    return (f"{iv.est:+.{digits}f} [{iv.lo:+.{digits}f}, {iv.hi:+.{digits}f}]" + (" tie" if iv.tie else "")
+            + (f" {BORDERLINE_MARK}" if iv.borderline else ""))
 
 
 def _score_name(task: str) -> str:
@@ -261,19 +341,34 @@ def ranking_markdown(results: dict, rk: dict | None = None) -> str:
         return ""
     out = ["## Ranking (base schemes, paired bootstrap)", ""]
     alone = [t for t in tasks if t not in rk["compared"] and rk["per_task"][t]["rank"]]  # one scheme ranked
-    header = ["scheme", "MRR", "tasks ranked"] + [f"{t} rank" for t in tasks] + [f"{t} fitted" for t in tasks]
+    near = borderline_decisions(rk)
+    header = (["scheme", "MRR (common tasks)", "MRR (own tasks: different sets)", "tasks ranked"]
+              + [f"{t} rank" for t in tasks] + [f"{t} fitted" for t in tasks])
     out += ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
-    for lab, mrr, n in rk["order"]:
-        cells = [lab, "-" if not math.isfinite(mrr) else f"{mrr:.2f}", str(n)]
+    own = rk.get("own") or {}
+    for lab, mrr, _ in rk["order"]:
+        om, on = own.get(lab, (math.nan, 0))
+        cells = [lab, "-" if not math.isfinite(mrr) else f"{mrr:.2f}", "-" if not math.isfinite(om) else f"{om:.2f}",
+                 str(on)]
         cells += [str(rk["per_task"][t]["rank"].get(lab, "-")) + (" (alone)" if t in alone
-                  and lab in rk["per_task"][t]["rank"] else "") for t in tasks]
+                  and lab in rk["per_task"][t]["rank"] else "")
+                  + (f" {BORDERLINE_MARK}" if (t, lab) in near["rank"] else "") for t in tasks]
         cells += ["{}/{}".format(*rk["fitted"].get((t, lab), (0, 0))) for t in tasks]
         out.append("| " + " | ".join(cells) + " |")
+    common = rk.get("common") or []
+    out += ["", "MRR (common tasks): the mean reciprocal rank over " + (", ".join(common) or "no task")
+            + ", the compared tasks on which every scheme with this MRR is ranked (the largest such block of the "
+            "table): like with like, the overall order. MRR (own tasks): over the compared tasks each scheme is "
+            "ranked on, which differ from scheme to scheme; shown for reference, not an order."]
     if alone:
         out += ["", f"Ranked alone (every other scheme fitted fewer than {MIN_SEEDS} seeds), so left out of the "
                 "MRR: " + ", ".join(alone) + "."]
+    out += ["", f"Borderline decisions (`{BORDERLINE_MARK}`: an interval bound within {BORDERLINE} of 0, against "
+            f"the best or against a scheme with a better score; decided a tie): {near['n']} of {near['of']} intervals."]
     out += ["", "Difference from the best scheme of each task (score of the row minus the best's; "
-            f"{CONFIDENCE:.0%} interval; `tie`: it contains 0):", ""]
+            f"{CONFIDENCE:.0%} interval; `tie`: it contains 0 or a bound is within {BORDERLINE} of 0, "
+            f"`{BORDERLINE_MARK}`: "
+            "the latter, a borderline decision):", ""]
     header = ["scheme"] + [f"{t} (best: {rk['per_task'][t]['best'] or '-'})" for t in tasks]
     out += ["| " + " | ".join(header) + " |", "|---|" + "---|" * len(tasks)]
     for lab, _, _ in rk["order"]:

@@ -4,12 +4,19 @@ Press et al. 2022 (ALiBi, https://arxiv.org/abs/2108.12409), Kazemnejad et al. 2
 https://arxiv.org/abs/2305.19466), Ruoss et al. 2023 (randomized positions, https://arxiv.org/abs/2305.16843)
 and Deletang et al. 2023 (the Chomsky hierarchy, https://arxiv.org/abs/2207.02098). Each claim is stated, the
 rule that tests it on our data is stated (which score, which threshold: the named constants below), and the
-rule returns "holds", "does not hold" or "not measured here" with the numbers and intervals it read.
+rule returns "holds", "does not hold" or "not testable here" with the numbers and intervals it read, and the
+scale it was tested at beside the paper's (:func:`scale_here`, :data:`PAPER_SCALE`).
+
+Not testable here: the claim's own tasks lack :data:`~relpos.report.stats.MIN_SEEDS` fitted seeds on both
+sides of a comparison, or fewer than :data:`MIN_TASKS` tasks compare (claims about algorithmic tasks in
+general). A task where the reference scheme is at chance (parity: :func:`at_chance`) is never evidence for or
+against an improvement. A sub-claim compares like with like: the same tasks on both sides.
 
 Every number comes from the results by the same machinery as the ranking (:mod:`relpos.report.ranking`):
 fitted rows only (:func:`~relpos.compare.fitting.fitted_views`), the same per-seed scores
 (:func:`~relpos.report.ranking.seed_inputs`), paired bootstrap intervals over seeds and test examples
-(:func:`~relpos.report.stats.paired_bootstrap`), a tie when an interval contains 0, and no row with fewer
+(:func:`~relpos.report.stats.paired_bootstrap`), a tie when an interval does not clear 0 by more than
+:data:`~relpos.report.stats.BORDERLINE`, and no row with fewer
 than :data:`~relpos.report.stats.MIN_SEEDS` fitted seeds in any comparison.
 
 Also :func:`changes`: the old page's verdict table (protocol 2) against the new results, and
@@ -25,15 +32,20 @@ import statistics
 
 import numpy as np
 
+from relpos.report.claim_scale import PAPER_SCALE, scale_here
 from relpos.compare.fitting import fitted_views, metric_at
-from relpos.report.ranking import N_BOOT_REPORT, seed_inputs
-from relpos.report.stats import MIN_SEEDS, Interval, paired_bootstrap
+from relpos.report.ranking import BORDERLINE_MARK, N_BOOT_REPORT, seed_inputs
+from relpos.report.stats import BORDERLINE, MIN_SEEDS, Interval, decided_bootstrap, paired_bootstrap
 from relpos.report.verdict import HOLD_ACC, HOLD_RATIO
 
 __all__ = ["Claim", "Finding", "CLAIMS", "press", "kazemnejad", "ruoss", "deletang", "findings", "changes",
-           "previous_from_page", "HOLDS", "FAILS", "UNMEASURED", "PARITY_CHANCE"]
+           "previous_from_page", "HOLDS", "FAILS", "NOT_TESTABLE", "UNMEASURED", "PARITY_CHANCE", "CHANCE",
+           "MIN_TASKS", "PAPER_SCALE", "at_chance", "scale_here"]
 
-HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured here"
+HOLDS, FAILS, NOT_TESTABLE = "holds", "does not hold", "not testable here"
+UNMEASURED = NOT_TESTABLE  # the third outcome's older name
+#: A claim about algorithmic tasks in general is tested on at least this many tasks (fewer: not testable here).
+MIN_TASKS = 3
 
 #: Press et al.: a language model "stays flat" when its far-position ratio at the longest length is at most
 #: the verdict's threshold (:data:`relpos.report.verdict.HOLD_RATIO`, 1.05: at most 5 % more loss far away).
@@ -43,10 +55,11 @@ FLAT_RATIO = HOLD_RATIO
 GENERALISES = HOLD_ACC
 #: Parity's chance level: validation and test labels are balanced at every length (protocol 3).
 PARITY_CHANCE = 0.5
+#: Chance level of a task's ranking score at 2L, where it has one that no training can beat by guessing:
+#: parity's single answer bit.
+CHANCE = {"parity": PARITY_CHANCE}
 #: Kazemnejad et al. and Ruoss et al. are claims about the algorithmic tasks: every task but these.
 NOT_ALGORITHMIC = ("lm", "passkey")
-
-
 @dataclasses.dataclass(frozen=True)
 class Claim:
     key: str
@@ -59,9 +72,10 @@ class Claim:
 @dataclasses.dataclass
 class Finding:
     claim: Claim
-    verdict: str  # HOLDS | FAILS | UNMEASURED
+    verdict: str  # HOLDS | FAILS | NOT_TESTABLE
     evidence: list[str]
     numbers: dict = dataclasses.field(default_factory=dict)  # what the evidence lines quote, for tables
+    scale: str = ""  # the scale tested here beside the paper's
 
 
 CLAIMS = {
@@ -70,29 +84,35 @@ CLAIMS = {
         "ALiBi's language-modelling loss stays flat past the training length, while sinusoidal and RoPE degrade.",
         f"on language modelling, ALiBi's mean far-position ratio at the longest length is <= {FLAT_RATIO}, and "
         f"sinusoidal's and RoPE's are each > {FLAT_RATIO} with a paired difference from ALiBi whose interval "
-        "lies above 0."),
+        f"lies above {BORDERLINE}."),
     "kazemnejad": Claim(
         "kazemnejad", "Kazemnejad et al. 2023 (NoPE)", "https://arxiv.org/abs/2305.19466",
         "Without position encoding (NoPE) a decoder length-generalises on algorithmic tasks at least as well as "
         "with the explicit schemes; T5's relative bias comes second.",
-        "on every algorithmic task where NoPE is ranked, NoPE has rank 1 (no scheme's paired interval against it "
-        "excludes 0 in that scheme's favour), and among the other schemes T5 has the highest mean reciprocal "
-        "rank over the algorithmic tasks (ties allowed)."),
+        f"on every algorithmic task where NoPE and another scheme are ranked ({MIN_SEEDS} fitted seeds each) and "
+        "the task's best scheme is above chance, NoPE has rank 1 (no scheme's paired interval against it excludes "
+        "0 in that scheme's favour); and T5's mean reciprocal rank is at least every other scheme's over the same "
+        "tasks (those of these on which T5 and every scheme it is compared with are ranked). Not testable with "
+        f"fewer than {MIN_TASKS} such tasks."),
     "ruoss": Claim(
         "ruoss", "Ruoss et al. 2023 (randomized positions)", "https://arxiv.org/abs/2305.16843",
         "Training with randomized positions improves length generalisation on algorithmic tasks over the same "
         "scheme trained without them.",
         "per algorithmic task, the randomized model evaluated as trained (sampled positions, `X+rand-sampled`) "
         "minus plain `X` on the same seeds (per-token accuracy at 2L): an improvement when the interval lies "
-        "above 0. The claim holds when it improves on more than half of the tasks compared."),
+        f"above {BORDERLINE}. A task compares when both share {MIN_SEEDS} fitted seeds and plain `X` is above "
+        "chance there. "
+        f"The claim holds when it improves on more than half of the tasks compared; not testable with fewer "
+        f"than {MIN_TASKS}."),
     "deletang": Claim(
         "deletang", "Deletang et al. 2023 (Neural Networks and the Chomsky Hierarchy)",
         "https://arxiv.org/abs/2207.02098",
         "No position encoding lets a Transformer generalise in length on parity (a task above its place in the "
         "hierarchy), nor on string duplication (copy) and reversal.",
         f"a scheme generalises on a task when its mean exact match at 2L is >= {GENERALISES:.0%} of its exact "
-        f"match at L (fitted seeds, at least {MIN_SEEDS}); the claim holds on parity when no scheme generalises. "
-        f"Chance on parity is {PARITY_CHANCE} (balanced labels). Copy and reverse are checked by the same rule."),
+        f"match at L (fitted seeds, at least {MIN_SEEDS}); the claim holds when no scheme generalises on parity, "
+        "copy or reverse, and is not testable unless each of the three has at least two schemes so scored. "
+        f"Chance on parity is {PARITY_CHANCE} (balanced labels)."),
 }
 
 
@@ -126,20 +146,21 @@ def score(task: str, inp: dict) -> float:
     return float(np.mean(inp["v"]))
 
 
-def diff(results: dict, task: str, a: str, b: str) -> tuple[Interval | None, int]:
-    """Paired bootstrap interval of ``a - b`` on one task over the seeds both fitted (None below MIN_SEEDS)."""
+def diff(results: dict, task: str, a: str, b: str, seed: int = 0) -> tuple[Interval | None, int]:
+    """Paired bootstrap interval of ``a - b`` on one task over the seeds both fitted (None below MIN_SEEDS;
+    ``seed``: the bootstrap's)."""
     sa, sb = seeds_of(results, task, a), seeds_of(results, task, b)
     common = sorted(set(sa) & set(sb))
     if len(common) < MIN_SEEDS:
         return None, len(common)
     try:
-        return paired_bootstrap([sa[s] for s in common], [sb[s] for s in common], _stat(task),
-                                n_boot=N_BOOT_REPORT), len(common)
+        return decided_bootstrap([sa[s] for s in common], [sb[s] for s in common], _stat(task),
+                                 n_boot=N_BOOT_REPORT, seed=seed), len(common)
     except ValueError:
         return None, len(common)
 
 
-def value(results: dict, task: str, lab: str) -> tuple[Interval | None, int]:
+def value(results: dict, task: str, lab: str, seed: int = 0) -> tuple[Interval | None, int]:
     """One label's own score with a bootstrap interval (over its fitted seeds and test examples), by pairing
     it with a constant: windows of loss 1 at both lengths (a ratio of 1), or accuracies of 0."""
     s = seeds_of(results, task, lab)
@@ -149,10 +170,10 @@ def value(results: dict, task: str, lab: str) -> tuple[Interval | None, int]:
     a = [s[k] for k in sorted(s)]
     if task == "lm":
         ref = [{k: np.ones(np.shape(v[k])) for k in ("far", "base")} for v in a]
-        iv = paired_bootstrap(a, ref, _stat(task), n_boot=N_BOOT_REPORT)
+        iv = paired_bootstrap(a, ref, _stat(task), n_boot=N_BOOT_REPORT, seed=seed)
         return Interval(iv.est + 1, iv.lo + 1, iv.hi + 1), len(s)
     ref = [{"v": np.zeros_like(np.asarray(v["v"], dtype=float))} for v in a]
-    return paired_bootstrap(a, ref, None, n_boot=N_BOOT_REPORT), len(s)
+    return paired_bootstrap(a, ref, None, n_boot=N_BOOT_REPORT, seed=seed), len(s)
 
 
 def fmt_iv(iv: Interval | None, d: int = 2, sign: bool = False) -> str:
@@ -161,7 +182,8 @@ def fmt_iv(iv: Interval | None, d: int = 2, sign: bool = False) -> str:
     f = f"{{:{'+' if sign else ''}.{d}f}}"
     if not math.isfinite(iv.lo):
         return f.format(iv.est) + " (one seed: no interval)"
-    return f"{f.format(iv.est)} [{f.format(iv.lo)}, {f.format(iv.hi)}]"
+    near = f" {BORDERLINE_MARK}" if sign and iv.borderline else ""  # a difference whose bound is near 0
+    return f"{f.format(iv.est)} [{f.format(iv.lo)}, {f.format(iv.hi)}]{near}"
 
 
 def _algo_tasks(rk: dict) -> list[str]:
@@ -179,20 +201,35 @@ def _accuracy(results: dict, task: str, lab: str, n_of_L: float) -> tuple[float,
     return (statistics.fmean(xs) if xs else math.nan), len(xs)
 
 
+def at_chance(results: dict, task: str, lab: str, seed: int = 0) -> bool:
+    """Whether ``lab``'s score at 2L on ``task`` is at chance (:data:`CHANCE`): the lower end of its interval
+    (fitted seeds, test examples) is at or below the chance level plus
+    :data:`~relpos.report.stats.BORDERLINE`, or, with one seed, its mean is. False on a
+    task without a chance level or where ``lab`` has no fitted seed."""
+    if task not in CHANCE:
+        return False
+    iv, _ = value(results, task, lab, seed=seed)
+    if iv is None:
+        return False
+    return (iv.lo if math.isfinite(iv.lo) else iv.est) <= CHANCE[task] + BORDERLINE  # a borderline one too
+
+
 # ------------------------------------------------------------------ the four claims
 
 
-def press(results: dict | None) -> Finding:
+def press(results: dict | None, seed: int = 0) -> Finding:
     c = CLAIMS["press"]
     if not results or not any(r["task"] == "lm" for r in results["runs"]):
-        return Finding(c, UNMEASURED, ["no language-modelling runs in these results."])
+        return Finding(c, NOT_TESTABLE, ["no language-modelling runs in these results."],
+                       scale=f"Scale: the paper: {PAPER_SCALE['press']}.")
+    scale = scale_here(results, ("lm",), "press")
     need = ("alibi", "sinusoidal", "rope")
-    vals = {s: value(results, "lm", s) for s in need}
+    vals = {s: value(results, "lm", s, seed) for s in need}
     short = [f"{s} ({n} fitted seed{'s' if n != 1 else ''})" for s, (_, n) in vals.items() if n < MIN_SEEDS]
     if short:
-        return Finding(c, UNMEASURED, [f"needs {MIN_SEEDS} fitted seeds of each of ALiBi, sinusoidal and RoPE; "
-                                       f"short: {', '.join(short)}."]
-                       + [f"far-position ratio {s}: {fmt_iv(iv)}" for s, (iv, _) in vals.items() if iv])
+        return Finding(c, NOT_TESTABLE, [f"needs {MIN_SEEDS} fitted seeds of each of ALiBi, sinusoidal and RoPE; "
+                                         f"short: {', '.join(short)}."]
+                       + [f"far-position ratio {s}: {fmt_iv(iv)}" for s, (iv, _) in vals.items() if iv], scale=scale)
     alibi = vals["alibi"][0]
     nums = {"alibi": alibi}
     ev = [f"ALiBi's far-position ratio {fmt_iv(alibi)} ({vals['alibi'][1]} seeds): "
@@ -200,86 +237,116 @@ def press(results: dict | None) -> Finding:
     ok = alibi.est <= FLAT_RATIO
     for s in ("sinusoidal", "rope"):
         iv, n = vals[s]
-        d, _ = diff(results, "lm", s, "alibi")
-        worse = iv.est > FLAT_RATIO and d is not None and d.lo > 0
+        d, shared = diff(results, "lm", s, "alibi", seed)
+        worse = iv.est > FLAT_RATIO and d is not None and d.above
         ok &= worse
         nums[s], nums[f"{s}-alibi"] = iv, d
-        ev.append(f"{s}: {fmt_iv(iv)}; minus ALiBi {fmt_iv(d, 3, sign=True)} ({n} seeds): "
-                  + ("degrades, and more than ALiBi." if worse else "does not degrade beyond ALiBi by this rule."))
-    return Finding(c, HOLDS if ok else FAILS, ev, nums)
+        ev.append(f"{s}: {fmt_iv(iv)}; minus ALiBi {fmt_iv(d, 3, sign=True)} ({shared} seeds shared): "
+                  + ("degrades, and more than ALiBi." if worse else "not compared (fewer than "
+                     f"{MIN_SEEDS} seeds shared with ALiBi)." if d is None
+                     else "does not degrade beyond ALiBi by this rule."))
+    fails = not alibi.est <= FLAT_RATIO or any(nums[f"{x}-alibi"] is not None and not (nums[x].est > FLAT_RATIO
+                                                   and nums[f"{x}-alibi"].above) for x in ("sinusoidal", "rope"))
+    verdict = FAILS if fails else HOLDS if ok else NOT_TESTABLE
+    return Finding(c, verdict, ev, nums, scale=scale)
 
 
-def kazemnejad(results: dict | None, rk: dict | None) -> Finding:
+def _ranked_on(rk: dict, t: str, lab: str) -> bool:
+    return lab in rk["per_task"][t]["rank"]
+
+
+def kazemnejad(results: dict | None, rk: dict | None, seed: int = 0) -> Finding:
     c = CLAIMS["kazemnejad"]
-    # a scheme ranked alone on a task is first by default, not by comparison: such a task says nothing here
     tasks = [t for t in _algo_tasks(rk) if t in rk["compared"]] if rk else []
-    ranked = [t for t in tasks if "nope" in rk["per_task"][t]["rank"]]
-    if not ranked:
-        fits = [f"{t} {k}/{n}" for t in tasks for k, n in [rk["fitted"].get((t, "nope"), (0, 0))] if n]
-        return Finding(c, UNMEASURED, ["NoPE is not ranked on any algorithmic task (no task, or fewer than "
-                                       f"{MIN_SEEDS} fitted seeds)" + (f"; its fitted seeds: {', '.join(fits)}. "
-                                       "It did not learn these tasks at L within the budget at any rate of the "
-                                       "grid: a finding about trainability here, so its length generalisation "
-                                       "is not measured." if fits else ".")])
-    ev, nope_ok = [], True
-    for t in ranked:
+    # a task counts when NoPE and another scheme are ranked there (both sides fitted) and its best is above
+    # chance (a tie at chance says nothing about generalising)
+    chance = [t for t in tasks if rk["per_task"][t]["best"] and at_chance(results, t, rk["per_task"][t]["best"], seed)]
+    own = [t for t in tasks if _ranked_on(rk, t, "nope") and t not in chance]
+    scale = scale_here(results, own or _algo_tasks(rk) if rk else (), "kazemnejad") if results else \
+        f"Scale: the paper: {PAPER_SCALE['kazemnejad']}."
+    fits = [f"{t} {k}/{n}" for t in (_algo_tasks(rk) if rk else []) for k, n in [rk["fitted"].get((t, "nope"), (0, 0))]
+            if n]
+    ev = []
+    if chance:
+        ev.append(f"at chance (the best scheme's interval reaches chance), so no evidence either way: "
+                  f"{', '.join(chance)}.")
+    for t in own:
         pt = rk["per_task"][t]
         r = pt["rank"]["nope"]
-        nope_ok &= r == 1
         iv = pt["vs_best"].get("nope")
         where = "best" if pt["best"] == "nope" else f"minus the best ({pt['best']}) {fmt_iv(iv, 2, sign=True)}"
         ev.append(f"{t}: NoPE rank {r} ({where}; per-token accuracy at 2L {pt['scores']['nope']:.2f}).")
-    mrr = {}
-    for lab in {lab for t in tasks for lab in rk["per_task"][t]["rank"]}:
-        rks = [rk["per_task"][t]["rank"][lab] for t in tasks if lab in rk["per_task"][t]["rank"]]
-        mrr[lab] = statistics.fmean(1 / x for x in rks)
-    others = {lab: m for lab, m in mrr.items() if lab != "nope"}
-    if "t5" not in others:
-        ev.append("T5 is not ranked on any algorithmic task: its place is not measured.")
-        return Finding(c, FAILS if not nope_ok else UNMEASURED, ev)
-    top = max(others.values())
-    t5_ok = others["t5"] >= top - 1e-12
-    leaders = sorted(lab for lab, m in others.items() if m >= top - 1e-12)
-    ev.append(f"mean reciprocal rank over the algorithmic tasks: T5 {others['t5']:.2f}, the best of the others "
-              f"{top:.2f} ({', '.join(leaders)}); NoPE {mrr['nope']:.2f}.")
-    return Finding(c, HOLDS if nope_ok and t5_ok else FAILS, ev)
+    if len(own) < MIN_TASKS:
+        ev.append(f"NoPE is compared on {len(own)} algorithmic task(s) above chance ({', '.join(own) or 'none'}), "
+                  f"fewer than {MIN_TASKS}" + (f"; its fitted seeds: {', '.join(fits)}" if fits else "")
+                  + ". It did not learn the others at L within the budget at any rate of the grid: a finding about "
+                  "trainability at this size, not about length generalisation.")
+        return Finding(c, NOT_TESTABLE, ev, scale=scale)
+    nope_ok = all(rk["per_task"][t]["rank"]["nope"] == 1 for t in own)
+    if not nope_ok:
+        return Finding(c, FAILS, ev + ["NoPE is behind the best on at least one task: the first part fails."],
+                       scale=scale)
+    # T5 second, like with like: the tasks of these on which T5 is ranked, the schemes ranked on all of them
+    t5 = [t for t in own if _ranked_on(rk, t, "t5")]
+    others = sorted({lab for t in t5 for lab in rk["per_task"][t]["rank"]} - {"nope", "t5"})
+    peers = [lab for lab in others if all(_ranked_on(rk, t, lab) for t in t5)]
+    if len(t5) < MIN_TASKS or not peers:
+        ev.append(f"NoPE has rank 1 on every task compared; T5 is ranked on {len(t5)} of them"
+                  + ("" if peers else " with no other scheme ranked on all of them")
+                  + f": its place is not testable (fewer than {MIN_TASKS} tasks, or no scheme to compare).")
+        return Finding(c, NOT_TESTABLE, ev, scale=scale)
+    mrr = {lab: statistics.fmean(1 / rk["per_task"][t]["rank"][lab] for t in t5) for lab in ["t5", *peers]}
+    top = max(mrr.values())
+    leaders = sorted(lab for lab, m in mrr.items() if m >= top - 1e-12)
+    ev.append(f"mean reciprocal rank over the same {len(t5)} tasks ({', '.join(t5)}): T5 {mrr['t5']:.2f}, the best of "
+              f"the {len(peers)} other scheme(s) ranked on all of them {max(mrr[p] for p in peers):.2f} "
+              f"({', '.join(lab for lab in leaders if lab != 't5') or 'below T5'}).")
+    return Finding(c, HOLDS if mrr["t5"] >= top - 1e-12 else FAILS, ev, scale=scale)
 
 
-def ruoss(results: dict | None, rk: dict | None) -> Finding:
+def ruoss(results: dict | None, rk: dict | None, seed: int = 0) -> Finding:
     c = CLAIMS["ruoss"]
     rand = list((results or {}).get("config", {}).get("randomized") or [])
     if not results or not rand:
-        return Finding(c, UNMEASURED, ["no scheme was trained with randomized positions in these results."])
+        return Finding(c, NOT_TESTABLE, ["no scheme was trained with randomized positions in these results."],
+                       scale=f"Scale: the paper: {PAPER_SCALE['ruoss']}.")
     tasks = _algo_tasks(rk) if rk else []
-    ev, better, compared = [], 0, 0
+    ev, better, compared, used = [], 0, 0, set()
     for s in rand:
         for t in tasks:
-            d, n = diff(results, t, f"{s}+rand-sampled", s)
-            d0, _ = diff(results, t, f"{s}+rand", s)
+            d, n = diff(results, t, f"{s}+rand-sampled", s, seed)
             if d is None:
                 fr = {lab: "{}/{}".format(*rk["fitted"].get((t, lab), (0, 0))) for lab in (f"{s}+rand-sampled", s)}
                 ev.append(f"{t}: {s}+rand-sampled and {s} share {n} fitted seed{'s' if n != 1 else ''}: not "
                           f"compared ({s}+rand-sampled fitted {fr[s + '+rand-sampled']}, {s} {fr[s]}).")
                 continue
+            if at_chance(results, t, s, seed):
+                ev.append(f"{t}: plain {s} is at chance ({CHANCE[t]}), so an improvement there is no evidence "
+                          f"either way: not compared ({s}+rand-sampled minus {s} {fmt_iv(d, 2, sign=True)}).")
+                continue
+            d0, _ = diff(results, t, f"{s}+rand", s, seed)
             compared += 1
-            better += d.lo > 0
-            word = "better" if d.lo > 0 else ("worse" if d.hi < 0 else "tie")
+            used.add(t)
+            better += d.above
+            word = "better" if d.above else ("worse" if d.below else "tie")
             ev.append(f"{t}: {s}+rand-sampled minus {s} {fmt_iv(d, 2, sign=True)} ({word}); at positions 0..N-1 "
                       f"({s}+rand) {fmt_iv(d0, 2, sign=True) if d0 else 'not compared'}.")
-    if not compared:
-        return Finding(c, UNMEASURED, ev or ["no algorithmic task has a fitted randomized model to compare."])
+    scale = scale_here(results, used or tasks, "ruoss")
+    if compared < MIN_TASKS:
+        ev.append(f"{compared} task(s) compared, fewer than {MIN_TASKS}: not testable at this size and budget.")
+        return Finding(c, NOT_TESTABLE, ev, scale=scale)
     ev.append(f"better on {better} of {compared} task(s) compared.")
-    return Finding(c, HOLDS if better * 2 > compared else FAILS, ev)
+    return Finding(c, HOLDS if better * 2 > compared else FAILS, ev, scale=scale)
 
 
 def deletang(results: dict | None) -> Finding:
     c = CLAIMS["deletang"]
+    own = ("parity", "copy", "reverse")
     present = {r["task"] for r in (results or {}).get("runs", [])}
-    ev, verdict = [], UNMEASURED
-    for t in ("parity", "copy", "reverse"):
+    ev, tested, gen_any = [], 0, False
+    for t in own:
         if t not in present:
-            if t == "parity":
-                ev.append("parity: not in these results.")
+            ev.append(f"{t}: not in these results.")
             continue
         gen, scored, best = [], 0, None
         for lab in sorted({r["label"] for r in results["runs"] if r["task"] == t}):  # scalings are encodings too
@@ -292,22 +359,27 @@ def deletang(results: dict | None) -> Finding:
                 gen.append(f"{lab} {at_2L:.2f}")
             if best is None or at_2L > best[1]:
                 best = (lab, at_2L)
-        if not scored:
-            ev.append(f"{t}: no scheme has {MIN_SEEDS} fitted seeds.")
+        if scored < 2:
+            ev.append(f"{t}: {scored} scheme(s) with {MIN_SEEDS} fitted seeds: not tested.")
             continue
+        tested += 1
+        gen_any |= bool(gen)
         iv, _ = value(results, t, best[0])
         top = (f"best exact match at 2L {best[0]} {best[1]:.2f} (its per-token accuracy {fmt_iv(iv)})"
                if best[1] > 0 else "every one scores 0.00 exact match at 2L")
-        line = (f"{t}: {scored} scheme(s) scored; " + (f"generalise: {', '.join(gen)}" if gen else "none generalises")
-                + f"; {top}" + (f"; chance {PARITY_CHANCE}." if t == "parity" else "."))
-        ev.append(line)
-        if t == "parity":
-            verdict = FAILS if gen else HOLDS
-    return Finding(c, verdict, ev)
+        ev.append(f"{t}: {scored} scheme(s) scored; " + (f"generalise: {', '.join(gen)}" if gen else "none generalises")
+                  + f"; {top}" + (f"; chance {PARITY_CHANCE}." if t == "parity" else "."))
+    scale = scale_here(results, own, "deletang") if results else f"Scale: the paper: {PAPER_SCALE['deletang']}."
+    if gen_any:  # one scheme that generalises contradicts the claim, whatever the other tasks show
+        return Finding(c, FAILS, ev, scale=scale)
+    if tested < len(own):
+        ev.append(f"{tested} of its {len(own)} tasks tested: not testable as a whole.")
+        return Finding(c, NOT_TESTABLE, ev, scale=scale)
+    return Finding(c, HOLDS, ev, scale=scale)
 
 
-def findings(results: dict | None, rk: dict | None) -> list[Finding]:
-    return [press(results), kazemnejad(results, rk), ruoss(results, rk), deletang(results)]
+def findings(results: dict | None, rk: dict | None, seed: int = 0) -> list[Finding]:
+    return [press(results, seed), kazemnejad(results, rk, seed), ruoss(results, rk, seed), deletang(results)]
 
 
 def lm_press_cells(cells: dict[str, dict]) -> list[tuple[str, Finding]]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["RESULTS_VERSION", "UNTRAINED", "label", "label_order", "learned_table", "untrained_from", "results_dict"]
+__all__ = ["RESULTS_VERSION", "UNTRAINED", "label", "label_order", "learned_table", "untrained_from", "results_dict",
+           "first_pass_step"]
 
 
 RESULTS_VERSION = 1
@@ -113,6 +114,8 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
         t.pop("model", None)
         if isinstance(t.get("fit"), dict):
             t["fit"] = {k: v for k, v in t["fit"].items() if k != "history"}
+            if "first_pass_step" not in t["fit"] and "history" in (train_info.get(r["job"], {}).get("fit") or {}):
+                t["fit"]["first_pass_step"] = first_pass_step(train_info[r["job"]]["fit"])  # from the stored curve
         out_runs.append({
             "scheme": r["scheme"],
             "variant": r["variant"],
@@ -162,3 +165,24 @@ def label_order(labels, results: dict) -> list[str]:
         return (len(rank), 0, 0, lab)
 
     return sorted(labels, key=key)
+
+
+def first_pass_step(fit: dict) -> int | None:
+    """The step at which a run first passed its fit gate, from the kept try's validation curve (``history``)
+    of a fit record made before the monitor recorded it: the first check with validation exact match at L
+    >= the target (algorithmic), or the step the language model's loss was first flat (its plateau cooldown
+    began then; only a fitted run's). None when the gate was never passed or no curve is stored.
+
+    >>> first_pass_step({"target": 0.95, "history": [{"step": 100, "val_exact": 0.5, "val_exact_at_L": 0.5},
+    ...                                               {"step": 200, "val_exact": 0.9, "val_exact_at_L": 0.96}]})
+    200
+    >>> first_pass_step({"fitted": True, "cooldown_from": 3000, "history": [{"step": 3000, "val_loss": 1.2}]})
+    3000
+    """
+    hist = fit.get("history") or []
+    if not hist:
+        return None
+    if "val_loss" in hist[0]:
+        return fit.get("cooldown_from") if fit.get("fitted") else None
+    target = fit.get("target", 0.95)
+    return next((h["step"] for h in hist if h.get("val_exact_at_L", h.get("val_exact", -1)) >= target), None)

@@ -1,5 +1,10 @@
 """The inputs of the results page (:mod:`relpos.report.results_page`): read from results folders, or
-read back from the files the page ships beside it (so the page is re-derivable from them alone)."""
+read back from the files the page ships beside it (so the page is re-derivable from them alone).
+
+Every time on the page is derived from a store (``results.sqlite``) that ships beside it: read back, the
+times come from ``<json dir>/<name>/results.sqlite`` (:data:`STORE_DIRS`; ``benchmarks/store_snapshot.py``
+puts a folder's store there), never from a figure typed or carried over from an earlier page. Results whose
+store does not ship have no time on the page, and it says so."""
 
 from __future__ import annotations
 
@@ -8,8 +13,8 @@ import json
 import math
 from pathlib import Path
 
-__all__ = ["PageInputs", "inputs_from_folders", "inputs_from_json_dir", "carry_times", "POSITION_PLOT",
-           "ACCURACY_PLOT"]
+__all__ = ["PageInputs", "inputs_from_folders", "inputs_from_json_dir", "POSITION_PLOT", "ACCURACY_PLOT",
+           "store_dir"]
 
 #: The per-position plot the page shows (written by ``relpos compare`` into each folder).
 POSITION_PLOT = "lm_loss_by_position.png"
@@ -64,22 +69,46 @@ def busy_seconds(jobs: list[dict]) -> float:
     return total
 
 
-def _cpu(folder: Path, res: dict | None) -> dict | None:
-    """CPU seconds and job count of a folder's store (every training try and evaluation), or None."""
+def _read_jobs(db: Path, fingerprint: str) -> list[dict]:
+    """The stored jobs of ``fingerprint`` in a store that ships beside the page, read without changing a byte of
+    it (opened immutable: no journal-mode switch, no lock files), as :meth:`Store.jobs` gives them."""
+    import sqlite3
+
+    from relpos.compare.store import read_store_meta
+
+    read_store_meta(db, create=False)  # a relpos store, or a clear error
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    try:
+        rows = conn.execute("SELECT job, task, finished_at, train_seconds, eval_seconds, info FROM jobs "
+                            "WHERE config_hash = ? ORDER BY finished_at, job", (fingerprint,)).fetchall()
+    finally:
+        conn.close()
+    return [{"job": j, "task": t, "finished_at": f, "train_seconds": ts, "eval_seconds": es, "info": json.loads(i)}
+            for j, t, f, ts, es, i in rows]
+
+
+def _cpu(folder: Path, res: dict | None, *, shipped: bool = False) -> dict | None:
+    """CPU seconds and job count of a folder's store (every training try and evaluation), or None
+    (``shipped``: a store beside the page, read without changing it)."""
     from relpos.compare.scale import _cpu_seconds
     from relpos.compare.store import Store
 
     if not res or not (folder / "results.sqlite").is_file():
         return None
-    with Store(folder / "results.sqlite", create=False) as st:
-        jobs = st.jobs(res["fingerprint"])
+    if shipped:
+        jobs = _read_jobs(folder / "results.sqlite", res["fingerprint"])
+        cpu = float(sum((j["info"] or {}).get("cpu_seconds") or 0.0 for j in jobs))
+    else:
+        with Store(folder / "results.sqlite", create=False) as st:
+            jobs = st.jobs(res["fingerprint"])
+        cpu = _cpu_seconds(folder, res["fingerprint"])
     wall = busy_seconds(jobs) if jobs else None
     by_task: dict[str, dict] = {}
     for j in jobs:
         t = by_task.setdefault(j["task"], {"jobs": 0, "cpu_seconds": 0.0})
         t["jobs"] += 1
         t["cpu_seconds"] += float((j["info"] or {}).get("cpu_seconds") or 0.0)
-    return {"cpu_seconds": _cpu_seconds(folder, res["fingerprint"]), "jobs": len(jobs), "fingerprint": res["fingerprint"],
+    return {"cpu_seconds": cpu, "jobs": len(jobs), "fingerprint": res["fingerprint"],
             "wall_seconds": wall, "by_task": by_task}
 
 
@@ -119,20 +148,10 @@ def inputs_from_folders(full=None, scale=None, default=None, previous: dict | No
     return inp, ship
 
 
-def carry_times(inp: PageInputs, shipped: dict | None) -> list[str]:
-    """Keep the CPU times shipped before for results whose store is gone (a folder copied without its
-    ``results.sqlite``, or a machine that kept only the shipped JSON): an entry of ``shipped`` (a
-    ``times.json`` written beside an earlier page) is carried into ``inp.times`` when ``inp`` has no time of
-    its own for that key and its results carry the same fingerprint. Returns the keys carried."""
-    have = {"full": inp.full, "default": inp.default, **{f"scale/{k}": v for k, v in inp.scale_cells.items()}}
-    carried = []
-    for key, t in (shipped or {}).items():
-        res = have.get(key)
-        if key in inp.times or not res or not isinstance(t, dict) or t.get("fingerprint") != res.get("fingerprint"):
-            continue
-        inp.times[key] = t
-        carried.append(key)
-    return carried
+def store_dir(json_dir: str | Path, key: str) -> Path:
+    """Where the store behind the results ``key`` (``full``, ``default``, ``scale/<cell>``) ships in the JSON
+    folder: ``<json dir>/full``, ``<json dir>/default``, ``<json dir>/scale-<cell>``."""
+    return Path(json_dir) / key.replace("/", "-")
 
 
 def inputs_from_json_dir(json_dir: str | Path) -> PageInputs:
@@ -146,8 +165,13 @@ def inputs_from_json_dir(json_dir: str | Path) -> PageInputs:
 
     order = [cell_dir("", a, b).name for a, b in all_cells()]
     cells = {k: cells[k] for k in sorted(cells, key=lambda k: order.index(k) if k in order else len(order))}
-    return PageInputs(full=read("full-results.json"), default=read("default-results.json"), scale_cells=cells,
-                      scale_summary=read("scale-summary.json"), times=read("times.json") or {},
+    full, default = read("full-results.json"), read("default-results.json")
+    times = {}  # from the stores shipped here only (times.json records them; the page re-derives them)
+    for key, res in (("full", full), ("default", default), *((f"scale/{k}", v) for k, v in cells.items())):
+        if res and (t := _cpu(store_dir(d, key), res, shipped=True)) is not None:
+            times[key] = t
+    return PageInputs(full=full, default=default, scale_cells=cells,
+                      scale_summary=read("scale-summary.json"), times=times,
                       previous=read("protocol2-verdict.json"),
                       plot=f"full-{POSITION_PLOT}" if (d / f"full-{POSITION_PLOT}").is_file() else None,
                       accuracy_plot=f"full-{ACCURACY_PLOT}" if (d / f"full-{ACCURACY_PLOT}").is_file() else None)

@@ -32,7 +32,6 @@ from relpos.compare.fitting import fitted_views
 from relpos.compare.presets import preset_tasks
 from relpos.report.results_inputs import (  # re-exported: the page's API is one module
     PageInputs,
-    carry_times,
     inputs_from_folders,
     inputs_from_json_dir,
 )
@@ -139,10 +138,10 @@ def _randomized(cfg: dict) -> list[str]:
             "against plain `X`, never in the base ranking."]
 
 
-def _verdict(res: dict | None, name: str) -> list[str]:
+def _verdict(res: dict | None, name: str, rk: dict | None = None) -> list[str]:
     if not res:
         return [f"No `{name}` results: this section waits for them."]
-    v = verdict(res)
+    v = verdict(res, rk)
     header, rows = verdict_table(res, v)
     out = [f"- {n}" for n in v["notes"]] + [""]
     out += ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
@@ -172,9 +171,22 @@ def _headline(res: dict, rk: dict) -> list[str]:
     if ranked:
         top = max(m for _, m, _ in ranked)
         lead = [lab for lab, m, _ in ranked if m >= top - 1e-12]
-        out.append(f"- **Overall** (mean reciprocal rank over the tasks each scheme is ranked on, of those on which "
-                   f"at least two schemes are ranked; {len(rk['compared'])} task(s)): first of {len(ranked)}: "
-                   f"{', '.join(lead)} (MRR {top:.2f}).")
+        left = [lab for lab, m, _ in rk["order"] if not math.isfinite(m)]
+        out.append("- **Overall** (mean reciprocal rank over the same tasks for every scheme: "
+                   f"{', '.join(rk['common'])}, the {len(rk['common'])} of {len(rk['compared'])} compared task(s) on which all {len(ranked)} "
+                   f"are ranked): first of {len(ranked)}: {', '.join(lead)} (MRR {top:.2f})"
+                   + (f"; not in this order (not ranked on every one of these tasks): {', '.join(left)}"
+                      if left else "")
+                   + ".")
+    from relpos.report.ranking import BORDERLINE_MARK, borderline_decisions
+    from relpos.report.stats import BORDERLINE
+
+    near = borderline_decisions(rk)
+    if near["of"]:
+        out.append(f"- **Borderline decisions**: {near['n']} of the {near['of']} intervals behind the ranks, ties and "
+                   f"views have a bound within {BORDERLINE} of 0 (another bootstrap draw or a few more test examples "
+                   f"could move it across 0), so each is decided a tie; marked `{BORDERLINE_MARK}` in the tables "
+                   "below.")
     return out + [""] if out else []
 
 
@@ -190,6 +202,13 @@ def _fitted(res: dict, rk: dict) -> list[str]:
     out.append("| all rows | " + " | ".join(f"{a}/{b}" for a, b in tot) + " |")
     return out + ["", f"A row with fewer than {MIN_SEEDS} fitted seeds of a task is not ranked on it; its fitted "
                   "fraction is shown here, never counted as a score of 0.", ""]
+
+
+def _speed(res: dict, rk: dict) -> list[str]:
+    from relpos.report.learning_speed import speed_markdown
+
+    labs = sorted({lab for t, lab in rk["fitted"]}, key=lambda x: (x not in claims._base(res), x))
+    return speed_markdown(res, _tasks(res), labs)
 
 
 def _ranked(res: dict, rk: dict) -> list[str]:
@@ -251,8 +270,12 @@ def _literature(inp: PageInputs, rk: dict | None) -> list[str]:
     for f in claims.findings(inp.full, rk):
         c = f.claim
         out += [f"**{c.who}** ({c.url}). *Claim:* {c.claim} *Rule:* {c.rule} **{f.verdict.capitalize()}.**", ""]
-        out += [f"- {e}" for e in f.evidence] + [""]
+        out += [f"- {e}" for e in f.evidence] + ([f"- {f.scale}"] if f.scale else []) + [""]
     return out
+
+
+#: What the time table says for results whose store does not ship beside the page.
+_NO_STORE = "store not shipped: CPU time not recorded"
 
 
 def _time(inp: PageInputs) -> list[str]:
@@ -263,7 +286,7 @@ def _time(inp: PageInputs) -> list[str]:
         if res is None:
             rows.append(f"| {name} | - | - | - | no results |")
         elif t is None:
-            rows.append(f"| {name} | {len(res['runs'])} | - | - | no store: CPU time not recorded |")
+            rows.append(f"| {name} | {len(res['runs'])} | - | - | {_NO_STORE} |")
         else:
             sp = t.get("wall_seconds")  # a times.json of before 2026-12-04 has only a first-to-last span: not shown
             per = ", ".join(f"{k} {v['cpu_seconds'] / 3600:.2f} ({v['jobs']} job{'s' if v['jobs'] != 1 else ''})"
@@ -278,11 +301,13 @@ def _time(inp: PageInputs) -> list[str]:
                     + ", ".join(f"{k[6:]} {v['cpu_seconds'] / 3600:.2f}" for k, v in sc.items()) + " |")
     elif inp.scale_cells:
         rows.append(f"| scale ({len(inp.scale_cells)} of 6 cells) | "
-                    f"{sum(len(r['runs']) for r in inp.scale_cells.values())} | - | - | no store: CPU time not recorded |")
+                    f"{sum(len(r['runs']) for r in inp.scale_cells.values())} | - | - | {_NO_STORE} |")
     else:
         rows.append("| scale | - | - | - | no results |")
-    return ["Process CPU time of every job (each training try and its evaluation), summed from each folder's "
-            "store (`cpu_seconds`; `times.json`). Wall: the hours during which at least one job ran (the union of the "
+    return ["Process CPU time of every job (each training try and its evaluation), summed from the store that "
+            "ships beside this page (`full/results.sqlite` for the full preset; `cpu_seconds`, recorded in "
+            "`times.json`); results whose store was not shipped show no time: none is typed in. Wall: the hours "
+            "during which at least one job ran (the union of the "
             "jobs' own intervals, each from its end back over every training try and its evaluation; the gaps "
             "between working sessions are left out, and a job copied by `--reuse` counts when it was trained).", "",
             "| preset | jobs | CPU-hours | wall | per task or cell (CPU-hours) |", "|---|---:|---:|---:|---|", *rows, ""]
@@ -310,6 +335,14 @@ def _missing(inp: PageInputs) -> list[str]:
             out.append(f"- `{name}`: {len(seeds)} seed(s): nothing in it is ranked or has an interval.")
         elif len(seeds) < 3:
             out.append(f"- `{name}`: {len(seeds)} seeds, fewer than the three the protocol asks for.")
+        before: dict = {}
+        for r in res["runs"]:
+            vb = ((r.get("train") or {}).get("fit") or {}).get("validated_before")
+            if vb and r.get("variant") in (None, "randomized"):
+                before.setdefault((r["task"], vb.get("fingerprint"), "; ".join(vb.get("differs") or [])), []).append(r)
+        for (t, fp, diff), rs in sorted(before.items()):
+            out.append(f"- `{name}`: {len(rs)} {t} run(s) copied from a folder of fingerprint `{fp}` keep the "
+                       f"validation they were trained with there, not this preset's ({diff}).")
         unfit = [ok for ok in fitted_views(res["runs"])].count(False)
         if unfit:
             out.append(f"- `{name}`: {unfit} of {len(res['runs'])} rows not fitted (left out of every ranking).")
@@ -331,10 +364,12 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
     full = inp.full
     L = [MARKER, "", "# Results: train short, test long", ""] + _banner(inp, links)
     L += _read_first(inp.full or inp.default)
-    L += ["## Verdict", ""] + (_headline(full, rk) if full else []) + _verdict(full, "full")
+    L += ["## Verdict", ""] + (_headline(full, rk) if full else []) + _verdict(full, "full", rk)
     L += ["## Ranking of the base schemes", ""]
     L += (_ranked(full, rk) if full else ["No `full` results: nothing is ranked yet.", ""])
     L += ["## Fitted fractions", ""] + (_fitted(full, rk) if full else ["No `full` results yet.", ""])
+    L += ["## Learning speed", ""] + ((_speed(full, rk) or ["No fit records."]) if full else
+                                      ["No `full` results yet.", ""])
     tries = tries_markdown(full) if full else ""
     L += (tries.splitlines() if tries else ["## Learning-rate tries", "", "No tries recorded."]) + [""]
     L += ["## Tables by task", ""]
@@ -421,6 +456,7 @@ def write_page(inp: PageInputs, ship: dict, out: str | Path, json_dir: str | Pat
     jd.mkdir(parents=True, exist_ok=True)
     try:  # each file into a new temporary file (created exclusively), then renamed into place
         for name, src in ship.items():
+            (jd / name).parent.mkdir(parents=True, exist_ok=True)  # a store ships in its own folder
             if isinstance(src, Path):
                 with open(src, "rb") as f:
                     write_bytes_atomic(jd / name, f.read())
@@ -428,8 +464,10 @@ def write_page(inp: PageInputs, ship: dict, out: str | Path, json_dir: str | Pat
                 write_text_atomic(jd / name, json.dumps(src, indent=1) + "\n")
         write_text_atomic(man_path, json.dumps(sorted(manifest | set(ship) | {MANIFEST}), indent=1) + "\n")
         links = os.path.relpath(jd, out.parent).replace(os.sep, "/").rstrip("/") + "/"
-        page = page_markdown(inputs_from_json_dir(jd), links)  # from the shipped files only
-        write_text_atomic(out, page)
+        back = inputs_from_json_dir(jd)  # from the shipped files only
+        if "times.json" in ship:  # the times of the stores shipped here, as the page derives them
+            write_text_atomic(jd / "times.json", json.dumps(back.times, indent=1) + "\n")
+        write_text_atomic(out, page_markdown(back, links))
     except OutputDirError as e:
         raise Refused(str(e)) from None
     return out
@@ -461,9 +499,6 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 prev = claims.previous_from_page(text)
         inp, ship = inputs_from_folders(a.full, a.scale, a.default, prev)
-        shipped = Path(a.json_dir) / "times.json"
-        if shipped.is_file() and not shipped.is_symlink():  # times of results whose store is gone stay on the page
-            carry_times(inp, json.loads(shipped.read_text()))
         path = write_page(inp, ship, a.out, a.json_dir, force=a.force)
     except (Refused, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -28,9 +28,10 @@ with YaRN):
 randomized positions get their own table against plain RoPE). Per task, one score: the LM ratio at the
 longest length (lower is better) or the per-token accuracy at 2x L (exact match where a task reports no
 per-token accuracy). Each scheme is compared with the task's best by a paired bootstrap interval over seeds
-and test examples; a tie when it contains 0. The overall order is the mean reciprocal rank over the tasks
-on which a scheme is ranked (Kazemnejad et al. 2023); a scheme with fewer than two fitted seeds on a task is
-not ranked on it, and its fitted fraction is shown, never counted as a 0.
+and test examples; a tie when it contains 0 or has a bound within 0.005 of it. The overall order is the mean
+reciprocal rank (Kazemnejad et al. 2023) over the common tasks, those on which every scheme of the order is
+ranked; a scheme with fewer than two fitted seeds on a task is not ranked on it, and its fitted fraction is
+shown, never counted as a 0.
 """
 
 from __future__ import annotations
@@ -93,8 +94,9 @@ def _fastest(xs: list) -> float:
     return min(xs) if xs else math.nan
 
 
-def verdict(results: dict) -> dict:
-    """``{"rows": {label: {...}}, "tasks": [...], "ranking": [(label, mrr)], "notes": [...]}``."""
+def verdict(results: dict, rk: dict | None = None) -> dict:
+    """``{"rows": {label: {...}}, "tasks": [...], "ranking": [(label, mrr)], "notes": [...]}`` (``rk``: the
+    :func:`~relpos.report.ranking.ranking` of ``results`` when the caller has it)."""
     runs = results["runs"]
     ok = {id(r) for r, f in zip(runs, fitted_views(runs)) if f}
     by = defaultdict(lambda: defaultdict(list))  # label -> task -> runs
@@ -155,7 +157,7 @@ def verdict(results: dict) -> dict:
         rows[lab] = row
     from relpos.report.ranking import ranking as _protocol_ranking
 
-    rk = _protocol_ranking(results)
+    rk = rk or _protocol_ranking(results)
     ranking = [(lab, mrr, {t: rk["per_task"][t]["rank"].get(lab) for t in rk["tasks"]}) for lab, mrr, _ in rk["order"]]
     lm_lens = sorted({m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r.get("metrics") or []})
     lm_L = next((r["train_len"] for r in results["runs"] if r["task"] == "lm"), None)
@@ -239,7 +241,7 @@ def _table(results: dict, v: dict | None = None) -> tuple[list[str], list[list[s
     algo = [t for t in tasks if t != "lm"]
     for t in algo:
         header += [f"{t} exact 1.5L", f"{t} exact 2L"]
-    header += ["cost vs NoPE", "MRR"]
+    header += ["cost vs NoPE", "MRR (common tasks)"]
     mrr = {lab: m for lab, m, _ in v["ranking"]}
     rows = []
     from relpos.report.results_doc import label_order as _order
@@ -280,9 +282,9 @@ def verdict_markdown(results: dict) -> str:
     out += [f"- {n}" for n in v["notes"]] + [""]
     out += ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
-    out += ["", "Base schemes are ordered by mean reciprocal rank (MRR) over the tasks they are ranked on (see "
-            "the ranking below: paired bootstrap intervals, ties when an interval contains 0), from fitted runs "
-            "only; views of RoPE and randomized positions follow, unranked (MRR `-`). `±` is the "
+    out += ["", "Base schemes are ordered by mean reciprocal rank (MRR) over the common tasks, the same for every "
+            "scheme with an MRR (see the ranking below: paired bootstrap intervals, ties when an interval contains "
+            "0 or has a bound within 0.005 of it), from fitted runs only; views of RoPE and randomized positions follow, unranked (MRR `-`). `±` is the "
             "standard deviation over fitted seeds. LM columns are far-position ratios: bits per byte on the last quarter of each "
             f"window at {' and '.join(f'{f}x' for f in v['lm_factors'])} the training length over bits per byte on the last quarter of windows at 1x (the "
             "same relative positions; 1.00 = no degradation; the whole-window ratio, biased toward 1, is in the "
