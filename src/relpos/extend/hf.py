@@ -333,6 +333,7 @@ def _save_model(hf, spec: HFExtendSpec, out: Path) -> None:
     tmp = out / "model.partial"
     if tmp.exists():
         shutil.rmtree(tmp)
+    _drop_gguf_marker(hf)
     hf.save_pretrained(str(tmp))
     shutil.copyfile(tokenizer_file(spec.model, spec.tokenizer, spec.cache_dir), tmp / "tokenizer.json")
     if spec.scheme is not None:
@@ -350,6 +351,17 @@ def _save_model(hf, spec: HFExtendSpec, out: Path) -> None:
     (tmp / "README.md").write_text(f"# Fine-tuned by relpos extend\n\nFrom `{spec.model}`, {spec.steps} steps at "
                                    f"{spec.factor:g}x its context.\n\n{how}\n")
     os.replace(tmp, dest)
+
+
+def _drop_gguf_marker(hf) -> None:
+    """A model read from a GGUF file holds float weights (transformers dequantizes them on loading) but keeps a
+    "gguf" quantizer mark that forbids ``save_pretrained``; the saved folder is a plain float checkpoint."""
+    q = getattr(hf, "hf_quantizer", None)
+    method = getattr(getattr(q, "quantization_config", None), "quant_method", None)
+    if q is not None and str(getattr(method, "value", method)) == "gguf":
+        hf.hf_quantizer = None
+        if hasattr(hf.config, "quantization_config"):
+            del hf.config.quantization_config
 
 
 def load_extended(folder, *, dtype: str = "float32"):
