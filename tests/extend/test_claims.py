@@ -3,6 +3,8 @@ rate is chosen on validation, never on test."""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from relpos.extend.report import FAILS, HOLDS, UNTESTABLE, claims, select, steps_to_match
@@ -12,7 +14,7 @@ GRID = [0, 10, 30, 100]
 
 
 def _row(recipe, seed, k, losses, *, lr=1e-3, val=1.0):
-    rng = np.random.default_rng(hash((recipe, seed, k)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(f"{recipe}/{seed}/{k}".encode()))
     lengths = {}
     for f in EF:
         n = f * L
@@ -35,7 +37,7 @@ def _outcomes(rows, grid=GRID, ef=EF):
     return {c["claim"]: c["outcome"] for c in claims(select(rows), grid, L, FACTOR, ef)}
 
 
-def _base(pi_at_4=(3.0, 2.5, 2.0), yarn_at_4=(2.6, 2.0, 1.9), direct_at_4=(3.5, 3.3, 3.1), yarn_far=1.5,
+def _base(pi_at_4=(3.0, 2.5, 2.0), yarn_at_4=(2.6, 1.95, 1.9), direct_at_4=(3.5, 3.3, 3.1), yarn_far=1.5,
           pi_far=2.5):
     ks = GRID[1:]
     return {
@@ -95,6 +97,6 @@ def test_rate_is_chosen_by_validation_not_test():
 
 def test_steps_to_match():
     sel = select(_rows(_base()))
-    assert steps_to_match(sel, GRID, 4 * L, 2.05, "yarn") == 30
+    assert steps_to_match(sel, GRID, 4 * L, 2.0, "yarn") == 30
     assert steps_to_match(sel, GRID, 4 * L, 2.05, "pi") == 100
     assert steps_to_match(sel, GRID, 4 * L, 1.0, "pi") is None

@@ -12,15 +12,6 @@ import torch
 from relpos.extend import bench
 from relpos.extend.bench import run_extend
 from relpos.extend.spec import ExtendSpec
-from tests.experiments.compare_support import run_tiny
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cmp") / "cmp"
-    run_tiny(d, tasks=["lm"], schemes=["rope", "alibi"], seeds=[0, 1], rope_variants=["pi"],
-             lm={"train_len": 8, "eval_factors": [1, 16], "eval_tokens": 256, "train_bytes": 20_000})
-    return d
 
 
 def _spec(folder, out, **kw):
