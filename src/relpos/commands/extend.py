@@ -74,6 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hf-eval-factors", type=_csv(float), default=None,
                    help="evaluation lengths as multiples of L0 (default 1 and --factor)")
     g.add_argument("--eval-tokens", type=int, default=None, help="test tokens scored at each length (default 16384)")
+    g.add_argument("--blocks", type=int, default=None, help="fixed-target blocks of the evaluation")
     g.add_argument("--max-eval-tokens", type=int, default=None, help="longest forward pass (default 32768)")
     g.add_argument("--passkey", type=int, default=None, help="passkey examples per depth (default 0: none)")
     g.add_argument("--ckpt-every", type=int, default=None, help="steps between training checkpoints")
@@ -83,7 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 _BENCH = ("recipes", "seeds", "eval_factors", "k_fractions", "lr_grid", "allow_unfitted")
-_HF = ("scaling", "scheme", "steps", "lr", "hf_context", "hf_eval_factors", "eval_tokens", "max_eval_tokens",
+_HF = ("scaling", "scheme", "steps", "lr", "hf_context", "hf_eval_factors", "eval_tokens", "blocks", "max_eval_tokens",
        "passkey", "ckpt_every", "device", "dtype", "corpus")
 
 
@@ -121,7 +122,7 @@ def hf_spec(args):
     if args.scheme is not None and args.scaling is not None:
         raise ValueError("--scaling and --scheme exclude each other: a RoPE scaling, or another scheme swapped in")
     kw = {k: v for k, v in (("scaling", args.scaling), ("steps", args.steps), ("lr", args.lr),
-                            ("batch_size", args.batch_size), ("eval_tokens", args.eval_tokens),
+                            ("batch_size", args.batch_size), ("eval_tokens", args.eval_tokens), ("blocks", args.blocks),
                             ("max_eval_tokens", args.max_eval_tokens), ("passkey_n", args.passkey),
                             ("dtype", args.dtype)) if v is not None}
     ef = tuple(args.hf_eval_factors) if args.hf_eval_factors is not None else None

@@ -50,6 +50,7 @@ class HFExtendSpec:
         context: ``L0`` (None: from the config).
         eval_factors: evaluation lengths as multiples of ``L0`` (None: 1 and ``factor``).
         eval_tokens, max_eval_tokens: tokens scored per length; longest forward pass.
+        blocks: fixed-target blocks of the evaluation (None: its default).
         passkey_n: passkey examples per depth (0: none).
         tokenizer, cache_dir, device, dtype: as ``relpos compare --hf-model``.
         ckpt_every: steps between training checkpoints (resume after a kill); None: ``max(1, steps // 10)``.
@@ -72,6 +73,7 @@ class HFExtendSpec:
     context: int | None = None
     eval_factors: tuple[float, ...] | None = None
     eval_tokens: int = 16384
+    blocks: int | None = None
     max_eval_tokens: int = 32768
     passkey_n: int = 0
     tokenizer: str | None = None
@@ -129,7 +131,7 @@ class HFExtendSpec:
         its config says: ``native``)."""
         return {"model": self.model, "corpus": self.corpus, "tokenizer": self.tokenizer, "scalings": ["native"],
                 "factors": list(self.eval_factors), "context": self.context, "eval_tokens": self.eval_tokens,
-                "passkey_n": self.passkey_n, "device": self.device, "dtype": self.dtype,
+                "blocks": self.blocks, "passkey_n": self.passkey_n, "device": self.device, "dtype": self.dtype,
                 "max_eval_tokens": self.max_eval_tokens, "cache_dir": self.cache_dir}
 
     def protocol(self) -> dict:
