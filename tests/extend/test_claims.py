@@ -100,3 +100,19 @@ def test_steps_to_match():
     assert steps_to_match(sel, GRID, 4 * L, 2.0, "yarn") == 30
     assert steps_to_match(sel, GRID, 4 * L, 2.05, "pi") == 100
     assert steps_to_match(sel, GRID, 4 * L, 1.0, "pi") is None
+
+
+def test_extend_imports_nothing_from_above():
+    """The package's docstring: training, the compare store/config, the HF evaluation and the bridge; never the
+    command line or the explorer."""
+    import ast
+    from pathlib import Path
+
+    import relpos.extend
+
+    for f in Path(relpos.extend.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for n in names:
+                assert not n.startswith(("relpos.commands", "relpos.explorer", "relpos.cli")), (f.name, n)

@@ -5,8 +5,9 @@ What this package owns:
 * :mod:`relpos.extend.recipes` -- the recipes (direct fine-tuning of plain RoPE; position interpolation,
   NTK-aware, YaRN with its attention temperature, dynamic NTK zero-shot; ALiBi, KERPLE and NoPE as
   references) and how each one is put on a trained model;
-* :mod:`relpos.extend.spec` -- the typed settings of a run (:class:`~relpos.extend.spec.ExtendSpec`,
-  :class:`~relpos.extend.spec.HFExtendSpec`), validated with one-line errors naming the setting;
+* :mod:`relpos.extend.spec` and :mod:`relpos.extend.hf_spec` -- the typed settings of a run
+  (:class:`~relpos.extend.spec.ExtendSpec`, :class:`~relpos.extend.hf_spec.HFExtendSpec`), validated with
+  one-line errors naming the setting;
 * :mod:`relpos.extend.source` -- the fitted language models of a finished ``relpos compare`` folder
   (read only; a folder without them is refused in one line);
 * :mod:`relpos.extend.finetune` -- fine-tuning at ``factor x L`` and the test/validation evaluation at
