@@ -122,7 +122,11 @@ def test_killed_fine_tuning_resumes_to_the_same_model(setup, tmp_path, monkeypat
     assert again["train"]["losses"] == clean["train"]["losses"]
     assert again["rows"]["fine-tuned"] == {**clean["rows"]["fine-tuned"],
                                            "eval_seconds": again["rows"]["fine-tuned"]["eval_seconds"]}
-    assert len(list((tmp_path / "k").glob("train-state-*"))) == 1
+    # the training checkpoints are removed once the model is saved; a rerun changes nothing
+    assert not list((tmp_path / "k").glob("train-state*"))
+    lines = []
+    third = run_hf_extend(_spec(setup, tmp_path / "k", steps=6), log=lines.append, progress=False)
+    assert third["rows"] == again["rows"] and not any("resuming" in s for s in lines)
 
 
 def test_dry_run_and_refusals(setup, tmp_path):

@@ -174,6 +174,16 @@ def _state(out: Path) -> dict | None:
     return st if isinstance(st, dict) and (out / str(st.get("dir"))).is_dir() else None
 
 
+def _drop_state(out: Path) -> None:
+    """Remove the training checkpoints once the fine-tuned model is saved (ours: named ``train-state-<step>``)."""
+    st = out / "train-state.json"
+    for d in out.glob("train-state-*"):
+        if d.is_dir() and not d.is_symlink() and d.name[len("train-state-"):].isdigit():
+            shutil.rmtree(d)
+    if st.is_file():
+        st.unlink()
+
+
 def _train(hf, spec: HFExtendSpec, source, out: Path, progress: bool | None, log) -> dict:
     from safetensors.torch import load_model
 
@@ -317,6 +327,7 @@ def run_hf_extend(spec: HFExtendSpec, *, log: Callable[[str], None] | None = Non
         rows.pop("fine-tuned", None)
         measure("fine-tuned")
         _save_model(hf, spec, out)
+        _drop_state(out)
     man.data["report"] = report_text(man.data, L0)
     man.save()
     (out / "report.md").write_text(man.data["report"])
@@ -347,7 +358,9 @@ def _save_model(hf, spec: HFExtendSpec, out: Path) -> None:
                f"(`relpos-state.safetensors`).")
     else:
         how = (f"Its config carries the RoPE scaling `{spec.scaling}` at factor {spec.factor:g} "
-               f"(`rope_parameters`): `transformers.AutoModelForCausalLM.from_pretrained` loads it as fine-tuned.")
+               f"(`rope_parameters`): `transformers.AutoModelForCausalLM.from_pretrained` loads it as fine-tuned. "
+               f"`max_position_embeddings` keeps the original context (transformers' dynamic NTK reads it there); "
+               f"the model was fine-tuned at {spec.factor:g} times it.")
     (tmp / "README.md").write_text(f"# Fine-tuned by relpos extend\n\nFrom `{spec.model}`, {spec.steps} steps at "
                                    f"{spec.factor:g}x its context.\n\n{how}\n")
     os.replace(tmp, dest)
@@ -407,7 +420,13 @@ def report_text(data: dict, L0: int) -> str:
     if {"shipped", "zero-shot", "fine-tuned"} <= set(rows) and str(L0) in rows["shipped"]["lengths"]:
         a, b, c = (rows[k]["lengths"][str(L0)]["loss"] for k in ROWS)
         cost = b - a
-        rec = f"recovered {(b - c) / cost:.0%} of it" if cost > 1e-3 else "had nothing to recover"
+        if cost <= 1e-3:
+            rec = "had nothing to recover"
+        elif c < a:
+            rec = ("more than recovered it: the fine-tuned model is below the shipped one, so fine-tuning on this "
+                   "corpus also adapted the model to it")
+        else:
+            rec = f"recovered {(b - c) / cost:.0%} of it"
         out.append(f"At L0 = {L0} the change cost {cost:+.4f} nats a token before fine-tuning; fine-tuning {rec} "
                    f"(fine-tuned row minus shipped: {c - a:+.4f}). Fine-tuned at {ext['factor']:g}x L0; every number "
                    f"reads the test split.")
