@@ -53,13 +53,14 @@ def _quiet(_):
     pass
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_three_rows_and_a_folder_transformers_loads_with_the_same_logits(setup, tmp_path, arch):
+@pytest.mark.parametrize("arch,scaling", [("llama", "yarn"), ("qwen2", "yarn"), ("llama", "dynamic"),
+                                          ("llama", "linear")])
+def test_three_rows_and_a_folder_transformers_loads_with_the_same_logits(setup, tmp_path, arch, scaling):
     from transformers import AutoModelForCausalLM
 
     from relpos.experiments.hf_eval import load_hf_model, run_hf_job
 
-    spec = _spec(setup, tmp_path / "o", model=arch, scaling="yarn")
+    spec = _spec(setup, tmp_path / "o", model=arch, scaling=scaling)
     data = run_hf_extend(spec, log=_quiet, progress=False)
     assert list(data["rows"]) == ["shipped", "zero-shot", "fine-tuned"]
     assert set(data["rows"]["fine-tuned"]["lengths"]) == {str(L0), str(4 * L0)}
@@ -68,7 +69,7 @@ def test_three_rows_and_a_folder_transformers_loads_with_the_same_logits(setup, 
     assert ft[str(4 * L0)]["loss"] != zs[str(4 * L0)]["loss"]
     folder = tmp_path / "o" / "model"
     cfg = json.loads((folder / "config.json").read_text())
-    assert cfg["rope_parameters"]["rope_type"] == "yarn" and cfg["rope_parameters"]["factor"] == 4.0
+    assert cfg["rope_parameters"]["rope_type"] == scaling and cfg["rope_parameters"]["factor"] == 4.0
     hf = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True).eval()
     ours = load_hf_model(folder, device="cpu")
     x = torch.randint(0, 512, (2, 4 * L0), generator=torch.Generator().manual_seed(0))
