@@ -93,7 +93,7 @@ def test_dry_run_states_the_estimate_and_writes_nothing(folder, tmp_path):
     out = tmp_path / "dry"
     res = run_extend(_spec(folder, out), dry_run=True)
     text = "\n".join(res["lines"])
-    assert "CPU-hours" in text and "fine-tuning steps" in text and "K grid [0, 1, 3]" in text
+    assert "hours" in text and "fine-tuning steps" in text and "K grid [0, 1, 3]" in text
     assert not out.exists()
     e = bench.estimate(res["plan"])
     assert e["steps"] == 2 * (3 * 2 * 3 + 2 * 3) and e["units"] == 2 * (4 + 3 * 2 + 2)

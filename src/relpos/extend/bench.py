@@ -131,8 +131,9 @@ def estimate_lines(p: Plan, done: set | None = None) -> list[str]:
              f"evaluated at {', '.join(f'{f}x' for f in p.spec.eval_factors)} L on the test split",
              f"to do: {e['units']} of {len(p.units)} runs, {e['steps']:,} fine-tuning steps ({e['tokens']:,} tokens), "
              f"{e['evaluations']} evaluations",
-             f"estimate: about {e['seconds'] / 3600:.2f} CPU-hours ({e['step_seconds'] * 1000:.0f} ms a step, "
-             f"{e['eval_seconds']:.1f} s an evaluation; rough, from the folder's pretraining cost per step)"]
+             f"estimate: about {e['seconds'] / 3600:.2f} hours ({e['step_seconds'] * 1000:.0f} ms a step, "
+             f"{e['eval_seconds']:.1f} s an evaluation; rough, from the wall time per step of the folder's own "
+             f"pretraining, on the machine and under the load it had then)"]
     return [*lines, *p.notes]
 
 

@@ -241,7 +241,9 @@ def write_report(rows: list[dict], p, out: Path, *, plots: bool = True) -> dict:
     if not fitted:
         md += ["**Some models did not fit: these numbers carry no conclusion.**", ""]
     md += ["## Far-position ratio against K", "", "Mean over seeds; in brackets the 95 % paired bootstrap interval "
-           "of the difference from direct fine-tuning at the same K.", "", t["ratio"], ""]
+           "of the difference from direct fine-tuning at the same K. Each ratio reads a recipe against its own loss "
+           "at L: a recipe that costs loss at L (PI before fine-tuning) looks flatter by it, so read it with the "
+           f"loss at {f}x and the loss at L below.", "", t["ratio"], ""]
     md += ["## Loss at L before and after", "", t["loss_at_L"], "", "## Steps to match", "", t["steps"], ""]
     md += ["## Claims", ""] + [f"* **{c['claim']}**: {c['outcome']} -- {c['why']}" for c in cl]
     if png:
