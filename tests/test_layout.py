@@ -98,8 +98,16 @@ def test_pretrained_rules():
     assert _violations("pretrained", ok) == []
 
 
-def test_every_sub_package_states_its_rules():
+def test_extend_rules():
+    """Extension fine-tuning sits on top of the experiment tier: it reads compare's store, trains, evaluates a
+    pretrained checkpoint and reports; nothing above it (commands, explorer) and nothing imports it but those."""
+    assert _violations("extend", lambda me, p: p[0] not in ("experiments",) + TOP) == []
     for pkg in ("compare", "report", "pretrained", "training"):
+        assert _violations(pkg, lambda me, p: p[0] != "extend") == []
+
+
+def test_every_sub_package_states_its_rules():
+    for pkg in ("compare", "report", "pretrained", "training", "extend"):
         doc = ast.get_docstring(ast.parse((SRC / pkg / "__init__.py").read_text())) or ""
         assert "May import" in doc, pkg
 

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "generate": "relpos.commands.generate",
     "explore": "relpos.commands.explore",
     "bench": "relpos.commands.bench",
+    "extend": "relpos.commands.extend",
 }
 
 

@@ -198,7 +198,7 @@ class HFEvalSpec(dict):
     DEFAULTS = {"model": None, "corpus": None, "tokenizer": None, "scalings": list(HF_SCALINGS),
                 "factors": [1, 2, 4, 8], "context": None, "eval_tokens": 16384, "blocks": None, "target_len": None,
                 "passkey_n": 10, "passkey_depths": [0.0, 0.25, 0.5, 0.75, 1.0], "device": None,
-                "dtype": "float32", "max_eval_tokens": 32768, "cache_dir": None}
+                "dtype": "float32", "max_eval_tokens": 32768, "cache_dir": None, "train_split": False}
 
     def __init__(self, **kw) -> None:
         unknown = set(kw) - set(self.DEFAULTS)
@@ -280,7 +280,10 @@ def _lm_task(spec: dict, L0: int, lengths: list[int], corpus=None):
     c = dict(c) if isinstance(c, dict) else {"path": str(c)}
     c["tokenizer"] = tokenizer_file(spec["model"], spec["tokenizer"], spec["cache_dir"])
     # a zero-shot evaluation never reads the training split: it is not tokenized
-    return CorpusLanguageModelling.from_spec(c, cache_dir=spec.get("cache_dir"), eval_only=True, **opts)
+    # an evaluation alone never reads the training split, so it is hashed but not tokenized; a fine-tuning run
+    # (``train_split``) tokenizes it, and its test windows then exclude text also in training
+    return CorpusLanguageModelling.from_spec(c, cache_dir=spec.get("cache_dir"), eval_only=not spec.get("train_split"),
+                                             **opts)
 
 
 def _passkey(spec: dict, lengths: list[int], tok, bos):
