@@ -187,7 +187,8 @@ def run_lm_cell(model, corpus, scaling: str, length: int, context: int, max_eval
     win = next(r for r in rows if r["protocol"] == "window")
     far = far_loss(rows, length)
     d = corpus.tensor("test").numel()
-    start = (d - (2 * length + 1)) // 2 + length  # the window's first token in the test split (LanguageModelling._chunks)
+    # the window's first token in the test split (where LanguageModelling._chunks puts one chunk)
+    start = (d - (2 * length + 1)) // 2 + length
     return {"window_loss": win["loss"], "window_bpb": corpus.bits_per_byte(win["loss"]) if corpus.tokenized else None,
             "far_loss": far, "far_bpb": corpus.bits_per_byte(far) if corpus.tokenized and far is not None else None,
             "far_fraction": FAR_FRACTION, "tokens": win["count"], "windows": 1, "test_offset": start,

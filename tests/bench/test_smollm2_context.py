@@ -121,7 +121,9 @@ def test_done_cells_skips_broken_files_and_estimate_uses_measured_times(tmp_path
     cells = drv.plan_cells(PROTO["scalings"], PROTO["lengths"], 16384, PROTO["passkey_depths"])
     secs, mean = drv.estimate(cells, done)
     assert mean == {8192: 200.0, 16384: 420.0}  # windows only; the shared cell is not a timing
-    left = lambda kind, L: sum(1 for c in cells if (c["kind"], c["length"]) == (kind, L) and c["name"] not in done)  # noqa: E731
+    def left(kind, L):
+        return sum(1 for c in cells if (c["kind"], c["length"]) == (kind, L) and c["name"] not in done)
+
     assert secs == pytest.approx(left("lm", 8192) * 200 + left("lm", 16384) * 420 + left("passkey", 16384) * 300
                                  + left("lm", 32768) * 420 * 2 ** 1.3)
 
