@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 
@@ -68,7 +69,9 @@ def collect(src: Path) -> dict:
             continue
         if isinstance(c, dict) and c.get("name") == p.stem and p.stem in names:
             cells.append(_slim(c))
-    return {"protocol": protocol, "corpus": _corpus_summary(corpus), "cells": cells,
+    log = (src / "progress.log").read_text().splitlines() if (src / "progress.log").is_file() else []
+    loads = [int(m.group(1)) for m in (re.search(r"model loaded in (\d+)s", line) for line in log) if m]
+    return {"protocol": protocol, "corpus": _corpus_summary(corpus), "cells": cells, "load_seconds": loads,
             "collected": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
 
 
@@ -205,7 +208,9 @@ def markdown(data: dict) -> str:
     t = [f"**Time.** {s['done']} of {s['planned']} planned cells finished"
          + (f" (not yet run: {', '.join(s['missing'])})" if s["missing"] else "")
          + f"; {s['wall_seconds'] / 3600:.2f} hours of wall time and {s['cpu_seconds'] / 3600:.2f} CPU-hours for "
-         "the cells, after 5 to 9 minutes of loading (dequantising the GGUF file) per invocation"]
+         "the cells"
+         + (", plus loading the model (dequantising the GGUF file) once per invocation: "
+            + ", ".join(f"{x:,} s" for x in data["load_seconds"]) if data.get("load_seconds") else "")]
     if spw:
         t.append("seconds per window: " + ", ".join(
             f"{L:,} tokens {v['mean']:,.0f}" + (f" ({v['min']:,.0f}-{v['max']:,.0f}, {v['n']} windows)" if v["n"] > 1

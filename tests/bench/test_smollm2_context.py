@@ -53,8 +53,11 @@ def _partial_cells():
 
 def test_section_shows_losses_passkey_time_and_what_is_missing(tmp_path):
     tab = load_script("smollm2_context_table")
-    data = tab.collect(_run_folder(tmp_path, _partial_cells()))
+    out = _run_folder(tmp_path, _partial_cells())
+    (out / "progress.log").write_text("2026-12-05 10:47:45 UTC  model loaded in 168s (rope_type default, L0 8192)\n")
+    data = tab.collect(out)
     md = tab.markdown(data)
+    assert "once per invocation: 168 s" in md
     assert "an illustration, not a ranking" in md
     assert "| native | 1.100 / 0.550 | 2.500 / 1.250 | not run |" in md  # window loss / bpb by length
     assert "| yarn | not run | 1.200 / 0.600 | not run |" in md
