@@ -82,6 +82,10 @@ def _corpus_summary(rep: dict | None) -> dict | None:
     return {k: rep[k] for k in keep if k in rep}
 
 
+def cell_name_lm(scaling: str, length: int) -> str:
+    return f"lm-{scaling}-{length}"
+
+
 def _fmt(v, spec: str = ".3f") -> str:
     return "not run" if v is None else format(v, spec)
 
@@ -153,12 +157,13 @@ def markdown(data: dict) -> str:
              + f"The corpus is Python 3.11.7's standard library, the files of `--glob '{proto.get('corpus_glob')}'`"
              + (" (the `.py` files one folder down, packages a to r)" if proto.get("corpus_glob") == "[a-r]*/*.py"
                 else "") + ", tokenized by the model's own tokenizer"
-             + (f"; its test split holds {test_tokens:,} tokens" if test_tokens else "")
+             + (f"; its test split holds {test_tokens:,} tokens"
+                + (f" in {test['docs']} files" if test.get("docs") else "") if test_tokens else "")
              + ". SmolLM2 was trained on public code, so it may have seen this text; every row reads the same "
              "tokens, which is what the comparison needs.", ""]
     if s["shared"]:
         lines += [f"At {L0:,} tokens every scaling has factor 1; "
-                  + ", ".join(f"`{n.split('-')[1]}`" for n in s["shared"])
+                  + ", ".join(f"`{sc}`" for sc in scalings if cell_name_lm(sc, L0) in s["shared"])
                   + " gave a rotary embedding (cos and sin at every position) bit-for-bit equal to `native`'s, "
                   "checked before sharing its window rather than recomputing it.", ""]
 
