@@ -113,7 +113,20 @@ def summary(data: dict) -> dict:
             per_len.setdefault(int(c["length"]), []).append(float(c["seconds"]))
     pk_secs = [float(c["seconds"]) for c in timed if c["kind"] == "passkey"]
     loads = [x for c in timed for x in c.get("loadavg", [])]
-    return {"lm": lm, "passkey": pk, "done": len(by.keys() & {c["name"] for c in plan}), "planned": len(plan),
+    # native is causal and every window starts at the same token: the first L0 positions of a longer window are
+    # the native-length window itself, so their mean loss must reproduce it (a check of the whole pipeline)
+    L0, prefix = int(proto["context"]), {}
+    base = by.get(f"lm-native-{L0}")
+    for L in proto["lengths"]:
+        got = by.get(f"lm-native-{L}")
+        if base is None or got is None or int(L) <= L0:
+            continue
+        bs = [m for m in got["measurements"] if m.get("protocol") == "position" and m["bucket_end"] <= L0]
+        if bs and max(m["bucket_end"] for m in bs) == L0 and min(m["bucket_start"] for m in bs) == 0:
+            mean = sum(m["loss"] * (m["bucket_end"] - m["bucket_start"]) for m in bs) / L0
+            prefix[int(L)] = {"first_positions_loss": mean, "native_length_loss": base["window_loss"],
+                              "abs_diff": abs(mean - base["window_loss"])}
+    return {"lm": lm, "passkey": pk, "prefix_check": prefix, "done": len(by.keys() & {c["name"] for c in plan}), "planned": len(plan),
             "missing": [c["name"] for c in plan if c["name"] not in by],
             "wall_seconds": sum(float(c["seconds"]) for c in timed),
             "cpu_seconds": sum(float(c.get("cpu_seconds") or 0) for c in timed),
@@ -187,6 +200,11 @@ def markdown(data: dict) -> str:
     lines += [row(sc, "far_loss") for sc in scalings]
     lines += ["", "Within a column every row scores the same tokens, so the rows are paired; across columns the "
               "windows differ in text as well as in length.", ""]
+    if s["prefix_check"]:
+        lines += ["Check: `native` is causal and every window starts at the same token, so the first "
+                  f"{L0:,} positions of its longer windows must give its {L0:,}-token window's loss again: "
+                  + "; ".join(f"at {L:,}, {v['first_positions_loss']:.4f} against {v['native_length_loss']:.4f}"
+                              for L, v in sorted(s["prefix_check"].items())) + ".", ""]
     if PL:
         dh = " | ".join(f"depth {round(d * 100)}%" for d in depths)
         lines += [f"**Passkey at {PL:,} tokens** (correct / examples; teacher-forced exact match of the 5-digit "

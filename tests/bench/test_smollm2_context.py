@@ -45,9 +45,16 @@ def _run_folder(tmp_path, cells):
     return out
 
 
+def _with_buckets(c, losses):
+    L, k = c["length"], len(losses)
+    c["measurements"] += [{"protocol": "position", "eval_len": L, "loss": v, "bucket_start": i * L // k,
+                           "bucket_end": (i + 1) * L // k, "count": L // k} for i, v in enumerate(losses)]
+    return c
+
+
 def _partial_cells():
     return [_lm("lm-native-8192", 8192, 1.10, 1.05, 200.0), _lm("lm-linear-8192", 8192, 1.10, 1.05, 0, "native"),
-            _lm("lm-native-16384", 16384, 2.50, 3.90, 400.0), _lm("lm-yarn-16384", 16384, 1.20, 1.25, 440.0),
+            _with_buckets(_lm("lm-native-16384", 16384, 2.50, 3.90, 400.0), [1.0, 1.2, 5.0, 2.8]), _lm("lm-yarn-16384", 16384, 1.20, 1.25, 440.0),
             _pk("native", 0.5, 1.0), _pk("yarn", 0.5, 0.0)]
 
 
@@ -58,6 +65,7 @@ def test_section_shows_losses_passkey_time_and_what_is_missing(tmp_path):
     data = tab.collect(out)
     md = tab.markdown(data)
     assert "once per invocation: 168 s" in md
+    assert "at 16,384, 1.1000 against 1.1000" in md  # native's first 8,192 positions reproduce its 8k window
     assert "an illustration, not a ranking" in md
     assert "| native | 1.100 / 0.550 | 2.500 / 1.250 | not run |" in md  # window loss / bpb by length
     assert "| yarn | not run | 1.200 / 0.600 | not run |" in md
