@@ -117,7 +117,10 @@ def done_cells(out: Path) -> dict[str, dict]:
 def _log(out: Path, msg: str) -> None:
     line = f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC  {msg}"
     print(line, flush=True)
-    with open(out / "progress.log", "a") as f:
+    log = out / "progress.log"
+    if log.is_symlink() or (log.exists() and not log.is_file()):
+        raise ValueError(f"{log} is not a regular file; refusing to write through it")
+    with open(log, "a") as f:
         f.write(line + "\n")
 
 
