@@ -69,10 +69,16 @@ def _config(path: Path) -> bytes:
     return text.encode("utf-8")
 
 
+def _ro_uri(db: Path) -> str:
+    """Read-only, and ``immutable`` while no write-ahead log lies beside the store (nobody is writing it): a
+    read-only connection to a WAL-mode store would otherwise leave ``-wal``/``-shm`` files in the source folder."""
+    return f"file:{db}?mode=ro" + ("" if db.with_name(db.name + "-wal").exists() else "&immutable=1")
+
+
 def _jobs(db: Path) -> int:
     if not db.is_file():
         return 0
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    conn = sqlite3.connect(_ro_uri(db), uri=True)
     try:
         return int(conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
     finally:
@@ -144,7 +150,7 @@ def snapshot(src: Path, dest: Path, supersede: bool = False) -> int:
     tmp = dest / f".results.sqlite.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     os.close(create_exclusive(tmp))  # a new file: never a planted link
     try:
-        source = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=120)
+        source = sqlite3.connect(_ro_uri(db), uri=True, timeout=120)
         target = sqlite3.connect(str(tmp))
         try:
             source.backup(target)

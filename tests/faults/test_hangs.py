@@ -45,7 +45,7 @@ def test_task_len_of_a_billion_is_refused_at_once():
 
 def test_compare_task_len_of_a_billion_exits_2(tmp_path):
     r = relpos("compare", "--preset", "ci", "--task-len", "1000000000", "--out", "o", cwd=tmp_path, timeout=90)
-    one_line_error(r, "train_len", "65536")
+    one_line_error(r, "--task-len", "65536")
     assert not (tmp_path / "o").exists()
 
 
