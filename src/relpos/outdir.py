@@ -424,21 +424,4 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
         OutputDirError: ``path`` exists and is not a regular file (a symbolic link is
             neither followed nor replaced); nothing is written.
     """
-    path = Path(path)
-    _check_target(path)
-    tmp = path.parent / f"{path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    fd = create_exclusive(tmp)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, allow_nan=False)
-            f.flush()
-            os.fsync(f.fileno())
-        _check_target(path)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    clean_stale_tmp(path)
+    write_bytes_atomic(path, json.dumps(obj, indent=1, allow_nan=False).encode())  # refused NaN: nothing written

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import re
 
 __all__ = ["check_device"]
@@ -39,3 +40,19 @@ def check_device(value: str | None, flag: str = "--device") -> str | None:
         if ":" in value and int(value.split(":")[1]) >= n:
             raise ValueError(f"{flag} {value}: this machine has {n} CUDA device(s) (cuda:0..cuda:{n - 1})")
     return value
+
+
+def comma_list(kind):
+    """An argparse ``type``: comma-separated values of ``kind`` (empty entries skipped), one line naming a bad one."""
+    def parse(s: str):
+        out = []
+        for x in (x.strip() for x in s.split(",")):
+            if not x:
+                continue
+            try:
+                out.append(kind(x))
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__}s, got {x!r}") from None
+        return out
+
+    return parse

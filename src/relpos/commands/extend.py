@@ -18,22 +18,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from relpos.commands._common import comma_list as _csv
+
 HELP = "extend a model's context by fine-tuning: the extend benchmark (--from) or your checkpoint (--hf-model)"
 
 
-def _csv(kind):
-    def parse(s: str):
-        out = []
-        for x in (x.strip() for x in s.split(",")):
-            if not x:
-                continue
-            try:
-                out.append(kind(x))
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__}s, got {x!r}") from None
-        return out
-
-    return parse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

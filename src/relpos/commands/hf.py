@@ -18,15 +18,9 @@ __all__ = ["add_hf_arguments", "check_hf_flags", "spec_from_args", "run_from_arg
 
 
 def _factors(s: str) -> list[float]:
-    out = []
-    for x in (t.strip() for t in str(s).split(",")):
-        if not x:
-            continue
-        try:
-            out.append(float(x))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {x!r}") from None
-    return out
+    from relpos.commands._common import comma_list
+
+    return comma_list(float)(str(s))
 
 
 def _scalings(s: str) -> list[str]:
