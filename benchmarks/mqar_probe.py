@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 
 import torch
@@ -155,13 +154,12 @@ def run(args) -> list[tuple[int, float, float, float]]:
 
 
 def _write_json(args, history, seconds: float, done: bool) -> None:
-    """The run's settings and validation curve, replaced atomically (a new file, then a rename)."""
-    tmp = f"{args.json}.tmp"
-    with open(tmp, "x") as f:
-        json.dump({"args": {k: v for k, v in vars(args).items() if k not in ("json", "save")},
-                   "history": [dict(zip(("step", "loss", "acc", "exact"), h)) for h in history],
-                   "seconds": round(seconds, 1), "done": done}, f, indent=1)
-    os.replace(tmp, args.json)
+    """The run's settings and validation curve, replaced whole (relpos's checked atomic writer)."""
+    from relpos.outdir import write_json_atomic
+
+    write_json_atomic(args.json, {"args": {k: v for k, v in vars(args).items() if k not in ("json", "save")},
+                                  "history": [dict(zip(("step", "loss", "acc", "exact"), h)) for h in history],
+                                  "seconds": round(seconds, 1), "done": done})
 
 
 def breakdown(model: nn.Module, task: MQAR, xv: torch.Tensor, yv: torch.Tensor) -> dict:

@@ -66,10 +66,12 @@ def main(argv=None) -> None:
     rows = collect(a.out)
     text = markdown(rows)
     print(text)
+    from relpos.outdir import write_json_atomic, write_text_atomic
+
     if a.md:
-        a.md.write_text(text)
+        write_text_atomic(a.md, text)
     if a.json:
-        a.json.write_text(json.dumps({str(h): r for h, r in rows.items()}, indent=1) + "\n")
+        write_json_atomic(a.json, {str(h): r for h, r in rows.items()})
 
 
 if __name__ == "__main__":

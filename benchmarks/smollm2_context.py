@@ -55,7 +55,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -85,20 +84,12 @@ def plan_cells(scalings, lengths, passkey_length: int | None, depths) -> list[di
 
 
 def write_json_atomic(path: Path, obj) -> None:
-    """Write ``obj`` as JSON to ``path`` through a temporary file in the same folder and a rename."""
+    """Write ``obj`` as JSON to ``path`` (sorted keys) with relpos's checked atomic writer: a regular file, never
+    through a link, whole or not at all."""
+    from relpos.outdir import write_bytes_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise ValueError(f"{path} is not a regular file; refusing to write through it")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, json.dumps(obj, indent=1, sort_keys=True).encode())
 
 
 def done_cells(out: Path) -> dict[str, dict]:

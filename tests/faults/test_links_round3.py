@@ -19,6 +19,7 @@ import pytest
 from relpos.compare.store import NotAStoreError
 from relpos.outdir import OutputDirError
 from tests.experiments.test_additions import cfg, run
+from tests.faults.conftest import copy_folder as _copy
 
 
 def _digest(folder: Path) -> dict:
@@ -30,19 +31,6 @@ def _digest(folder: Path) -> dict:
         elif p.is_file() and not p.name.endswith(("-wal", "-shm")):
             out[str(p.relative_to(folder))] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """A finished compare folder (alibi and rope language models, saved models kept)."""
-    out = tmp_path_factory.mktemp("finished") / "run"
-    run(cfg(), out)
-    return out
-
-
-def _copy(src: Path, dest: Path) -> Path:
-    shutil.copytree(src, dest, symlinks=True)
-    return dest
 
 
 def _link_store(folder: Path, elsewhere: Path) -> Path:
@@ -122,18 +110,6 @@ def test_write_json_atomic_never_replaces_a_link(tmp_path):
 
 
 # ------------------------------------------------------------------ --hf-model
-
-
-@pytest.fixture(scope="module")
-def hf(tmp_path_factory):
-    pytest.importorskip("transformers")
-    pytest.importorskip("tokenizers")
-    from tests.data_helpers import prose, tiny_llama
-
-    base = tmp_path_factory.mktemp("hf")
-    corpus = base / "c.txt"
-    corpus.write_text(prose(300_000, seed=3))
-    return tiny_llama(base / "tiny", max_pos=64), corpus
 
 
 def _hf_argv(hf, out):

@@ -65,18 +65,6 @@ def test_a_repeated_content_length_is_a_400(server):
 # ------------------------------------------------------------------ --hf-model: --scalings twice, no empty store
 
 
-@pytest.fixture(scope="module")
-def hf(tmp_path_factory):
-    pytest.importorskip("transformers")
-    pytest.importorskip("tokenizers")
-    from tests.data_helpers import prose, tiny_llama
-
-    base = tmp_path_factory.mktemp("hf")
-    corpus = base / "c.txt"
-    corpus.write_text(prose(300_000, seed=3))
-    return tiny_llama(base / "tiny", max_pos=64), corpus
-
-
 def _argv(model, corpus, out, scalings="native"):
     return ["compare", "--hf-model", str(model), "--corpus", str(corpus), "--eval-tokens", "512", "--device", "cpu",
             "--hf-factors", "1", "--passkey", "0", "--scalings", scalings, "--no-progress", "--out", str(out)]

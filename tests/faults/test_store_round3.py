@@ -22,21 +22,10 @@ import pytest
 
 from relpos.compare.store import NotAStoreError, Store
 from tests.experiments.test_additions import cfg, run
+from tests.faults.conftest import copy_folder as _copy
 
 ROOT = Path(__file__).resolve().parents[2]
 _RECURSIVE = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c"
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    out = tmp_path_factory.mktemp("finished") / "run"
-    run(cfg(), out)
-    return out
-
-
-def _copy(src: Path, dest: Path) -> Path:
-    shutil.copytree(src, dest, symlinks=True)
-    return dest
 
 
 def _sha(p: Path) -> str:

@@ -56,7 +56,7 @@ from relpos.compare.store_check import (  # re-exported: store.py was their home
     read_store_meta,
 )
 
-__all__ = ["Store", "ConfigMismatchError", "NotAStoreError", "CorruptStoreError", "SCHEMA_VERSION",
+__all__ = ["Store", "read_jobs", "ConfigMismatchError", "NotAStoreError", "CorruptStoreError", "SCHEMA_VERSION",
            "LEASE_SECONDS", "error_line", "is_results_store", "read_store_meta"]
 
 SCHEMA_VERSION = 1
@@ -161,6 +161,24 @@ def _num(v):
     v = float(v)
     return v if math.isfinite(v) else None
 
+
+
+def read_jobs(conn: sqlite3.Connection, config_hash: str) -> list[dict]:
+    """The finished jobs of ``config_hash`` (oldest first), from any connection to a store: the store's own, or a
+    read-only one to a copy that must not change."""
+    rows = conn.execute(
+        "SELECT job, scheme, task, seed, randomized, train_seconds, eval_seconds, finished_at, info "
+        "FROM jobs WHERE config_hash = ? ORDER BY finished_at, job",
+        (config_hash,),
+    ).fetchall()
+    cols = ("job", "scheme", "task", "seed", "randomized", "train_seconds", "eval_seconds", "finished_at")
+    out = []
+    for r in rows:
+        d = dict(zip(cols, r[:-1]))
+        d["randomized"] = bool(d["randomized"])
+        d["info"] = json.loads(r[-1])
+        out.append(d)
+    return out
 
 class Store(LeaseMixin):
     """A connection to ``results.sqlite`` (one per process; cheap to open).
@@ -361,19 +379,7 @@ class Store(LeaseMixin):
 
     # -------------------------------------------------------------- reading
     def jobs(self, config_hash: str) -> list[dict]:
-        rows = self.conn.execute(
-            "SELECT job, scheme, task, seed, randomized, train_seconds, eval_seconds, finished_at, info "
-            "FROM jobs WHERE config_hash = ? ORDER BY finished_at, job",
-            (config_hash,),
-        ).fetchall()
-        cols = ("job", "scheme", "task", "seed", "randomized", "train_seconds", "eval_seconds", "finished_at")
-        out = []
-        for r in rows:
-            d = dict(zip(cols, r[:-1]))
-            d["randomized"] = bool(d["randomized"])
-            d["info"] = json.loads(r[-1])
-            out.append(d)
-        return out
+        return read_jobs(self.conn, config_hash)
 
     def runs(self, config_hash: str) -> list[dict]:
         """Every stored run with its measurements, in a stable order."""

@@ -74,17 +74,14 @@ def _read_jobs(db: Path, fingerprint: str) -> list[dict]:
     it (opened immutable: no journal-mode switch, no lock files), as :meth:`Store.jobs` gives them."""
     import sqlite3
 
-    from relpos.compare.store import read_store_meta
+    from relpos.compare.store import read_jobs, read_store_meta
 
     read_store_meta(db, create=False)  # a relpos store, or a clear error
     conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
     try:
-        rows = conn.execute("SELECT job, task, finished_at, train_seconds, eval_seconds, info FROM jobs "
-                            "WHERE config_hash = ? ORDER BY finished_at, job", (fingerprint,)).fetchall()
+        return read_jobs(conn, fingerprint)
     finally:
         conn.close()
-    return [{"job": j, "task": t, "finished_at": f, "train_seconds": ts, "eval_seconds": es, "info": json.loads(i)}
-            for j, t, f, ts, es, i in rows]
 
 
 def _cpu(folder: Path, res: dict | None, *, shipped: bool = False) -> dict | None:

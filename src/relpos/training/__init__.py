@@ -7,7 +7,17 @@ May import: the library below it (maths, schemes, attention, model, tasks, corpu
 ``relpos.schedule``, the old homes of these modules, re-export them for one release.
 """
 
-from relpos.training.config import TrainConfig
-from relpos.training.loop import train
-
 __all__ = ["TrainConfig", "train"]
+
+
+def __getattr__(name: str):
+    # on first use: importing a sibling (``relpos.training.checkpoint``) does not load the training loop
+    if name == "TrainConfig":
+        from relpos.training.config import TrainConfig
+
+        return TrainConfig
+    if name == "train":
+        from relpos.training.loop import train
+
+        return train
+    raise AttributeError(f"module 'relpos.training' has no attribute {name!r}")
