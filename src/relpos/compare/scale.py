@@ -55,7 +55,7 @@ def run_scale(out: str | Path, *, runner=None, workers: int = 2, threads: int = 
     """
     from relpos.compare.sweep import compare
     from relpos.compare.presets import scale_cell
-    from relpos.outdir import write_json_atomic
+    from relpos.outdir import write_json_atomic, write_text_atomic
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -66,7 +66,7 @@ def run_scale(out: str | Path, *, runner=None, workers: int = 2, threads: int = 
                 command=command, keep_models=keep_models)
     summary = scale_summary(out)
     write_json_atomic(out / "scale.json", summary)
-    (out / "scale.md").write_text(scale_markdown(summary))
+    write_text_atomic(out / "scale.md", scale_markdown(summary))
     return summary
 
 

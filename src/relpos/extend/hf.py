@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from relpos.extend.hf_spec import HFExtendSpec
+from relpos.outdir import write_text_atomic
 
 __all__ = ["run_hf_extend", "load_extended", "hf_dry_run_lines", "MANIFEST", "ROWS"]
 
@@ -330,7 +331,7 @@ def run_hf_extend(spec: HFExtendSpec, *, log: Callable[[str], None] | None = Non
         _drop_state(out)
     man.data["report"] = report_text(man.data, L0)
     man.save()
-    (out / "report.md").write_text(man.data["report"])
+    write_text_atomic(out / "report.md", man.data["report"])
     return man.data
 
 
@@ -351,7 +352,7 @@ def _save_model(hf, spec: HFExtendSpec, out: Path) -> None:
         from safetensors.torch import save_model
 
         save_model(hf, str(tmp / "relpos-state.safetensors"))
-        (tmp / "relpos-scheme.json").write_text(json.dumps({"scheme": spec.scheme, "options": spec.scheme_options}))
+        write_text_atomic(tmp / "relpos-scheme.json", json.dumps({"scheme": spec.scheme, "options": spec.scheme_options}))
         how = (f"The rotary embedding is replaced by the relpos scheme `{spec.scheme}`. transformers alone cannot "
                f"run it: load it with `relpos.extend.hf.load_extended(\"{dest.name}\")`, which builds the model, "
                f"puts the scheme in with `relpos.hf.use_scheme` and restores every weight "
@@ -361,8 +362,8 @@ def _save_model(hf, spec: HFExtendSpec, out: Path) -> None:
                f"(`rope_parameters`): `transformers.AutoModelForCausalLM.from_pretrained` loads it as fine-tuned. "
                f"`max_position_embeddings` keeps the original context (transformers' dynamic NTK reads it there); "
                f"the model was fine-tuned at {spec.factor:g} times it.")
-    (tmp / "README.md").write_text(f"# Fine-tuned by relpos extend\n\nFrom `{spec.model}`, {spec.steps} steps at "
-                                   f"{spec.factor:g}x its context.\n\n{how}\n")
+    write_text_atomic(tmp / "README.md", f"# Fine-tuned by relpos extend\n\nFrom `{spec.model}`, {spec.steps} steps "
+                      f"at {spec.factor:g}x its context.\n\n{how}\n")
     os.replace(tmp, dest)
 
 

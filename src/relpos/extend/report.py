@@ -219,7 +219,7 @@ def _plot(curves: dict, factor_col: int, path: Path) -> bool:
 def write_report(rows: list[dict], p, out: Path, *, plots: bool = True) -> dict:
     """Write ``report.md``, ``results.json`` (the kept rows without per-window arrays) and ``extend.png``;
     returns ``{"text", "claims", "tables"}``."""
-    from relpos.outdir import write_json_atomic
+    from relpos.outdir import write_json_atomic, write_text_atomic
 
     L, f, ef = p.source.train_len, p.spec.factor, p.spec.eval_factors
     sel = select(rows)
@@ -245,9 +245,15 @@ def write_report(rows: list[dict], p, out: Path, *, plots: bool = True) -> dict:
            "at L: a recipe that costs loss at L (PI before fine-tuning) looks flatter by it, so read it with the "
            f"loss at {f}x and the loss at L below.", "", t["ratio"], ""]
     md += ["## Loss at L before and after", "", t["loss_at_L"], "", "## Steps to match", "", t["steps"], ""]
-    md += ["## Claims", ""] + [f"* **{c['claim']}**: {c['outcome']} -- {c['why']}" for c in cl]
+    cfg = p.source.cfg
+    md += ["## Claims", "", f"*Scale tested here:* a {cfg.n_layers}-layer model of width {cfg.d_model} trained "
+           f"{p.source.pretrain_steps()} steps at L = {L}, fine-tuned at {f}x L for at most {max(p.grid)} steps, "
+           f"{len(p.seeds)} seed(s). *The papers':* Chen et al. (PI) fine-tune LLaMA 7B-65B from 2,048 to up to "
+           "32,768 tokens for 1,000 steps; Peng et al. (YaRN) fine-tune Llama 2 7B and 13B to 64k-128k tokens for "
+           "about 400 steps. A verdict here says what holds at this scale, not at theirs.", ""]
+    md += [f"* **{c['claim']}**: {c['outcome']} -- {c['why']}" for c in cl]
     if png:
         md += ["", "![far-position ratio against K](extend.png)"]
     text = "\n".join(md) + "\n"
-    (out / "report.md").write_text(text)
+    write_text_atomic(out / "report.md", text)
     return {"text": text, "claims": cl, "tables": t}

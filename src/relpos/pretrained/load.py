@@ -392,7 +392,7 @@ def tokenizer_file(path: str | os.PathLike, tokenizer: str | None = None, cache_
         data = json.loads(backend.to_str())
         data["added_tokens"] = [t for t in data.get("added_tokens", []) if int(t["id"]) < n]
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, ensure_ascii=False))
-        os.replace(tmp, out)
+        from relpos.outdir import write_text_atomic
+
+        write_text_atomic(out, json.dumps(data, ensure_ascii=False))
     return str(out)
