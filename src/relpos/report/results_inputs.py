@@ -14,12 +14,14 @@ import math
 from pathlib import Path
 
 __all__ = ["PageInputs", "inputs_from_folders", "inputs_from_json_dir", "POSITION_PLOT", "ACCURACY_PLOT",
-           "store_dir"]
+           "store_dir", "EXTEND_RESULTS", "EXTEND_PLOT", "REAL_CONTEXT"]
 
 #: The per-position plot the page shows (written by ``relpos compare`` into each folder).
 POSITION_PLOT = "lm_loss_by_position.png"
 #: The algorithmic tasks' accuracy plot, shown when the folder has it.
 ACCURACY_PLOT = "accuracy_vs_length.png"
+#: The shipped names of an extend run's results and figure, and of the real-checkpoint section's data.
+EXTEND_RESULTS, EXTEND_PLOT, REAL_CONTEXT = "extend-results.json", "extend.png", "real-context.json"
 
 @dataclasses.dataclass
 class PageInputs:
@@ -33,6 +35,9 @@ class PageInputs:
     previous: dict | None = None
     plot: str | None = None  # file name of the per-position plot inside the JSON folder
     accuracy_plot: str | None = None  # and of the algorithmic accuracy plot
+    extend: dict | None = None  # the results.json of a `relpos extend --from` run (relpos.report.extension)
+    extend_plot: str | None = None  # its figure, inside the JSON folder
+    real_context: dict | None = None  # a real checkpoint past its context (relpos.report.real_context)
 
 
 # ------------------------------------------------------------------ reading
@@ -109,11 +114,41 @@ def _cpu(folder: Path, res: dict | None, *, shipped: bool = False) -> dict | Non
             "wall_seconds": wall, "by_task": by_task}
 
 
-def inputs_from_folders(full=None, scale=None, default=None, previous: dict | None = None) -> tuple[PageInputs, dict]:
-    """The page's inputs from results folders, and ``{name in the JSON folder: source path or object}`` to ship."""
+def _extend_results(folder: str | Path) -> dict:
+    f = Path(folder) / "results.json"
+    data = json.loads(f.read_text()) if f.is_file() else None
+    if not isinstance(data, dict) or data.get("version") != 2 or not {"meta", "rows"} <= set(data):
+        raise ValueError(f"--extend {folder}: no results.json of `relpos extend --from` with every row (version 2); "
+                         "rerun `relpos extend` on that folder (it only rewrites the report when every run is in)")
+    return data
+
+
+def _real_context(path: str | Path) -> dict:
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or not {"protocol", "cells"} <= set(data):
+        raise ValueError(f"--real-context {path}: not a JSON written by benchmarks/smollm2_context_table.py --json")
+    return {k: v for k, v in data.items() if k != "summary"}  # the page recomputes the summary
+
+
+def inputs_from_folders(full=None, scale=None, default=None, previous: dict | None = None, *, extend=None,
+                        real_context=None) -> tuple[PageInputs, dict]:
+    """The page's inputs from results folders, and ``{name in the JSON folder: source path or object}`` to ship.
+
+    ``extend``: an extend run's ``--out`` folder; ``real_context``: the JSON of
+    ``benchmarks/smollm2_context_table.py``. A source not given is not shipped (what the JSON folder already
+    holds for it stays, and the page reads it)."""
     from relpos.compare.scale import cell_dir, cells, scale_summary
 
     inp, ship = PageInputs(previous=previous), {}
+    if extend is not None:
+        inp.extend = _extend_results(extend)
+        ship[EXTEND_RESULTS] = Path(extend) / "results.json"  # copied byte for byte (compact)
+        if (Path(extend) / "extend.png").is_file():
+            inp.extend_plot = EXTEND_PLOT
+            ship[EXTEND_PLOT] = Path(extend) / "extend.png"
+    if real_context is not None:
+        inp.real_context = _real_context(real_context)
+        ship[REAL_CONTEXT] = inp.real_context
     for name, folder in (("full", full), ("default", default)):
         res = _results(folder)
         if res is None:
@@ -171,4 +206,6 @@ def inputs_from_json_dir(json_dir: str | Path) -> PageInputs:
                       scale_summary=read("scale-summary.json"), times=times,
                       previous=read("protocol2-verdict.json"),
                       plot=f"full-{POSITION_PLOT}" if (d / f"full-{POSITION_PLOT}").is_file() else None,
-                      accuracy_plot=f"full-{ACCURACY_PLOT}" if (d / f"full-{ACCURACY_PLOT}").is_file() else None)
+                      accuracy_plot=f"full-{ACCURACY_PLOT}" if (d / f"full-{ACCURACY_PLOT}").is_file() else None,
+                      extend=read(EXTEND_RESULTS), extend_plot=EXTEND_PLOT if (d / EXTEND_PLOT).is_file() else None,
+                      real_context=read(REAL_CONTEXT))

@@ -24,6 +24,7 @@ import os
 import sys
 from pathlib import Path
 
+from relpos.report import extension, real_context
 from relpos.report import results_claims as claims
 from relpos.report.ranking import INTERVALS_NOTE, ranking, ranking_markdown, tries_markdown
 from relpos.report.tables import _tasks, markdown_tables, shown_runs
@@ -386,6 +387,8 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
     L += ["## Scale check", ""] + _scale(inp)
     L += ["## Comparison with the published findings", ""] + _literature(inp, rk)
     L += ["## The default preset (`make compare`)", ""] + _verdict(inp.default, "default")
+    L += extension.page_section(inp.extend, png=f"{links}{inp.extend_plot}" if inp.extend_plot else None)
+    L += (real_context.markdown(inp.real_context).splitlines() + [""] if inp.real_context else [])
     L += ["## What changed against the protocol-2 page", ""]
     ch = claims.changes(inp.previous, full, rk)
     L += (ch + [""] if ch else ["No protocol-2 verdict table was given (`--previous`).", ""])
@@ -398,6 +401,9 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
           ".venv/bin/python -m relpos.report.results_page --full runs/protocol3/full --scale "
           "runs/protocol3/scale --default runs/default --previous docs/results.md --out docs/results.md "
           "--json-dir docs/results/protocol3/   # this page",
+          "benchmarks/extend_run.sh runs/extend   # the extend section (then: --extend runs/extend/ext)",
+          "# the real-checkpoint section: benchmarks/smollm2_context.py, then benchmarks/smollm2_context_table.py "
+          "--json (then: --real-context that JSON)",
           "```", ""]
     return "\n".join(L)
 
@@ -480,12 +486,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--default", help="folder of a default-preset run")
     p.add_argument("--previous", help="the protocol-2 page (its Verdict table is read once) or the "
                                       "protocol2-verdict.json shipped before")
+    p.add_argument("--extend", help="folder of a `relpos extend --from` run (its results.json and extend.png)")
+    p.add_argument("--real-context", help="JSON of benchmarks/smollm2_context_table.py (a real checkpoint past its "
+                                          "context)")
     p.add_argument("--out", required=True, help="the page to write (docs/results.md)")
     p.add_argument("--json-dir", required=True, help="where the quoted JSON and plot files are copied")
     p.add_argument("--force", action="store_true", help="overwrite files relpos did not write")
     a = p.parse_args(argv)
     try:
-        for flag in ("full", "scale", "default"):
+        for flag in ("full", "scale", "default", "extend"):
             v = getattr(a, flag)
             if v is not None and not Path(v).is_dir():
                 raise Refused(f"--{flag} {v}: no such folder")
@@ -498,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
                 prev = json.loads((Path(a.json_dir) / "protocol2-verdict.json").read_text())
             else:
                 prev = claims.previous_from_page(text)
-        inp, ship = inputs_from_folders(a.full, a.scale, a.default, prev)
+        inp, ship = inputs_from_folders(a.full, a.scale, a.default, prev, extend=a.extend,
+                                        real_context=a.real_context)
         path = write_page(inp, ship, a.out, a.json_dir, force=a.force)
     except (Refused, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
