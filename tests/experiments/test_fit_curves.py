@@ -100,3 +100,5 @@ def test_results_json_carries_the_kept_tries_validation_curve_not_its_history():
     assert fit["first_pass_step"] == 200
     job["info"]["train"]["fit"]["history"] = [{"step": 50, "train_loss": 2.0, "val_loss": 1.23456}]
     assert results_dict({}, "f", [run], [job])["runs"][0]["train"]["fit"]["val_curve"] == [[50, 1.2346]]
+    view = {**run, "variant": "yarn"}  # a RoPE scaling of the same model: the curve is not repeated on it
+    assert "val_curve" not in results_dict({}, "f", [view], [job])["runs"][0]["train"]["fit"]

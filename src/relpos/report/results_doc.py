@@ -117,7 +117,7 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
             if "first_pass_step" not in t["fit"] and "history" in (train_info.get(r["job"], {}).get("fit") or {}):
                 t["fit"]["first_pass_step"] = first_pass_step(train_info[r["job"]]["fit"])  # from the stored curve
             curve = val_curve(train_info.get(r["job"], {}).get("fit") or {})
-            if curve:
+            if curve and r["variant"] in (None, "randomized"):  # once per trained model, not on every view of it
                 t["fit"]["val_curve"] = curve
         out_runs.append({
             "scheme": r["scheme"],
