@@ -105,6 +105,10 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
 
     out_dir = Path(out_dir)
     made = []
+    from relpos.report.fit_curves import FIT_CURVES_PLOT, fit_curves_figure
+
+    if fit_curves_figure(results, out_dir / FIT_CURVES_PLOT):  # every seed of the schemes that do not fit
+        made.append(FIT_CURVES_PLOT)
     results = shown_runs(results)[0]  # fitted seeds only, as in the tables
     tasks = _tasks(results)
     labels = sorted({r["label"] for r in results["runs"]})

@@ -57,7 +57,10 @@ INTERVALS_NOTE = (
     "variation and the finite test set. They do not cover other model sizes, step budgets, learning-rate "
     "grids, tasks or corpora, and with three seeds the seed variation itself is known only roughly. "
     f"A difference whose interval contains 0, or has a bound within {BORDERLINE} of 0 (borderline: reseeding the "
-    "bootstrap moves such a bound across 0), is a tie. A scheme needs "
+    "bootstrap moves such a bound across 0), is a tie. Per-token accuracies lie on a lattice (multiples of "
+    "1/tokens), where a sampled bound lands on one of two neighbouring lattice points by chance: their "
+    "intervals are computed from the exact bootstrap distribution, not sampled, so no tie or rank of an "
+    "algorithmic task depends on the bootstrap's seed (LM ratios are sampled). A scheme needs "
     f"{MIN_SEEDS} fitted seeds to be ranked on a task."
 )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["RESULTS_VERSION", "UNTRAINED", "label", "label_order", "learned_table", "untrained_from", "results_dict",
-           "first_pass_step"]
+           "first_pass_step", "val_curve"]
 
 
 RESULTS_VERSION = 1
@@ -116,6 +116,9 @@ def results_dict(config: dict, fingerprint: str, runs: list[dict], jobs: list[di
             t["fit"] = {k: v for k, v in t["fit"].items() if k != "history"}
             if "first_pass_step" not in t["fit"] and "history" in (train_info.get(r["job"], {}).get("fit") or {}):
                 t["fit"]["first_pass_step"] = first_pass_step(train_info[r["job"]]["fit"])  # from the stored curve
+            curve = val_curve(train_info.get(r["job"], {}).get("fit") or {})
+            if curve and r["variant"] in (None, "randomized"):  # once per trained model, not on every view of it
+                t["fit"]["val_curve"] = curve
         out_runs.append({
             "scheme": r["scheme"],
             "variant": r["variant"],
@@ -186,3 +189,21 @@ def first_pass_step(fit: dict) -> int | None:
         return fit.get("cooldown_from") if fit.get("fitted") else None
     target = fit.get("target", 0.95)
     return next((h["step"] for h in hist if h.get("val_exact_at_L", h.get("val_exact", -1)) >= target), None)
+
+
+def val_curve(fit: dict) -> list[list[float]]:
+    """The kept try's validation curve, small: ``[step, score]`` per check, the score the fit gate reads
+    (validation exact match at L, or the LM validation loss in nats), to 4 decimals; ``[]`` without a stored
+    ``history``.
+
+    >>> val_curve({"history": [{"step": 100, "train_loss": 2.0, "val_exact": 0.1, "val_exact_at_L": 0.12346}]})
+    [[100, 0.1235]]
+    >>> val_curve({"history": [{"step": 50, "train_loss": 2.0, "val_loss": 1.23456}]}), val_curve({})
+    ([[50, 1.2346]], [])
+    """
+    out = []
+    for h in fit.get("history") or []:
+        v = h.get("val_loss") if "val_loss" in h else h.get("val_exact_at_L", h.get("val_exact"))
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            out.append([int(h["step"]), round(float(v), 4)])
+    return out

@@ -13,6 +13,8 @@ import json
 import math
 from pathlib import Path
 
+from relpos.report.fit_curves import FIT_CURVES_PLOT  # the schemes that do not fit: their curves, when made
+
 __all__ = ["PageInputs", "inputs_from_folders", "inputs_from_json_dir", "POSITION_PLOT", "ACCURACY_PLOT",
            "store_dir", "EXTEND_RESULTS", "EXTEND_PLOT", "REAL_CONTEXT"]
 
@@ -35,6 +37,7 @@ class PageInputs:
     previous: dict | None = None
     plot: str | None = None  # file name of the per-position plot inside the JSON folder
     accuracy_plot: str | None = None  # and of the algorithmic accuracy plot
+    fit_curves_plot: str | None = None  # and of the validation curves of the schemes that do not fit
     extend: dict | None = None  # the results.json of a `relpos extend --from` run (relpos.report.extension)
     extend_plot: str | None = None  # its figure, inside the JSON folder
     real_context: dict | None = None  # a real checkpoint past its context (relpos.report.real_context)
@@ -157,7 +160,8 @@ def inputs_from_folders(full=None, scale=None, default=None, previous: dict | No
         ship[f"{name}-results.json"] = Path(folder) / "results.json"
         if (t := _cpu(Path(folder), res)) is not None:
             inp.times[name] = t
-    for attr, name in (("plot", POSITION_PLOT), ("accuracy_plot", ACCURACY_PLOT)):
+    for attr, name in (("plot", POSITION_PLOT), ("accuracy_plot", ACCURACY_PLOT),
+                       ("fit_curves_plot", FIT_CURVES_PLOT)):
         if inp.full is not None and (Path(full) / name).is_file():
             setattr(inp, attr, f"full-{name}")
             ship[f"full-{name}"] = Path(full) / name
@@ -207,5 +211,6 @@ def inputs_from_json_dir(json_dir: str | Path) -> PageInputs:
                       previous=read("protocol2-verdict.json"),
                       plot=f"full-{POSITION_PLOT}" if (d / f"full-{POSITION_PLOT}").is_file() else None,
                       accuracy_plot=f"full-{ACCURACY_PLOT}" if (d / f"full-{ACCURACY_PLOT}").is_file() else None,
+                      fit_curves_plot=f"full-{FIT_CURVES_PLOT}" if (d / f"full-{FIT_CURVES_PLOT}").is_file() else None,
                       extend=read(EXTEND_RESULTS), extend_plot=EXTEND_PLOT if (d / EXTEND_PLOT).is_file() else None,
                       real_context=read(REAL_CONTEXT))

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from relpos.report import extension, real_context
 from relpos.report import results_claims as claims
+from relpos.report.fit_curves import fit_curves_markdown
 from relpos.report.ranking import INTERVALS_NOTE, ranking, ranking_markdown, tries_markdown
 from relpos.report.tables import _tasks, markdown_tables, shown_runs
 from relpos.report.stats import CONFIDENCE, MIN_SEEDS
@@ -382,6 +383,7 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
                 L += ["", f"![bits per byte by position at every evaluation length]({links}{inp.plot})", ""]
         if inp.accuracy_plot:
             L += ["### Accuracy against length", "", f"![exact match against length]({links}{inp.accuracy_plot})", ""]
+        L += fit_curves_markdown(full, f"{links}{inp.fit_curves_plot}" if inp.fit_curves_plot else None)
     else:
         L += ["No `full` results yet.", ""]
     L += ["## Scale check", ""] + _scale(inp)

@@ -18,6 +18,14 @@ that close to 0 moves across it when the bootstrap is reseeded (with three seeds
 steps of 1/32 the resampled differences are discrete, and 100,000 resamples did not settle the bounds that sat
 within 0.002 of 0), so such a difference is never claimed. A row with fewer than :data:`MIN_SEEDS` fitted seeds
 never enters a ranking.
+
+Lattice ties are decided exactly. A mean of per-example values that lie on a lattice (per-token accuracies over
+``T`` tokens: multiples of ``1/T``) has a bootstrap distribution on a lattice too, and a sampled percentile bound
+then lands on one of two neighbouring lattice points by chance when the level falls between them (a 1/768 step
+moved a rank with the bootstrap's seed). For such differences :func:`paired_bootstrap` computes the two-stage
+bootstrap distribution exactly (:func:`_exact_interval`) instead of sampling it, so its intervals, and every
+tie, rank and verdict read from them, do not depend on the bootstrap's seed. Other scores (the LM ratio, losses)
+are sampled, with more resamples near a decision's edge (:func:`decided_bootstrap`).
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ import numpy as np
 from relpos.compare.job import per_example_key  # the record's key format, defined where runs are written
 
 __all__ = ["per_example_key", "MIN_SEEDS", "CONFIDENCE", "N_BOOT", "paired_bootstrap", "Interval",
-           "rank_against_best", "spearman", "spearman_interval", "BORDERLINE", "decided_bootstrap", "REFINE"]
+           "rank_against_best", "spearman", "spearman_interval", "BORDERLINE", "decided_bootstrap", "REFINE",
+           "lattice_step"]
 
 #: Fitted seeds a row needs to enter a ranking.
 MIN_SEEDS = 2
@@ -107,7 +116,9 @@ def paired_bootstrap(a: Sequence[dict], b: Sequence[dict], stat: Stat | None = N
         seed: bootstrap generator seed (the interval is deterministic).
 
     Returns:
-        :class:`Interval` (estimate on the data as they are, percentile bounds).
+        :class:`Interval` (estimate on the data as they are, percentile bounds). For the default ``stat`` (a
+        mean) of values on a lattice (:func:`lattice_step`) the bounds are those of the exact bootstrap
+        distribution (:func:`_exact_interval`), independent of ``seed`` and ``n_boot``.
 
     Raises:
         ValueError: unequal seed counts or example counts, or no seeds.
@@ -121,6 +132,7 @@ def paired_bootstrap(a: Sequence[dict], b: Sequence[dict], stat: Stat | None = N
     """
     if len(a) != len(b) or not a:
         raise ValueError(f"paired_bootstrap needs the same seeds on both sides, got {len(a)} and {len(b)}")
+    plain_mean = stat is None and len(a[0]) == 1
     if stat is None:
         def stat(m):
             (v,) = m.values()
@@ -137,6 +149,10 @@ def paired_bootstrap(a: Sequence[dict], b: Sequence[dict], stat: Stat | None = N
     S = len(A)
     est = float(np.mean([stat({k: A[s][k].mean() for k in names}) - stat({k: B[s][k].mean() for k in names})
                          for s in range(S)]))
+    if plain_mean:
+        exact = _exact_interval([A[s][names[0]] - B[s][names[0]] for s in range(S)], confidence)
+        if exact is not None:
+            return Interval(est, *exact)
     rng = np.random.default_rng(seed)
     # the first stage, enumerated: with few seeds every one of the S**S draws of seeds gets the same number of
     # resamples (at least n_boot in all), instead of a random count of them. The distribution is the same; the
@@ -171,6 +187,80 @@ def paired_bootstrap(a: Sequence[dict], b: Sequence[dict], stat: Stat | None = N
     alpha = (1.0 - confidence) / 2
     lo, hi = np.quantile(out, [alpha, 1 - alpha])
     return Interval(est, lo, hi)
+
+
+#: Largest denominator of a lattice the exact bootstrap reads (per-token accuracies over up to this many tokens),
+#: and the largest support (lattice points of the resampled total) it computes; beyond either it samples.
+LATTICE_MAX_DEN = 4096
+LATTICE_MAX_SUPPORT = 1 << 22
+#: Probabilities closer than this count as equal when the exact distribution's quantiles are read.
+_PROB_TOL = 1e-9
+
+
+def lattice_step(values: Sequence[np.ndarray]) -> int | None:
+    """``q`` such that every value is an integer multiple of ``1/q`` (``q <= LATTICE_MAX_DEN``), or None.
+
+    Per-token accuracies over ``T`` tokens lie on multiples of ``1/T``; losses do not.
+
+    >>> lattice_step([np.array([0.0, 0.25, -0.5])]), lattice_step([np.array([0.1234567891])])
+    (4, None)
+    """
+    from fractions import Fraction
+
+    q = 1
+    for v in values:
+        for x in np.unique(v):
+            if not math.isfinite(x):
+                return None
+            q = math.lcm(q, Fraction(float(x)).limit_denominator(LATTICE_MAX_DEN).denominator)
+            if q > LATTICE_MAX_DEN:
+                return None
+    if any(np.max(np.abs(np.asarray(v) * q - np.round(np.asarray(v) * q)), initial=0.0) > 1e-9 for v in values):
+        return None
+    return q
+
+
+def _exact_interval(diffs: Sequence[np.ndarray], confidence: float) -> tuple[float, float] | None:
+    """The percentile bounds of the two-stage paired bootstrap of a mean difference, computed exactly, or None.
+
+    Args:
+        diffs: per seed, the ``(E,)`` per-example differences (the same ``E`` for every seed), on a lattice
+            (:func:`lattice_step`).
+
+    The resampled score is ``(1/S) sum_j (1/E) sum_e d[s_j, e*]`` over ``S`` seeds drawn uniformly with
+    replacement and ``E`` examples drawn within each: on the lattice its total ``sum_j sum_e q d`` is an
+    integer, distributed as ``M^{*S}`` with ``M = (1/S) sum_s p_s^{*E}`` (``p_s``: the histogram of seed
+    ``s``'s ``q d``), computed by FFT. The bounds are the smallest value whose cumulative probability reaches
+    ``alpha`` and the largest whose upper tail does (``alpha = (1 - confidence) / 2``): exact, so they do not
+    depend on the bootstrap's seed or its number of resamples, where a sampled bound on a lattice lands on one
+    of two neighbouring points by chance. None when the values are off a lattice, the seeds differ in ``E``
+    or the support is too large (the caller samples then).
+    """
+    S, E = len(diffs), diffs[0].size
+    if any(d.size != E for d in diffs):
+        return None
+    q = lattice_step(diffs)
+    if q is None:
+        return None
+    ks = [np.round(np.asarray(d) * q).astype(np.int64) for d in diffs]
+    kmin, kmax = min(int(k.min()) for k in ks), max(int(k.max()) for k in ks)
+    span = S * E * (kmax - kmin) + 1  # support of the total, shifted by S * E * kmin
+    if span > LATTICE_MAX_SUPPORT:
+        return None
+    n = 1 << (span - 1).bit_length()
+    m = np.zeros(n // 2 + 1, dtype=np.complex128)
+    for k in ks:
+        p = np.bincount(k - kmin, minlength=kmax - kmin + 1) / E
+        m += np.fft.rfft(p, n) ** E
+    total = np.fft.irfft((m / S) ** S, n)[:span]
+    total = np.clip(total, 0.0, None)
+    total /= total.sum()
+    alpha = (1.0 - confidence) / 2
+    cdf, sf = np.cumsum(total), np.cumsum(total[::-1])[::-1]
+    lo_i = int(np.argmax(cdf >= alpha - _PROB_TOL))
+    hi_i = span - 1 - int(np.argmax(sf[::-1] >= alpha - _PROB_TOL))
+    scale = 1.0 / (q * S * E)
+    return (lo_i + S * E * kmin) * scale, (hi_i + S * E * kmin) * scale
 
 
 #: :func:`decided_bootstrap` recomputes an interval with this many times the resamples when a bound lies within
@@ -211,6 +301,7 @@ def rank_against_best(rows: dict[str, list[dict]], stat: Stat | None = None, *, 
         number of rows whose interval against it excludes 0 in their favour (computed pairwise; every
         pairwise interval read is in ``pairs``, so a caller can tell which ranks sit near an edge).
     """
+    given = stat  # None: the plain mean, which paired_bootstrap computes exactly on a lattice
     if stat is None:
         def stat(m):
             (v,) = m.values()
@@ -235,7 +326,7 @@ def rank_against_best(rows: dict[str, list[dict]], stat: Stat | None = None, *, 
         by = {s["_seed"]: s for s in ok[y]}
         ax = [{k: v for k, v in bx[c].items() if k != "_seed"} for c in common]
         ay = [{k: v for k, v in by[c].items() if k != "_seed"} for c in common]
-        return decided_bootstrap(ax, ay, stat, n_boot=n_boot, seed=seed)
+        return decided_bootstrap(ax, ay, given, n_boot=n_boot, seed=seed)
 
     vs_best, tie = {}, {}
     for lab in ok:

@@ -1,0 +1,194 @@
+"""The validation curves of the schemes that do not fit a task: the figure and the page's words for them.
+
+A scheme that fits fewer than :data:`~relpos.report.stats.MIN_SEEDS` of its seeds on a task is not ranked on
+it. The page then shows why in the open: each seed's validation curve (the score the fit gate reads, at every
+check of the learning-rate try the job kept) against the training step, beside the step at which the schemes
+that did fit first passed the gate (the median over their runs), and says in words that the scheme does not
+fit this task at this size, and whether its curves ran to at least twice that step (if not, the page cannot
+tell a scheme that never fits from one that fits late).
+
+The curves come from ``train.fit.val_curve`` of ``results.json`` (``[step, score]`` per check, written by
+:func:`relpos.report.results_doc.results_dict` from the stored fit history). Results made before it was
+written carry no curve: the page says "curves not recorded in this run" for them.
+
+>>> never_fit({"runs": []})
+{}
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from relpos.report.stats import MIN_SEEDS
+
+__all__ = ["FIT_CURVES_PLOT", "NOT_RECORDED", "DOES_NOT_FIT", "never_fit", "gate_step", "seed_curves",
+           "fit_curves_figure", "fit_curves_markdown"]
+
+#: The figure's file name in a results folder (``full-fit_curves.png`` beside the page).
+FIT_CURVES_PLOT = "fit_curves.png"
+#: What the page says for a scheme whose results carry no validation curve.
+NOT_RECORDED = "curves not recorded in this run"
+#: The words for a scheme that fits fewer than MIN_SEEDS seeds of a task.
+DOES_NOT_FIT = "does not fit this task at this size"
+
+
+def _trained(r: dict) -> bool:
+    """A row of a trained model as trained (not a RoPE scaling or a sampled view of it)."""
+    return r.get("variant") in (None, "randomized") and r["task"] != "passkey"
+
+
+def _fit(r: dict) -> dict:
+    return (r.get("train") or {}).get("fit") or {}
+
+
+def never_fit(results: dict) -> dict[str, list[str]]:
+    """``task -> [label]``: the trained rows (as trained, or with randomized positions) that fitted fewer than
+    :data:`~relpos.report.stats.MIN_SEEDS` of their seeds by the fit gate (``train.fit.fitted``), in task and
+    label order."""
+    count: dict = defaultdict(lambda: [0, 0])
+    for r in results["runs"]:
+        if _trained(r):
+            c = count[(r["task"], r["label"])]
+            c[0] += bool(_fit(r).get("fitted"))
+            c[1] += 1
+    out: dict[str, list[str]] = {}
+    for (t, lab), (k, n) in sorted(count.items(), key=lambda kv: ((kv[0][0] != "lm", kv[0][0]), kv[0][1])):
+        if k < MIN_SEEDS:
+            out.setdefault(t, []).append(lab)
+    return out
+
+
+def gate_step(results: dict, task: str) -> tuple[float | None, int]:
+    """The median step at which the fitted trained runs of ``task`` first passed the gate
+    (``first_pass_step``), and how many runs it is the median of; ``(None, 0)`` when none recorded one."""
+    steps = [_fit(r)["first_pass_step"] for r in results["runs"]
+             if _trained(r) and r["task"] == task and _fit(r).get("fitted") and _fit(r).get("first_pass_step")]
+    return (statistics.median(steps) if steps else None), len(steps)
+
+
+def seed_curves(results: dict, task: str, label: str) -> dict[int, list[list[float]] | None]:
+    """``seed -> [[step, score], ...]`` of one trained row (None for a seed whose results carry no curve)."""
+    out = {}
+    for r in sorted(results["runs"], key=lambda r: r["seed"]):
+        if _trained(r) and r["task"] == task and r["label"] == label:
+            c = _fit(r).get("val_curve")
+            out[r["seed"]] = [list(p) for p in c] if c else None
+    return out
+
+
+def _score_name(task: str) -> str:
+    return "validation loss at L (nats)" if task == "lm" else "validation exact match at L"
+
+
+def fit_curves_figure(results: dict, path: str | Path) -> bool:
+    """Write the figure (one panel per task with a scheme that does not fit, one line per seed of each such
+    scheme; dotted: the fitted schemes' median gate step and twice it; dashed: the gate's target). Returns
+    False, writing nothing, when no such scheme has a recorded curve."""
+    todo = {t: [lab for lab in labs if any(seed_curves(results, t, lab).values())]
+            for t, labs in never_fit(results).items()}
+    todo = {t: labs for t, labs in todo.items() if labs}
+    if not todo:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    from relpos.outdir import save_figure
+
+    styles = ["-", "--", ":", "-."]
+    cmap = matplotlib.colormaps["tab10"]
+    cols = min(3, len(todo))
+    rows = -(-len(todo) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(7.0, 5.0 * cols + 0.5), 4.0 * rows), squeeze=False)
+    for ax in axes.flat[len(todo):]:
+        ax.set_visible(False)
+    for ax, (t, labs) in zip(axes.flat, todo.items()):
+        for i, lab in enumerate(labs):
+            for j, (seed, c) in enumerate(seed_curves(results, t, lab).items()):
+                if c:
+                    ax.plot([p[0] for p in c], [p[1] for p in c], color=cmap(i % 10), ls=styles[j % len(styles)],
+                            lw=1.1, label=lab if j == 0 else None)
+        med, n = gate_step(results, t)
+        if med is not None:
+            ax.axvline(med, color="grey", lw=0.9, ls=":")
+            ax.axvline(2 * med, color="grey", lw=0.9, ls=":")
+        target = next((_fit(r).get("target") for r in results["runs"] if r["task"] == t and _fit(r).get("target")),
+                      None)
+        if t != "lm" and target is not None:
+            ax.axhline(target, color="black", lw=0.8, ls="--")
+            ax.set_ylim(-0.03, 1.03)
+        ax.set_title(f"{t}: " + (f"the fitted passed the gate at step {med:,.0f} (median)" if med is not None
+                                 else "no scheme passed the gate"), fontsize=8)
+        ax.set_xlabel("training step")
+        ax.set_ylabel(_score_name(t))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="upper left")
+    fig.suptitle("Schemes that do not fit: validation curves of every seed (line style: seed 0 solid, 1 dashed, "
+                 "2 dotted; grey dotted: the median gate step and twice it; dashed: the gate's target)", fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, Path(path), dpi=100, pil_kwargs={"optimize": True})
+    plt.close(fig)
+    return True
+
+
+def _size(results: dict, task: str, label: str) -> str:
+    rows = [r for r in results["runs"] if _trained(r) and r["task"] == task and r["label"] == label]
+    params = sorted({(r.get("train") or {}).get("params") for r in rows} - {None})
+    budget = sorted({_fit(r).get("budget") for r in rows} - {None})
+    bits = ([f"{params[0]:,} parameters" if len(params) == 1 else f"{params[0]:,}-{params[-1]:,} parameters"]
+            if params else []) + ([f"a budget of {budget[-1]:,} steps"] if budget else [])
+    return f" ({', '.join(bits)})" if bits else ""
+
+
+def fit_curves_markdown(results: dict, figure: str | None = None) -> list[str]:
+    """The page's section on the schemes that do not fit (``[]`` when every trained row fitted at least
+    :data:`~relpos.report.stats.MIN_SEEDS` seeds): per task and scheme, the words "does not fit this task at
+    this size", the fitted schemes' median gate step, and whether every seed's curve runs to at least twice
+    that step; ``figure``: the figure's link (None: no figure, e.g. no curve recorded)."""
+    nf = never_fit(results)
+    if not nf:
+        return []
+    out = ["### Schemes that do not fit", "",
+           f"A scheme that fitted fewer than {MIN_SEEDS} of its seeds on a task is not ranked on it. Below, each "
+           "seed's validation curve (the score the fit gate reads, at every check of the learning-rate try the job "
+           "kept) against the training step, beside the step at which the schemes that did fit first passed the "
+           "gate (their median).", ""]
+    if figure and any(c for t, labs in nf.items() for lab in labs for c in seed_curves(results, t, lab).values()):
+        out += [f"![validation curves of the schemes that do not fit]({figure})", ""]
+    for t, labs in nf.items():
+        med, n = gate_step(results, t)
+        for lab in labs:
+            rows = [r for r in results["runs"] if _trained(r) and r["task"] == t and r["label"] == lab]
+            k = sum(bool(_fit(r).get("fitted")) for r in rows)
+            head = f"- **{t}, {lab}** ({k} of {len(rows)} seeds fitted): {DOES_NOT_FIT}{_size(results, t, lab)}."
+            gate = (f" The fitted schemes first passed the gate at step {med:,.0f} (median of {n} run"
+                    f"{'s' if n != 1 else ''})." if med is not None else
+                    " No scheme passed the gate on this task, so there is no step to compare with.")
+            curves = seed_curves(results, t, lab)
+            if not any(curves.values()):
+                out.append(head + gate + f" Validation {NOT_RECORDED}.")
+                continue
+            ends = {s: c[-1][0] for s, c in curves.items() if c}
+            best = {s: (min if t == "lm" else max)(p[1] for p in c) for s, c in curves.items() if c}
+            reach = ""
+            if med is not None:
+                short = [s for s, e in ends.items() if e < 2 * med]
+                reach = (f" Every seed's curve runs to at least twice that step ({2 * med:,.0f})." if not short else
+                         f" {'No seed' if len(short) == len(ends) else 'Not every seed'}'s curve reaches twice "
+                         f"that step ({2 * med:,.0f}): seed"
+                         f"{'s' if len(short) > 1 else ''} {', '.join(map(str, short))} stop"
+                         f"{'' if len(short) > 1 else 's'} at step "
+                         f"{', '.join(f'{ends[s]:,.0f}' for s in short)}, so a later fit is not ruled out.")
+            missing = [s for s, c in curves.items() if not c]
+            best_s = "; ".join(f"seed {s} {best[s]:.3f} (to step {ends[s]:,.0f})" for s in sorted(best))
+            target = {r["seed"]: _fit(r).get("target") for r in rows if not _fit(r).get("fitted")}
+            late = [s for s in sorted(best) if t != "lm" and target.get(s) is not None and best[s] >= target[s]]
+            out.append(head + gate + reach + f" Best {_score_name(t)}: {best_s}."
+                       + (f" Seed(s) {', '.join(map(str, late))} reached the target ({target[late[0]]:g}) at some "
+                          "check without being fitted: the gate read another check (the last one, in results made "
+                          "before the best check was kept)." if late else "")
+                       + (f" Seed(s) {', '.join(map(str, missing))}: {NOT_RECORDED}." if missing else ""))
+    return out + [""]

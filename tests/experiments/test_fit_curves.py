@@ -1,0 +1,104 @@
+"""Issue 49, item 4: where a scheme cannot fit a task, the page shows every seed's validation curve to at least
+twice the step at which the others fit, and says "does not fit this task at this size" in words."""
+
+from __future__ import annotations
+
+from relpos.report.fit_curves import DOES_NOT_FIT, FIT_CURVES_PLOT, NOT_RECORDED, fit_curves_figure, \
+    fit_curves_markdown, gate_step, never_fit
+from relpos.report.results_doc import results_dict
+from relpos.report.results_page import PageInputs, page_markdown
+from tests.experiments.test_results_page import algo_run, results
+
+
+def _curve(end: int, top: float, every: int = 100) -> list[list[float]]:
+    return [[s, round(min(top, 0.04 + top * s / end), 4)] for s in range(every, end + 1, every)]
+
+
+def _res(unfit_end: int | None = 3000, passes=(1000, 1200, 1400)):
+    """copy: nope, t5, alibi fit (first passing the gate at ``passes``); rope fits no seed; its curves run to
+    ``unfit_end`` (None: no curve recorded, as in results made before curves were written)."""
+    runs = []
+    for scheme, acc in (("nope", 0.8), ("t5", 0.6), ("alibi", 0.3), ("rope", 0.1)):
+        for seed in range(3):
+            r = algo_run("copy", scheme, seed, acc, fitted=scheme != "rope")
+            fit = r["train"]["fit"]
+            fit.update(budget=4000, target=0.95)
+            r["train"]["params"] = 100800
+            if scheme != "rope":
+                fit["first_pass_step"] = passes[seed]
+            elif unfit_end is not None:
+                fit["val_curve"] = _curve(unfit_end - 500 * (seed == 2 and unfit_end < 2400), 0.3 + 0.1 * seed)
+            runs.append(r)
+    return results(runs)
+
+
+def test_the_section_says_does_not_fit_and_compares_the_curves_with_twice_the_gate_step():
+    res = _res()
+    assert never_fit(res) == {"copy": ["rope"]} and gate_step(res, "copy") == (1200, 9)
+    md = "\n".join(fit_curves_markdown(res, "results/full-fit_curves.png"))
+    line = next(x for x in md.splitlines() if x.startswith("- **copy, rope**"))
+    assert f"(0 of 3 seeds fitted): {DOES_NOT_FIT} (100,800 parameters, a budget of 4,000 steps)" in line
+    assert "first passed the gate at step 1,200 (median of 9 runs)" in line
+    assert "Every seed's curve runs to at least twice that step (2,400)" in line
+    assert "seed 0 0.300 (to step 3,000); seed 1 0.400 (to step 3,000); seed 2 0.500" in line
+    assert "![validation curves of the schemes that do not fit](results/full-fit_curves.png)" in md
+    assert "reached the target" not in line
+    # a seed whose curve passed the target at some check, yet the gate (of the last check) did not fit it
+    late = _res()
+    late["runs"][-1]["train"]["fit"]["val_curve"][5][1] = 0.97
+    line = next(x for x in fit_curves_markdown(late) if x.startswith("- **copy, rope**"))
+    assert "Seed(s) 2 reached the target (0.95) at some check without being fitted" in line
+    # curves that stop short of twice the gate step: the page says so, naming the seeds
+    line = next(x for x in fit_curves_markdown(_res(2000)) if x.startswith("- **copy, rope**"))
+    assert "No seed's curve reaches twice that step (2,400): seeds 0, 1, 2 stop at step 2,000, 2,000, 1,500" in line
+    # every scheme fits: no section
+    fitted = _res()
+    for r in fitted["runs"]:
+        r["train"]["fit"]["fitted"] = True
+    assert fit_curves_markdown(fitted) == [] and never_fit(fitted) == {}
+
+
+def test_old_results_without_curves_say_so_and_get_no_figure(tmp_path):
+    res = _res(None)
+    md = fit_curves_markdown(res, "x.png")
+    line = next(x for x in md if x.startswith("- **copy, rope**"))
+    assert DOES_NOT_FIT in line and f"Validation {NOT_RECORDED}." in line
+    assert not any("![" in x for x in md)
+    assert not fit_curves_figure(res, tmp_path / FIT_CURVES_PLOT) and not (tmp_path / FIT_CURVES_PLOT).exists()
+
+
+def test_the_figure_is_a_png_with_one_panel_per_task(tmp_path):
+    res = _res()
+    more = _res()["runs"]
+    for r in more:
+        r["task"], r["job"] = "reverse", r["job"].replace("copy", "reverse")
+    res["runs"] += more
+    assert never_fit(res) == {"copy": ["rope"], "reverse": ["rope"]}
+    assert fit_curves_figure(res, tmp_path / FIT_CURVES_PLOT)
+    assert (tmp_path / FIT_CURVES_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_page_shows_the_section_after_the_per_task_tables():
+    page = page_markdown(PageInputs(full=_res(), fit_curves_plot="full-fit_curves.png"), "results/protocol3/")
+    at = page.index("### Schemes that do not fit")
+    assert page.index("## Tables by task") < at < page.index("## Scale check")
+    assert "(results/protocol3/full-fit_curves.png)" in page and DOES_NOT_FIT in page[at:]
+    assert "### Schemes that do not fit" not in page_markdown(PageInputs(full=results(
+        [algo_run("copy", s, k, 0.5) for s in ("nope", "t5") for k in range(3)])))
+
+
+def test_results_json_carries_the_kept_tries_validation_curve_not_its_history():
+    hist = [{"step": 100, "train_loss": 2.0, "val_exact": 0.01, "val_exact_at_L": 0.03125,
+             "val_token_accuracy_at_L": 0.3},
+            {"step": 200, "train_loss": 1.5, "val_exact": 0.5, "val_exact_at_L": 0.9609375,
+             "val_token_accuracy_at_L": 0.99}]
+    run = {"scheme": "rope", "variant": None, "task": "copy", "seed": 0, "train_len": 8, "job": "copy/rope/seed0",
+           "measurements": [], "info": {}}
+    job = {"job": "copy/rope/seed0", "info": {"train": {"fit": {"target": 0.95, "fitted": True, "history": hist}}}}
+    fit = results_dict({}, "f", [run], [job])["runs"][0]["train"]["fit"]
+    assert "history" not in fit and fit["val_curve"] == [[100, 0.0312], [200, 0.9609]]
+    assert fit["first_pass_step"] == 200
+    job["info"]["train"]["fit"]["history"] = [{"step": 50, "train_loss": 2.0, "val_loss": 1.23456}]
+    assert results_dict({}, "f", [run], [job])["runs"][0]["train"]["fit"]["val_curve"] == [[50, 1.2346]]
+    view = {**run, "variant": "yarn"}  # a RoPE scaling of the same model: the curve is not repeated on it
+    assert "val_curve" not in results_dict({}, "f", [view], [job])["runs"][0]["train"]["fit"]
