@@ -24,6 +24,7 @@ class SourceModel:
     steps: int
     fitted: bool
     ms_per_step: float | None
+    cpu_seconds: float | None = None  # the job's CPU seconds (every try and its evaluation), as the store records
 
 
 @dataclasses.dataclass
@@ -87,7 +88,7 @@ def read_source(folder, *, allow_unfitted: bool = False) -> Source:
             unfitted += 1
             continue
         models.append(SourceModel(j["scheme"], int(j["seed"]), src / rel, int(train.get("steps") or 0), fitted,
-                                  train.get("ms_per_step")))
+                                  train.get("ms_per_step"), (j["info"] or {}).get("cpu_seconds")))
     if not models:
         why = (f"its {unfitted} saved language models did not fit (pass --allow-unfitted to use them anyway)"
                if unfitted else "it has no saved language models (run relpos compare with the lm task and without "

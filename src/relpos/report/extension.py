@@ -253,7 +253,8 @@ def report_markdown(data: dict, *, png: str | None = None) -> str:
     """``report.md`` of an extend run from its ``results.json`` content ``{"meta", "rows"}``.
 
     ``meta``: ``train_len`` (L), ``factor``, ``eval_factors``, ``grid`` (the K values), ``recipes``, ``seeds``,
-    ``k_fractions``, ``lr_grid``, ``pretrain_steps``, ``n_layers``, ``d_model``, ``fitted``, ``source``.
+    ``k_fractions``, ``lr_grid``, ``pretrain_steps``, ``n_layers``, ``d_model``, ``fitted``, ``source``, and
+    optionally ``pretrain_models`` and ``pretrain_cpu_seconds`` (what pretraining the models used cost).
     """
     m = data["meta"]
     md = [f"# Context extension by fine-tuning ({m['factor']}x L, L = {m['train_len']})", "",
@@ -276,7 +277,10 @@ def page_section(data: dict | None, *, png: str | None = None) -> list[str]:
              f"{', '.join(f'{x}x' for x in m['eval_factors'])} L. Plain RoPE fine-tuned as it is is `direct`; "
              "ALiBi, KERPLE and NoPE are references. " + _setup(m), "",
              f"*Cost:* {len(units)} runs ({len(rows)} rows), {secs / 3600:.2f} hours of fine-tuning and evaluation "
-             "summed from the per-run times the store records (one thread each, on a shared 2-core machine), on "
-             "top of the compare folder's own pretraining. Run with `relpos extend --from FOLDER --out DIR` "
-             "(`benchmarks/extend_run.sh` makes this one).", ""]
+             "summed from the per-run times the store records (one thread each, on a shared 2-core machine)"
+             + (f", on top of {m['pretrain_cpu_seconds'] / 3600:.2f} CPU-hours of pretraining the "
+                f"{m['pretrain_models']} language models used (the compare folder's store)"
+                if m.get("pretrain_cpu_seconds") else
+                ", on top of the compare folder's own pretraining")
+             + ". Run with `relpos extend --from FOLDER --out DIR` (`benchmarks/extend_run.sh` makes this one).", ""]
     return intro + _body(data, "###", png) + [""]
