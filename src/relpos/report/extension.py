@@ -216,6 +216,28 @@ def run_seconds(rows: list[dict]) -> float:
     return sum(by.values())
 
 
+def _summary(sel, grid, L: int, factor: int, eval_factors, recipes) -> list[str]:
+    """One line per evaluation length past L: the recipes ordered by their mean test loss there, each at its
+    largest K (means only; the intervals are in the tables and claims below)."""
+    out = []
+    for f in [x for x in eval_factors if x >= factor]:
+        got = []
+        for rec in recipes:
+            ks = [k for k in grid if (rec, k) in sel]
+            if ks:
+                v = _loss(sel, rec, max(ks), f * L)
+                if math.isfinite(v):
+                    got.append((v, rec, max(ks)))
+        if got:
+            where = "the fine-tuning length" if f == factor else "past the fine-tuning length"
+            out.append(f"- at {f}x L ({where}): " + ", ".join(f"{rec} {v:.3f}" + (f" (K={k})" if k == 0 else "")
+                                                             for v, rec, k in sorted(got)))
+    if not out:
+        return []
+    return ["*Test loss (nats per token) at the largest K each recipe was fine-tuned for, lowest first; K=0 marks "
+            "a recipe measured zero-shot only:*", "", *out, ""]
+
+
 def _body(data: dict, h: str, png: str | None) -> list[str]:
     """The report's sections under headings of level ``h`` (``"##"`` or ``"###"``)."""
     m, rows = data["meta"], data["rows"]
@@ -223,7 +245,7 @@ def _body(data: dict, h: str, png: str | None) -> list[str]:
     sel = select(rows)
     t = tables(sel, grid, L, f, ef, m["recipes"])
     cl = claims(sel, grid, L, f, ef, fitted=m["fitted"])
-    md = []
+    md = _summary(sel, grid, L, f, ef, m["recipes"])
     if not m["fitted"]:
         md += ["**Some models did not fit: these numbers carry no conclusion.**", ""]
     md += [f"{h} Far-position ratio against K", "", "Mean over seeds; in brackets the 95 % paired bootstrap "
