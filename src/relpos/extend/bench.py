@@ -49,6 +49,7 @@ class Plan:
     notes: list[str]
     protocol: dict
     fingerprint: str
+    pretrain_steps: int = 0  # what the K grid is a fraction of (Source.pretrain_steps of the studied schemes)
 
 
 def plan(spec: ExtendSpec) -> Plan:
@@ -80,7 +81,8 @@ def plan(spec: ExtendSpec) -> Plan:
         recipes.append(r)
     if not recipes:
         raise ValueError(f"--from {src.folder}: none of the recipes {', '.join(spec.recipes)} has a model there")
-    grid = k_grid(src.pretrain_steps(), spec.k_fractions)
+    studied = {r.scheme for r in recipes if not r.reference} or None  # the references follow their grid
+    grid = k_grid(src.pretrain_steps(studied), spec.k_fractions)
     bs = spec.batch_size or int(src.cfg.train_settings("lm")["batch_size"])
     units = []
     for s in seeds:
@@ -92,7 +94,8 @@ def plan(spec: ExtendSpec) -> Plan:
             if ks:
                 units += [Unit(r.name, s, lr, ks) for lr in spec.lr_grid]
     protocol = spec.protocol(src.fingerprint, grid, bs)
-    return Plan(spec, src, recipes, seeds, grid, bs, units, notes, protocol, fingerprint_of(protocol))
+    return Plan(spec, src, recipes, seeds, grid, bs, units, notes, protocol, fingerprint_of(protocol),
+                src.pretrain_steps(studied))
 
 
 def _ms_per_step(p: Plan) -> float:
@@ -124,7 +127,7 @@ def estimate_lines(p: Plan, done: set | None = None) -> list[str]:
     e = estimate(p, done)
     L = p.source.train_len
     lines = [f"source: {p.source.folder} (fingerprint {p.source.fingerprint}), L = {L}, pretraining steps "
-             f"{p.source.pretrain_steps()} (mean of the RoPE models)",
+             f"{p.pretrain_steps} (mean of the models the studied recipes start from)",
              f"recipes: {', '.join(r.name for r in p.recipes)}; seeds: {', '.join(map(str, p.seeds))}",
              f"fine-tuning at {p.spec.factor * L} tokens ({p.spec.factor}x L), K grid {p.grid}, rates "
              f"{', '.join(f'{v:g}' for v in p.spec.lr_grid)} (chosen on validation), batch {p.batch_size}; "

@@ -32,7 +32,7 @@ def meta_of(p) -> dict:
     return {"train_len": p.source.train_len, "factor": p.spec.factor, "eval_factors": list(p.spec.eval_factors),
             "grid": list(p.grid), "recipes": [r.name for r in p.recipes], "seeds": list(p.seeds),
             "k_fractions": list(p.spec.k_fractions), "lr_grid": list(p.spec.lr_grid),
-            "pretrain_steps": p.source.pretrain_steps(), "n_layers": cfg.n_layers, "d_model": cfg.d_model,
+            "pretrain_steps": p.pretrain_steps, "n_layers": cfg.n_layers, "d_model": cfg.d_model,
             "fitted": all(m.fitted for m in p.source.models), "source": Path(p.source.folder).name,
             "pretrain_models": len(p.source.models), "pretrain_cpu_seconds": (sum(m.cpu_seconds for m in p.source.models)
                                      if all(m.cpu_seconds is not None for m in p.source.models) else None)}

@@ -44,10 +44,11 @@ class Source:
     def model(self, scheme: str, seed: int) -> SourceModel | None:
         return next((m for m in self.models if m.scheme == scheme and m.seed == seed), None)
 
-    def pretrain_steps(self) -> int:
-        """The pretraining steps the K grid is a fraction of: the mean over the RoPE models used (every model
-        when there is no RoPE model), so every recipe shares one grid."""
-        ms = [m for m in self.models if m.scheme == "rope"] or self.models
+    def pretrain_steps(self, schemes=None) -> int:
+        """The pretraining steps the K grid is a fraction of: the mean over the models of ``schemes`` (the
+        schemes the studied recipes start from; every model when None or when none of them is here), so every
+        recipe shares one grid."""
+        ms = [m for m in self.models if schemes is not None and m.scheme in schemes] or self.models
         return max(1, round(sum(m.steps for m in ms) / len(ms)))
 
 
