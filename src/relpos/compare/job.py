@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from relpos.compare.saved_models import model_path, save_model  # noqa: F401 (where a job's model is kept)
+
 __all__ = [
     "Job",
     "run_job",
@@ -421,29 +423,6 @@ def _fit_record(task, mon, runs: list[dict], lr: float, tries: list[dict], targe
     rec.update(fitted=bool(mon.fitted_by_validation()), score=score,
                score_kind="validation exact match at L (teacher-forced, equal to greedy)")
     return rec
-
-
-def model_path(models_dir: str, job: Job) -> str:
-    """Where a job's trained model is kept: ``<models_dir>/<task>/<scheme>[+rand]/seed<k>``."""
-    import os
-
-    return os.path.join(models_dir, job.task, job.scheme + ("+rand" if job.randomized else ""), f"seed{job.seed}")
-
-
-def save_model(job: Job, cfg, model, fit: dict | None) -> str:
-    """Save a trained model (safetensors checkpoint, with its fit) and return its path relative to ``models_dir``'s
-    parent (the compare output folder)."""
-    import os
-
-    from relpos.training.checkpoint import save
-    from relpos.outdir import check_under
-
-    path = model_path(cfg.models_dir, job)
-    folder = os.path.dirname(os.path.abspath(cfg.models_dir))
-    check_under(folder, path, folder=True)  # no link on the way: the model is written inside the output folder
-    extra = {"job": job.key, "fitted": bool(fit and fit.get("fitted")), "fit_score": fit and fit.get("score")}
-    save(path, model, extra=extra)
-    return os.path.relpath(path, folder)
 
 
 def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: Callable | None = None,

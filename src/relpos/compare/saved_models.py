@@ -1,5 +1,5 @@
-"""The trained models a ``relpos compare`` folder keeps (``OUT/models/<task>/<scheme>[+rand]/seed<k>``), checked
-before they are used again.
+"""The trained models a ``relpos compare`` folder keeps (``OUT/models/<task>/<scheme>[+rand]/seed<k>``): where
+they go (:func:`model_path`), saving them (:func:`save_model`), and checking them before they are used again.
 
 A saved model is reused without training: evaluation-only additions (:mod:`relpos.compare.additions`)
 evaluate it, ``--reuse`` (:mod:`relpos.compare.reuse`) copies it. A model placed in another job's slot (an
@@ -22,7 +22,7 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["SavedModelError", "model_digest", "check_saved_model"]
+__all__ = ["SavedModelError", "model_digest", "check_saved_model", "model_path", "save_model"]
 
 
 class SavedModelError(ValueError):
@@ -94,3 +94,26 @@ def check_saved_model(folder: str | os.PathLike, job: dict) -> str:
             f"{str(want)[:12]}...): it was replaced, perhaps by a model of another folder. Nothing was changed; put "
             f"the job's own model back, or pass --force to move the old results aside and train again")
     return "hash"
+
+
+def model_path(models_dir: str, job) -> str:
+    """Where a job's (:class:`relpos.compare.job.Job`) trained model is kept: ``<models_dir>/<task>/<scheme>[+rand]/seed<k>``."""
+    import os
+
+    return os.path.join(models_dir, job.task, job.scheme + ("+rand" if job.randomized else ""), f"seed{job.seed}")
+
+
+def save_model(job, cfg, model, fit: dict | None) -> str:
+    """Save a trained model (safetensors checkpoint, with its fit) and return its path relative to ``models_dir``'s
+    parent (the compare output folder)."""
+    import os
+
+    from relpos.training.checkpoint import save
+    from relpos.outdir import check_under
+
+    path = model_path(cfg.models_dir, job)
+    folder = os.path.dirname(os.path.abspath(cfg.models_dir))
+    check_under(folder, path, folder=True)  # no link on the way: the model is written inside the output folder
+    extra = {"job": job.key, "fitted": bool(fit and fit.get("fitted")), "fit_score": fit and fit.get("score")}
+    save(path, model, extra=extra)
+    return os.path.relpath(path, folder)

@@ -364,6 +364,10 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
         lines += ["## Accuracy against length", "", "![accuracy_vs_length.png](accuracy_vs_length.png)", ""]
     if "token_accuracy_vs_length.png" in plots:
         lines += ["![token_accuracy_vs_length.png](token_accuracy_vs_length.png)", ""]
+    if "fit_curves.png" in plots:  # every seed of the schemes that do not fit, in words and as a figure
+        from relpos.report.fit_curves import fit_curves_markdown
+
+        lines += [x[1:] if x.startswith("### ") else x for x in fit_curves_markdown(results, "fit_curves.png")]
     if results.get("failures"):
         lines += ["## Failed runs (retried on the next invocation)", ""]
         for f in results["failures"]:
