@@ -3,6 +3,7 @@ snapshot in the repository, with ``relpos`` stubbed out (nothing trains)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -54,3 +55,20 @@ def test_reuse_is_passed_to_every_full_preset_call(tmp_path):
     calls = (tmp_path / "calls").read_text().splitlines()
     assert len(calls) == len(FULL_ALGORITHMIC) + 2
     assert all(f"--reuse {tmp_path / 'old full'} " in c for c in calls)
+
+
+def test_the_rerun_restores_the_shipped_store_once_and_reuses_it(tmp_path):
+    """``benchmarks/protocol3_rerun.sh``: the shipped protocol-3 store becomes the ``--reuse`` source (language
+    modelling and parity copied even though their validation differs), the rerun goes to its own snapshot."""
+    stub = _stub(tmp_path)
+    env = {**os.environ, "RELPOS": str(stub), "PYTHON": sys.executable, "SNAPSHOT": str(tmp_path / "snap")}
+    out = tmp_path / "out"
+    rerun = ROOT / "benchmarks" / "protocol3_rerun.sh"
+    subprocess.run(["bash", str(rerun), str(out)], cwd=ROOT, env=env, check=True, timeout=300)
+    fp = json.loads((out / "old_full" / "config.json").read_text())["fingerprint"]
+    with Store(out / "old_full" / "results.sqlite") as s:
+        assert s.integrity_check() == "ok" and len(s.done_jobs(fp)) == 216  # the finished protocol-3 preset
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls and not any("scale" in c for c in calls)
+    assert all(f"--reuse {out / 'old_full'} --reuse-validated-before lm,parity " in c for c in calls)
+    assert all(f"--out {out / 'run' / 'full'}" in c for c in calls)
