@@ -59,6 +59,7 @@ from relpos.data import SPLITS, split_of_key
 from relpos.dedup import WINDOW, remove_leaks
 from relpos.corpus.readers import KINDS, Skipped, Undecodable, check_hf_folder, detect_kind, file_signature, read_docs
 from relpos.corpus.sources import FileTokens, TokenLMSource
+from relpos.corpus.cache_only import CorpusNotCached, cache_only_active
 
 __all__ = ["Corpus", "CorpusSpec", "FileTokens", "Requirement", "TokenLMSource", "load_corpus", "cached_corpus",
            "lm_requirement", "default_cache_dir", "load_tokenizer", "KINDS"]
@@ -472,6 +473,8 @@ def load_corpus(path: str | os.PathLike, *, glob: str | None = None, text_field:
         meta = json.loads(meta_path.read_text())
         _check_size(meta, require)
         return Corpus(final, meta)
+    if cache_only_active():  # a plan (dry run): nothing is read or written
+        raise CorpusNotCached(spec.path, file_signature(p, kind, glob), final)
     made = [d for d in [root, *root.parents] if not d.exists()]
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
