@@ -81,3 +81,111 @@ def test_a_dry_run_beside_a_store_of_an_unread_corpus_changes_nothing(small_corp
     text = capsys.readouterr().out
     assert _tree(out) == before and not (tmp_path / "cache").exists()
     assert "holds results (fingerprint 0123456789abcdef)" in text and "known once the corpus is read" in text
+
+
+# ------------------------------------------------------------------ refusals leave --out as it was
+
+
+def _gapped_tokenizer(path: Path, text: str) -> Path:
+    """A word-level tokenizer of ``text`` whose word '.' has id 5000, far past its 1 + words tokens."""
+    import re
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = sorted(set(re.findall(r"\w+|[^\w\s]", text)))
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
+    vocab["."] = 5000
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(path))
+    return path
+
+
+def test_a_tokenizer_whose_ids_pass_its_size_is_refused_before_the_folder_is_made(tmp_path, monkeypatch, capsys):
+    """``get_vocab_size`` counts tokens, not the largest id: a tokenizer with an id past its size trained a model
+    with too small an embedding, so every run failed in its worker after config.json, results.json and
+    results.sqlite were written (exit 1). Now it is refused by name before anything is read or written."""
+    pytest.importorskip("tokenizers")
+    from relpos.cli import main
+    from tests.data_helpers import prose
+
+    monkeypatch.setenv("RELPOS_CACHE", str(tmp_path / "cache"))
+    text = prose(300_000, seed=5)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(text)
+    tok = _gapped_tokenizer(tmp_path / "tok.json", text)
+    out = tmp_path / "out"
+    rc = main(["compare", "--corpus", str(corpus), "--tokenizer", str(tok), "--tasks", "lm", "--schemes", "alibi",
+               "--seeds", "0", "--train-len", "16", "--eval-lengths", "16,32", "--eval-tokens", "64", "--steps", "2",
+               "--workers", "1", "--runner", "serial", "--no-plots", "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert not out.exists(), f"a refused run left {_tree(out)}"
+    assert rc == 2 and "Traceback" not in err
+    assert f"--tokenizer {tok}: its token ids reach 5000 (token '.'), past the tokenizer's own vocabulary" in err
+    assert not (tmp_path / "cache").exists()
+
+
+def _hf_argv(model, corpus, out, *extra):
+    return ["compare", "--hf-model", str(model), "--corpus", str(corpus), "--eval-tokens", "512", "--device", "cpu",
+            "--hf-factors", "1", "--passkey", "0", "--scalings", "native", "--no-progress", "--out", str(out), *extra]
+
+
+@pytest.fixture
+def small_vocab_model(hf, tmp_path):
+    """The tiny Llama's architecture with 256 embeddings, beside the 512-merge tokenizer of the fixture's model."""
+    import shutil
+
+    from tests.data_helpers import tiny_llama
+
+    model = tiny_llama(tmp_path / "v256", max_pos=64, vocab_size=256, tokenizer=False)
+    shutil.copy(hf[0] / "tokenizer.json", model / "tokenizer.json")
+    return model
+
+
+@pytest.mark.parametrize("how", ["own", "flag"])
+def test_a_tokenizer_larger_than_the_models_vocabulary_leaves_out_as_it_was(hf, small_vocab_model, tmp_path,
+                                                                             monkeypatch, capsys, how):
+    """The model's own tokenizer, or one given by --tokenizer, holds more ids than the model's embeddings: refused
+    by name before the corpus is read, and --out is not even made (it was made empty before the refusal)."""
+    from relpos.cli import main
+
+    monkeypatch.setenv("RELPOS_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "o"
+    extra = ["--tokenizer", str(hf[0] / "tokenizer.json")] if how == "flag" else []
+    rc = main(_hf_argv(small_vocab_model, hf[1], out, *extra))
+    err = capsys.readouterr().err
+    assert not out.exists(), f"a refused run left {_tree(out)}"
+    assert rc == 2 and "Traceback" not in err
+    assert "tokenizer.json: its token ids reach" in err and "past the model's vocabulary of 256 tokens" in err
+
+
+def test_a_refusal_leaves_an_existing_empty_out_empty(hf, small_vocab_model, tmp_path, monkeypatch, capsys):
+    """Control: a folder the user made stays as it was (no store, WAL or SHM)."""
+    from relpos.cli import main
+
+    monkeypatch.setenv("RELPOS_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "o"
+    out.mkdir()
+    assert main(_hf_argv(small_vocab_model, hf[1], out)) == 2
+    assert os.listdir(out) == []
+    capsys.readouterr()
+
+
+def test_a_nan_norm_eps_refusal_does_not_make_out(hf, tmp_path, monkeypatch, capsys):
+    """Refused at the first evaluation, after the model loaded: no store, and no empty --out folder either."""
+    import json
+    import shutil
+
+    from relpos.cli import main
+
+    monkeypatch.setenv("RELPOS_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "nan-eps"
+    shutil.copytree(hf[0], model)
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["rms_norm_eps"] = float("nan")
+    (model / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "o"
+    rc = main(_hf_argv(model, hf[1], out))
+    err = capsys.readouterr().err
+    assert rc in (1, 2) and "Traceback" not in err
+    assert not out.exists(), f"a refused run left {_tree(out)}"
