@@ -189,3 +189,123 @@ def test_a_nan_norm_eps_refusal_does_not_make_out(hf, tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert rc in (1, 2) and "Traceback" not in err
     assert not out.exists(), f"a refused run left {_tree(out)}"
+
+
+# ------------------------------------------------------------------ a killed Ray driver shuts Ray down
+
+
+class _FakeRay:
+    """What :class:`relpos.compare.runner.RayRunner` uses of Ray. ``init`` installs a SIGTERM handler as Ray's
+    does (Ray's aborts the driver: no ``finally`` runs, no ``ray.shutdown()``); ``wait`` is where ``kill``
+    reaches the driver."""
+
+    def __init__(self, signum=None):
+        import signal
+
+        self.signal, self.signum = signal, signum
+        self.initialized, self.calls, self.ray_handler_ran = False, [], False
+
+    def is_initialized(self):
+        return self.initialized
+
+    def init(self, **kw):
+        self.initialized = True
+        self.calls.append("init")
+
+        def ray_handler(signum, frame):  # stands for Ray's handler, which aborts the process
+            self.ray_handler_ran = True
+
+        self.signal.signal(self.signal.SIGTERM, ray_handler)
+
+    def shutdown(self):
+        self.initialized = False
+        self.calls.append("shutdown")
+
+    def remote(self, **kw):
+        return lambda fn: type("Remote", (), {"remote": staticmethod(lambda *a: object())})
+
+    def cluster_resources(self):
+        return {"CPU": 1}
+
+    def wait(self, refs, num_returns=1):
+        import time
+
+        if self.signum is not None:
+            os.kill(os.getpid(), self.signum)  # `kill PID` while the driver waits for its jobs
+            for _ in range(100):  # the Python handler runs at the next bytecode boundary
+                time.sleep(0.001)
+        return list(refs)[:num_returns], list(refs)[num_returns:]
+
+    def get(self, ref):
+        return {"ok": True}
+
+
+def _ray_runner(monkeypatch, fake):
+    import sys
+
+    from relpos.compare.runner import Job, RayRunner
+
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    return RayRunner(None, 1), [Job("lm", "alibi", 0)]
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_a_terminated_ray_driver_shuts_ray_down_and_restores_the_handlers(monkeypatch, signame):
+    """``kill`` (SIGTERM) hit Ray's own handler, which aborts the driver (measured: exit -6, a stack dump, no
+    ``ray.shutdown()``, the sweep's cleanup skipped); SIGHUP killed it outright. Now both stop the sweep as
+    Ctrl-C does: ``KeyboardInterrupt``, ``ray.shutdown()``, and the handlers from before ``ray.init`` back."""
+    import signal
+
+    sig = getattr(signal, signame)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    if signame == "SIGHUP":  # a stand-in for the default action (which would end pytest)
+        signal.signal(signal.SIGHUP, lambda *a: None)
+        before[signal.SIGHUP] = signal.getsignal(signal.SIGHUP)
+    fake = _FakeRay(sig)
+    runner, jobs = _ray_runner(monkeypatch, fake)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            list(runner.run(jobs, {}))
+        assert not fake.ray_handler_ran
+        assert fake.calls == ["init", "shutdown"]
+        assert {s: signal.getsignal(s) for s in before} == before
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+def test_an_ignored_hangup_stays_ignored_and_a_finished_run_restores_everything(monkeypatch):
+    """Under ``nohup`` SIGHUP stays ignored while Ray runs; a run that ends normally shuts Ray down and puts back
+    the handlers from before ``ray.init`` (Ray's own SIGTERM handler stayed installed after the sweep before)."""
+    import signal
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    fake = _FakeRay(None)
+    seen = {}
+    runner, jobs = _ray_runner(monkeypatch, fake)
+    try:
+        for ev in runner.run(jobs, {}):
+            seen = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+            assert ev[1] == {"ok": True}
+        assert seen[signal.SIGHUP] is signal.SIG_IGN and callable(seen[signal.SIGTERM])
+        assert fake.calls == ["init", "shutdown"]
+        assert signal.getsignal(signal.SIGTERM) is before[signal.SIGTERM]
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+def test_a_ray_instance_started_elsewhere_is_left_alone(monkeypatch):
+    """Control: when Ray was already initialised by the caller, the runner neither shuts it down nor touches the
+    signal handlers."""
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    fake = _FakeRay(None)
+    fake.initialized = True
+    runner, jobs = _ray_runner(monkeypatch, fake)
+    for _ in runner.run(jobs, {}):
+        assert signal.getsignal(signal.SIGTERM) is before
+    assert fake.calls == [] and fake.initialized
