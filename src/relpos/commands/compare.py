@@ -236,8 +236,9 @@ def passkey_warning(cfg) -> str | None:
         return None
     from relpos.tasks.lm import LanguageModelling
 
-    # the lengths as the task resolves them, without reading the corpus (a dry run may not have it yet)
-    longest = max(LanguageModelling(**{k: v for k, v in cfg.task_kwargs("lm").items() if k != "corpus"}).eval_lengths)
+    kw = cfg.task_kwargs("lm")  # the lengths as the task resolves them, without reading the corpus (a dry run)
+    longest = max(kw.get("eval_lengths")
+                  or LanguageModelling(**{k: v for k, v in kw.items() if k != "corpus"}).eval_lengths)
     if longest < need:  # Passkey.fitting finds no length: nothing would be measured
         return (f"warning: passkey's prompt needs {need} {unit}, more than the longest language-modelling "
                 f"evaluation length {longest}: passkey measures nothing; evaluate longer "

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -303,8 +304,6 @@ _TERM_SIGNALS = ("SIGTERM", "SIGHUP")
 
 def _signal_handlers() -> dict | None:
     """The handlers of :data:`_TERM_SIGNALS` now (None off the main thread, where none can be set)."""
-    import signal
-
     if threading.current_thread() is not threading.main_thread():
         return None
     return {sig: signal.getsignal(sig) for name in _TERM_SIGNALS if (sig := getattr(signal, name, None))}
@@ -315,8 +314,6 @@ def _interrupt_on_term(before: dict | None) -> None:
     ``kill`` runs its cleanup (``ray.shutdown()``, the sweep's last write) instead of dying with Ray's processes
     left to notice on their own; Ray's own handler aborts the process without either. A signal ignored before
     (``nohup``) stays ignored."""
-    import signal
-
     if before is None:
         return
 
@@ -331,8 +328,6 @@ def _interrupt_on_term(before: dict | None) -> None:
 def _restore_signal_handlers(before: dict | None) -> None:
     """Put back the handlers :func:`_signal_handlers` saw (those of a handler set outside Python stay as Ray left
     them: ``signal`` cannot restore them)."""
-    import signal
-
     for sig, old in (before or {}).items():
         if old is not None:
             signal.signal(sig, old)

@@ -11,10 +11,10 @@ Example:
     >>> tok = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 7}, unk_token="[UNK]"))
     >>> tok.get_vocab_size(), id_bound(tok)
     (3, 8)
-    >>> check_ids_fit(tok, 3, "the tokenizer's own vocabulary", where="--tokenizer t.json")
+    >>> check_ids_fit(tok, 3, "the tokenizer's own vocabulary", where="--tokenizer t.json")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: --tokenizer t.json: its token ids reach 7 (token 'b'), past the tokenizer's own vocabulary of 3 tokens; every id must lie below it
+    ValueError: --tokenizer t.json: its token ids reach 7 (token 'b'), past the tokenizer's own vocabulary of 3 ...
 """
 
 from __future__ import annotations
