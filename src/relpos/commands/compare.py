@@ -11,10 +11,12 @@ command skips the runs that are already stored.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from relpos.compare.config import ALL_TASKS
 
@@ -232,7 +234,11 @@ def passkey_warning(cfg) -> str | None:
     unit = "tokens" if tokenizer else "bytes"
     if "lm" not in cfg.tasks:
         return None
-    longest = max(cfg.task_kwargs("lm").get("eval_lengths") or cfg.make_task("lm").eval_lengths)
+    from relpos.tasks.lm import LanguageModelling
+
+    kw = cfg.task_kwargs("lm")  # the lengths as the task resolves them, without reading the corpus (a dry run)
+    longest = max(kw.get("eval_lengths")
+                  or LanguageModelling(**{k: v for k, v in kw.items() if k != "corpus"}).eval_lengths)
     if longest < need:  # Passkey.fitting finds no length: nothing would be measured
         return (f"warning: passkey's prompt needs {need} {unit}, more than the longest language-modelling "
                 f"evaluation length {longest}: passkey measures nothing; evaluate longer "
@@ -245,7 +251,7 @@ def passkey_warning(cfg) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from relpos.compare.sweep import compare, plan, rebuild_report, summary_text
+    from relpos.compare.sweep import compare, rebuild_report, summary_text
     from relpos.compare.runner import make_runner
 
     if args.out is not None and not args.out.strip():
@@ -265,7 +271,10 @@ def main(args: argparse.Namespace) -> int:
         return run_from_args(args)
     if args.preset == "scale":
         return _run_scale(args)
-    cfg = build_config(args)
+    from relpos.corpus.cache_only import cache_only
+
+    with cache_only() if args.dry_run else contextlib.nullcontext():  # a plan reads no corpus that is not cached
+        cfg = build_config(args)
     out = args.out or os.path.join("runs", f"compare-{cfg.preset}")
     validated_before = [t.strip() for t in args.reuse_validated_before.split(",") if t.strip()]
     from relpos.compare.config import ALL_TASKS
@@ -281,37 +290,13 @@ def main(args: argparse.Namespace) -> int:
                   "relpos compare)", file=sys.stderr)
             return 2
     if args.dry_run:
-        from relpos.compare.status import folder_status, status_lines
+        from relpos.corpus.cache_only import CorpusNotCached
 
-        from relpos.compare.additions import join_evaluations
-
-        adds = join_evaluations(cfg, out, force=args.force)  # the folder's evaluations joined, as a run would
-        jobs = plan(cfg)
-        lines = [f"preset {cfg.preset}, fingerprint {cfg.fingerprint()}, {len(jobs)} training runs -> {out}"]
-        note = passkey_warning(cfg)
-        if note:
-            lines.append(note)
-        lines += [f"{out} also measures {k} (added earlier): kept" for k in (adds.kept if adds else [])]
-        shown = cfg
-        if adds is not None and adds.needed:
-            from relpos.compare.additions import missing_line
-
-            lines.append(missing_line(adds) if adds.missing() else
-                         f"would add {adds.what()} to {out} by evaluating the saved models of {len(adds.jobs)} "
-                         "finished runs (no training), then run what is left")
-            shown = cfg.replace(rope_variants=list(adds.old_protocol.get("rope_variants") or []),
-                                passkey=dict(adds.old_protocol.get("passkey") or {}))
-        status = folder_status(shown, out, [j.key for j in jobs])
-        lines += status_lines(status)
-        if args.reuse:  # after the summary line, before the per-run lines
-            from relpos.compare.reuse import reusable
-
-            skip = {j.job for j in status.jobs if j.state in ("done", "running")}
-            for i, folder in enumerate(args.reuse):
-                got = reusable(cfg, [j.key for j in jobs], folder, skip=skip, validated_before=validated_before)
-                skip |= {r["job"] for r in got}
-                lines.insert(2 + i, f"--reuse {folder}: {len(got)} runs would be copied "
-                                f"({sum(float(r.get('cpu_seconds') or 0) for r in got):,.0f} CPU-seconds)")
+        with cache_only():
+            try:
+                lines = _dry_run_lines(cfg, out, args, validated_before)
+            except CorpusNotCached as e:  # the fingerprint hashes the tokenized corpus: settled at run time
+                lines = _uncached_lines(cfg, out, args, e)
         try:
             print("\n".join(lines))
         except BrokenPipeError:  # e.g. piped into `head`
@@ -330,6 +315,69 @@ def main(args: argparse.Namespace) -> int:
     if summary.interrupted:
         return 130
     return 1 if summary.failed else 0
+
+
+def _dry_run_lines(cfg, out: str, args: argparse.Namespace, validated_before: list[str]) -> list[str]:
+    """The plan of ``--dry-run``: the fingerprint, the runs and what ``out`` already holds."""
+    from relpos.compare.status import folder_status, status_lines
+    from relpos.compare.sweep import plan
+
+    from relpos.compare.additions import join_evaluations
+
+    adds = join_evaluations(cfg, out, force=args.force)  # the folder's evaluations joined, as a run would
+    jobs = plan(cfg)
+    lines = [f"preset {cfg.preset}, fingerprint {cfg.fingerprint()}, {len(jobs)} training runs -> {out}"]
+    note = passkey_warning(cfg)
+    if note:
+        lines.append(note)
+    lines += [f"{out} also measures {k} (added earlier): kept" for k in (adds.kept if adds else [])]
+    shown = cfg
+    if adds is not None and adds.needed:
+        from relpos.compare.additions import missing_line
+
+        lines.append(missing_line(adds) if adds.missing() else
+                     f"would add {adds.what()} to {out} by evaluating the saved models of {len(adds.jobs)} "
+                     "finished runs (no training), then run what is left")
+        shown = cfg.replace(rope_variants=list(adds.old_protocol.get("rope_variants") or []),
+                            passkey=dict(adds.old_protocol.get("passkey") or {}))
+    status = folder_status(shown, out, [j.key for j in jobs])
+    lines += status_lines(status)
+    if args.reuse:  # after the summary line, before the per-run lines
+        from relpos.compare.reuse import reusable
+
+        skip = {j.job for j in status.jobs if j.state in ("done", "running")}
+        for i, folder in enumerate(args.reuse):
+            got = reusable(cfg, [j.key for j in jobs], folder, skip=skip, validated_before=validated_before)
+            skip |= {r["job"] for r in got}
+            lines.insert(2 + i, f"--reuse {folder}: {len(got)} runs would be copied "
+                            f"({sum(float(r.get('cpu_seconds') or 0) for r in got):,.0f} CPU-seconds)")
+    return lines
+
+
+def _uncached_lines(cfg, out: str, args: argparse.Namespace, why) -> list[str]:
+    """The plan of ``--dry-run`` for a corpus not read yet (``why``, a ``CorpusNotCached``): its fingerprint hashes
+    the tokenized text, so what depends on it (is ``out`` this configuration's, what ``--reuse`` copies) is said to
+    be settled at run time; nothing is read or written."""
+    from relpos.compare.status import FolderStatus, JobStatus, status_lines
+    from relpos.compare.store import read_store_meta
+    from relpos.compare.sweep import plan
+
+    jobs = plan(cfg)
+    lines = [f"preset {cfg.preset}, fingerprint computed at run time (it hashes the tokenized corpus), "
+             f"{len(jobs)} training runs -> {out}", f"{why}; the dry run tokenized and wrote nothing"]
+    note = passkey_warning(cfg)
+    if note:
+        lines.append(note)
+    db = os.path.join(out, "results.sqlite")
+    if os.path.isfile(db):
+        old = (read_store_meta(db) or {}).get("fingerprint")
+        lines.append(f"{out} holds results (fingerprint {old}): whether they are this configuration's is known once "
+                     "the corpus is read; a run of another configuration stops without changing them")
+        lines += [f"  {j.key}" for j in jobs]
+    else:
+        lines += status_lines(FolderStatus(Path(out), "", "empty", None, [JobStatus(j.key, "to run") for j in jobs]))
+    lines[2:2] = [f"--reuse {folder}: the runs it can give are known once the corpus is read" for folder in args.reuse]
+    return lines
 
 
 #: Flags ``--report-only`` takes (the configuration is the folder's; ``--tasks`` narrows the report).

@@ -332,8 +332,14 @@ class ExperimentConfig(ConcernsMixin):
             if "eval_lengths" in sect and sect["eval_lengths"] is not None:
                 _int_list("evaluation lengths", sect["eval_lengths"])
         # Building every selected task checks its own options (and catches typos in them).
+        from relpos.corpus.cache_only import CorpusNotCached
+        from relpos.tasks import make_task
+
         for t in self.tasks:
-            task = self.make_task(t)
+            try:
+                task = self.make_task(t)
+            except CorpusNotCached:  # a dry run: the corpus is read at run time; its options are checked alone
+                task = make_task(t, **{k: v for k, v in self.task_kwargs(t).items() if k != "corpus"})
             longest = task.max_seq_len()
             if longest > MAX_EVAL_TOKENS:
                 raise ValueError(

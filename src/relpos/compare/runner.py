@@ -12,7 +12,9 @@ of JSON-able arguments returning a JSON-able dict, so any executor can run it:
   own within a second.
 * :class:`RayRunner` -- ``--runner ray``: each job is a Ray task, so a sweep
   spreads over a Ray cluster (``pip install 'relpos[ray]'``; every node needs
-  relpos installed).
+  relpos installed). ``kill`` (SIGTERM) or a closed terminal (SIGHUP) stops the
+  driver as Ctrl-C does: finished runs are saved and the Ray instance it started
+  is shut down (Ray's own SIGTERM handler aborted the driver without either).
 * :class:`TorchrunRunner` -- ``--runner torchrun``: jobs one after another, each
   trained by ``--nproc`` processes with data-parallel training
   (:mod:`relpos.training.loop` under ``torchrun``), for a single large run.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -251,12 +254,18 @@ class RayRunner:
         if not jobs:
             return
         started_here = False
+        handlers = _signal_handlers()
         if not ray.is_initialized():
             kw = {"address": self.address} if self.address else {}
             if not self.address:
                 kw.update(include_dashboard=False, num_cpus=os.cpu_count() or 1)
-            ray.init(ignore_reinit_error=True, log_to_driver=False, **kw)
+            try:
+                ray.init(ignore_reinit_error=True, log_to_driver=False, **kw)
+            except BaseException:
+                _restore_signal_handlers(handlers)
+                raise
             started_here = True
+            _interrupt_on_term(handlers)  # after ray.init, which installs handlers that abort the process
         remote = ray.remote(num_cpus=self.threads, max_retries=0)(_ray_job)
         try:
             cap = self.max_in_flight or max(1, int(ray.cluster_resources().get("CPU", 1) // self.threads))
@@ -283,7 +292,45 @@ class RayRunner:
                         yield job, res, None
         finally:
             if started_here:
-                ray.shutdown()
+                try:
+                    ray.shutdown()
+                finally:
+                    _restore_signal_handlers(handlers)
+
+
+#: Signals that end a Ray driver as Ctrl-C does (the sweep saves what finished, Ray is shut down).
+_TERM_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+def _signal_handlers() -> dict | None:
+    """The handlers of :data:`_TERM_SIGNALS` now (None off the main thread, where none can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return {sig: signal.getsignal(sig) for name in _TERM_SIGNALS if (sig := getattr(signal, name, None))}
+
+
+def _interrupt_on_term(before: dict | None) -> None:
+    """Make :data:`_TERM_SIGNALS` raise ``KeyboardInterrupt`` in the main thread, so that a driver stopped by
+    ``kill`` runs its cleanup (``ray.shutdown()``, the sweep's last write) instead of dying with Ray's processes
+    left to notice on their own; Ray's own handler aborts the process without either. A signal ignored before
+    (``nohup``) stays ignored."""
+    if before is None:
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    for sig, old in before.items():
+        if old is not signal.SIG_IGN:
+            signal.signal(sig, interrupt)
+
+
+def _restore_signal_handlers(before: dict | None) -> None:
+    """Put back the handlers :func:`_signal_handlers` saw (those of a handler set outside Python stay as Ray left
+    them: ``signal`` cannot restore them)."""
+    for sig, old in (before or {}).items():
+        if old is not None:
+            signal.signal(sig, old)
 
 
 def _ray_job(job: dict, cfg_dict: dict, threads: int) -> dict:

@@ -59,6 +59,8 @@ from relpos.data import SPLITS, split_of_key
 from relpos.dedup import WINDOW, remove_leaks
 from relpos.corpus.readers import KINDS, Skipped, Undecodable, check_hf_folder, detect_kind, file_signature, read_docs
 from relpos.corpus.sources import FileTokens, TokenLMSource
+from relpos.corpus.cache_only import CorpusNotCached, cache_only_active
+from relpos.corpus.token_ids import check_ids_fit
 
 __all__ = ["Corpus", "CorpusSpec", "FileTokens", "Requirement", "TokenLMSource", "load_corpus", "cached_corpus",
            "lm_requirement", "default_cache_dir", "load_tokenizer", "KINDS"]
@@ -457,6 +459,9 @@ def load_corpus(path: str | os.PathLike, *, glob: str | None = None, text_field:
     tok, tok_sha = None, None
     if tokenizer is not None:
         tok = load_tokenizer(tokenizer)
+        if not eval_only:  # the model trained on it has the tokenizer's own size (an evaluation checks its model's)
+            check_ids_fit(tok, tok.get_vocab_size(with_added_tokens=True), "the tokenizer's own vocabulary",
+                          where=f"--tokenizer {tokenizer}")
         tok_sha = _sha256_file(Path(tokenizer))
         tokenizer = str(Path(tokenizer).expanduser().resolve())
     if kind == "hf":
@@ -472,6 +477,8 @@ def load_corpus(path: str | os.PathLike, *, glob: str | None = None, text_field:
         meta = json.loads(meta_path.read_text())
         _check_size(meta, require)
         return Corpus(final, meta)
+    if cache_only_active():  # a plan (dry run): nothing is read or written
+        raise CorpusNotCached(spec.path, file_signature(p, kind, glob), final)
     made = [d for d in [root, *root.parents] if not d.exists()]
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))

@@ -46,6 +46,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from relpos.corpus.token_ids import check_ids_fit
 from relpos.pretrained.load import (DTYPES, load_config, load_hf_causal_lm, model_fingerprint, model_source,
                                         require_hf, tokenizer_file)
 from relpos.pretrained.out import HF_MARK, _archive, _stored_fingerprint, check_hf_output_dir
@@ -316,8 +317,9 @@ def hf_fingerprint(spec: dict, config=None, notes: list | None = None) -> tuple[
     cfg = config if config is not None else load_config(model_source(spec["model"]), dtype=spec["dtype"])
     p = plan(spec, cfg)
     L0 = p["original"]
+    tok = load_tokenizer(tok_path := tokenizer_file(spec["model"], spec["tokenizer"], spec["cache_dir"]))
+    check_ids_fit(tok, int(cfg.vocab_size), "the model's vocabulary", where=f"tokenizer {tok_path}")  # before reading
     lm = _lm_task(spec, L0, p["lengths"])
-    tok = load_tokenizer(tokenizer_file(spec["model"], spec["tokenizer"], spec["cache_dir"]))
     pk = _passkey(spec, p["lengths"], tok, _bos(cfg))
     if spec["passkey_n"] and pk is None:
         from relpos.tasks.passkey import Passkey
@@ -375,10 +377,8 @@ def run_hf_job(spec: dict, scaling: str, *, model: HFCausalLM | None = None, pro
     model = model or load_hf_model(spec["model"], device=spec["device"], dtype=spec["dtype"],
                                    original=spec["context"])
     p = plan(spec, model.base_config)
-    tok = load_tokenizer(tokenizer_file(spec["model"], spec["tokenizer"], spec["cache_dir"]))
-    if tok.get_vocab_size(with_added_tokens=True) > model.config.vocab_size:
-        raise ValueError(f"the tokenizer has {tok.get_vocab_size()} tokens, more than the model's vocabulary "
-                         f"({model.config.vocab_size})")
+    tok = load_tokenizer(tok_path := tokenizer_file(spec["model"], spec["tokenizer"], spec["cache_dir"]))
+    check_ids_fit(tok, int(model.config.vocab_size), "the model's vocabulary", where=f"tokenizer {tok_path}")
     lm = _lm_task(spec, model.original, p["lengths"], corpus)
     corpus = lm.corpus
     pk = _passkey(spec, p["lengths"], tok, _bos(model.config))
@@ -452,8 +452,7 @@ def run_hf_sweep(out: str | os.PathLike, spec: dict, *, progress: bool | None = 
                                       f"this one {fp}). Nothing was changed. Use another --out, or pass --force to "
                                       f"move the old results into {out}/previous-{old}-<time>/")
         log(f"moved the results of evaluation {old} to {_archive(outp, old)}")
-    outp.mkdir(parents=True, exist_ok=True)
-    db = outp / "results.sqlite"
+    db = outp / "results.sqlite"  # the folder too is made with the first result (a refusal leaves --out as it was)
     done: set[str] = set()
     if db.exists() or db.is_symlink():  # a new store is created only with its first result (a refusal leaves none)
         with Store(db) as store:
