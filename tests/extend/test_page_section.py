@@ -34,7 +34,7 @@ def test_the_page_section_shows_the_reports_claims_and_cost():
     assert "**holds**" in sec and "does not hold" not in sec
     # cost: per (recipe, seed, rate) the largest time, summed -- 3 recipes x 3 seeds x (K=0 run + fine-tuning run)
     assert extension.run_seconds(data["rows"]) == 9 * 10.0 + 9 * 110.0
-    assert "18 runs" in sec and "![far-position ratio against K](x/extend.png)" in sec
+    assert "18 runs" in sec and "![test loss and far-position ratio against K](x/extend.png)" in sec
     with_pre = {**data, "meta": {**META, "pretrain_models": 9, "pretrain_cpu_seconds": 1800.0}}
     assert "on top of 0.50 CPU-hours of pretraining the 9 language models used" in "\n".join(
         extension.page_section(with_pre))

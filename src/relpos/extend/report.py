@@ -38,7 +38,9 @@ def meta_of(p) -> dict:
                                      if all(m.cpu_seconds is not None for m in p.source.models) else None)}
 
 
-def _plot(curves: dict, factor_col: int, path: Path) -> bool:
+def _plot(sel: dict, curves: dict, m: dict, path: Path) -> bool:
+    """Three panels against K: the test loss at the fine-tuning length, and the far-position ratio there and at
+    the longest evaluation length (a recipe measured at K = 0 only is one point)."""
     try:
         import matplotlib
 
@@ -46,17 +48,27 @@ def _plot(curves: dict, factor_col: int, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for rec, by in curves.items():
-        pts = by.get(factor_col) or []
-        if pts:
-            ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o", label=rec)
-    ax.set_xlabel("fine-tuning steps K")
-    ax.set_ylabel(f"far-position ratio at {factor_col}x L")
-    ax.axhline(1.0, color="grey", lw=0.5)
-    ax.legend(fontsize=7)
+    from relpos.report.extension import mean_loss
+
+    L, f, top = m["train_len"], m["factor"], max(m["eval_factors"])
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for rec in m["recipes"]:
+        ks = [k for k in m["grid"] if (rec, k) in sel]
+        if ks:
+            axes[0].plot(ks, [mean_loss(sel, rec, k, f * L) for k in ks], marker="o", label=rec)
+        for ax, col in ((axes[1], f), (axes[2], top)):
+            pts = (curves.get(rec) or {}).get(col) or []
+            if pts:
+                ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o", label=rec)
+    axes[0].set_ylabel(f"test loss at {f}x L (nats per token)")
+    for ax, col in ((axes[1], f), (axes[2], top)):
+        ax.set_ylabel(f"far-position ratio at {col}x L")
+        ax.axhline(1.0, color="grey", lw=0.5)
+    for ax in axes:
+        ax.set_xlabel("fine-tuning steps K")
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
 
@@ -75,7 +87,7 @@ def write_report(rows: list[dict], p, out: Path, *, plots: bool = True) -> dict:
     t = tables(sel, m["grid"], m["train_len"], m["factor"], m["eval_factors"], m["recipes"])
     data["claims"] = claims(sel, m["grid"], m["train_len"], m["factor"], m["eval_factors"], fitted=m["fitted"])
     write_text_atomic(out / "results.json", json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n")
-    png = _plot(t["curves"], max(m["eval_factors"]), out / "extend.png") if plots else False
+    png = _plot(sel, t["curves"], m, out / "extend.png") if plots else False
     text = report_markdown(data, png="extend.png" if png else None)
     write_text_atomic(out / "report.md", text)
     return {"text": text, "claims": data["claims"], "tables": t}

@@ -35,7 +35,7 @@ import math
 
 from relpos.report.stats import MIN_SEEDS, paired_bootstrap
 
-__all__ = ["select", "claims", "tables", "steps_to_match", "report_markdown", "page_section", "run_seconds",
+__all__ = ["select", "mean_loss", "claims", "tables", "steps_to_match", "report_markdown", "page_section", "run_seconds",
            "HOLDS", "FAILS", "UNTESTABLE", "CLAIM_TEXT", "PAPERS_SCALE"]
 
 HOLDS, FAILS, UNTESTABLE = "holds", "does not hold", "not testable here"
@@ -55,6 +55,11 @@ def select(rows: list[dict]) -> dict:
 def _mean(xs) -> float:
     xs = list(xs)
     return sum(xs) / len(xs) if xs else math.nan
+
+
+def mean_loss(sel, rec, k, n) -> float:
+    """Mean over seeds of the kept rows' test loss of ``rec`` after ``k`` steps at length ``n`` (nan: none)."""
+    return _loss(sel, rec, k, n)
 
 
 def _loss(sel, rec, k, n) -> float:
@@ -260,7 +265,7 @@ def _body(data: dict, h: str, png: str | None) -> list[str]:
     md += [f"* **{c['claim']}** ({CLAIM_TEXT.get(c['claim'], c['claim'])}): **{c['outcome']}** -- {c['why']}"
            for c in cl]
     if png:
-        md += ["", f"![far-position ratio against K]({png})"]
+        md += ["", f"![test loss and far-position ratio against K]({png})"]
     return md
 
 
