@@ -12,6 +12,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from relpos.report.model import ResultsModel
 from relpos.report.tables import _order, _stats, _tasks, _train_len, aggregate, shown_runs
 from relpos.outdir import save_figure
 
@@ -96,8 +97,9 @@ def _smooth(series: dict) -> dict:
     return out
 
 
-def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
-    """Write the PNG plots; returns their file names (relative to ``out_dir``)."""
+def make_plots(results: dict | ResultsModel, out_dir: str | os.PathLike) -> list[str]:
+    """Write the PNG plots; returns their file names (relative to ``out_dir``). ``results``: a results document
+    or its :class:`~relpos.report.model.ResultsModel`."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
