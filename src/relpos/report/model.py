@@ -79,12 +79,6 @@ class ResultsModel:
 
         return self.memo(("far", id(run), L, n), lambda: lm_far_losses(run, L, n))
 
-    def far_quarter(self, run: dict, n: int) -> float | None:
-        """Bits per byte on the last quarter of windows of ``n`` alone: :meth:`far_losses` of ``n`` against
-        itself, a number only where position buckets at ``n`` exist (never the whole-window fallback)."""
-        f, _, far = self.far_losses(run, n, n)
-        return f if far else None
-
     @functools.cached_property
     def inputs(self) -> dict[int, dict | None]:
         """``id`` of each fitted row -> its ranking inputs (:func:`relpos.report.ranking.seed_inputs` without

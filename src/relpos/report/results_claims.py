@@ -238,7 +238,7 @@ def press(results: dict | ResultsModel | None, seed: int = 0) -> Finding:
     if not results or not any(r["task"] == "lm" for r in results["runs"]):
         return Finding(c, NOT_TESTABLE, ["no language-modelling runs in these results."],
                        scale=f"Scale: the paper: {PAPER_SCALE['press']}.")
-    scale = scale_here(results, ("lm",), "press")
+    scale = scale_here(model, ("lm",), "press")
     need = ("alibi", "sinusoidal", "rope")
     vals = {s: value(model, "lm", s, seed) for s in need}
     short = [f"{s} ({n} fitted seed{'s' if n != 1 else ''})" for s, (_, n) in vals.items() if n < MIN_SEEDS]
@@ -279,7 +279,7 @@ def kazemnejad(results: dict | ResultsModel | None, rk: dict | None, seed: int =
     # chance (a tie at chance says nothing about generalising)
     chance = [t for t in tasks if rk["per_task"][t]["best"] and at_chance(model, t, rk["per_task"][t]["best"], seed)]
     own = [t for t in tasks if _ranked_on(rk, t, "nope") and t not in chance]
-    scale = scale_here(results, own or _algo_tasks(rk) if rk else (), "kazemnejad") if results else \
+    scale = scale_here(model, own or _algo_tasks(rk) if rk else (), "kazemnejad") if results else \
         f"Scale: the paper: {PAPER_SCALE['kazemnejad']}."
     fits = [f"{t} {k}/{n}" for t in (_algo_tasks(rk) if rk else []) for k, n in [rk["fitted"].get((t, "nope"), (0, 0))]
             if n]
@@ -349,7 +349,7 @@ def ruoss(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0) -
             word = "better" if d.above else ("worse" if d.below else "tie")
             ev.append(f"{t}: {s}+rand-sampled minus {s} {fmt_iv(d, 2, sign=True)} ({word}); at positions 0..N-1 "
                       f"({s}+rand) {fmt_iv(d0, 2, sign=True) if d0 else 'not compared'}.")
-    scale = scale_here(results, used or tasks, "ruoss")
+    scale = scale_here(model, used or tasks, "ruoss")
     if compared < MIN_TASKS:
         ev.append(f"{compared} task(s) compared, fewer than {MIN_TASKS}: not testable at this size and budget.")
         return Finding(c, NOT_TESTABLE, ev, scale=scale)
@@ -388,7 +388,7 @@ def deletang(results: dict | ResultsModel | None) -> Finding:
                if best[1] > 0 else "every one scores 0.00 exact match at 2L")
         ev.append(f"{t}: {scored} scheme(s) scored; " + (f"generalise: {', '.join(gen)}" if gen else "none generalises")
                   + f"; {top}" + (f"; chance {PARITY_CHANCE}." if t == "parity" else "."))
-    scale = scale_here(results, own, "deletang") if results else f"Scale: the paper: {PAPER_SCALE['deletang']}."
+    scale = scale_here(model, own, "deletang") if results else f"Scale: the paper: {PAPER_SCALE['deletang']}."
     if gen_any:  # one scheme that generalises contradicts the claim, whatever the other tasks show
         return Finding(c, FAILS, ev, scale=scale)
     if tested < len(own):
