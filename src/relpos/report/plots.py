@@ -1,7 +1,7 @@
 """The PNG plots of a ``relpos compare`` report: loss and accuracy against length, per seed-averaged label.
 
 Like the tables, the plots average the seeds that passed the fit gate (every seed where none did), see
-:func:`relpos.report.tables.shown_runs`.
+:attr:`relpos.report.model.ResultsModel.shown`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from relpos.report.model import ResultsModel
-from relpos.report.tables import _order, _stats, _tasks, _train_len, aggregate, shown_runs
+from relpos.report.model import ResultsModel, as_model
+from relpos.report.tables import _order, _stats, _tasks, _train_len, aggregate
 from relpos.outdir import save_figure
 
 __all__ = ["make_plots"]
@@ -107,7 +107,7 @@ def make_plots(results: dict | ResultsModel, out_dir: str | os.PathLike) -> list
 
     out_dir = Path(out_dir)
     made = []
-    results = shown_runs(results)[0]  # fitted seeds only, as in the tables
+    results = as_model(results).shown[0]  # fitted seeds only, as in the tables
     tasks = _tasks(results)
     labels = sorted({r["label"] for r in results["runs"]})
     styles = _style(_order(labels, results), results)
