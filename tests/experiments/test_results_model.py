@@ -3,9 +3,9 @@ ranks and intervals, the verdict -- are computed once per report, into :class:`r
 and the terminal tables, report.md, the results page and the explorer's results view read it.
 
 Measured by following the calls (``sys.setprofile``) while each output is made from a small constructed results
-document. Before the model, one ``relpos compare`` finish ran ``fitted_views`` 10 times and the ranking (every
-bootstrap interval of it) twice, and the results page ran ``fitted_views`` 297 times on the shipped protocol-3
-JSON and several claim intervals more than once."""
+document. Before the model, ``relpos compare --report-only`` on the shipped protocol-3 full folder ran
+``fitted_views`` 11 times and the ranking (every bootstrap interval of it) twice, and the results page ran
+``fitted_views`` 297 times on the shipped protocol-3 JSON and several claim intervals more than once."""
 
 from __future__ import annotations
 
