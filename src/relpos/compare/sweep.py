@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from relpos.compare.config import ExperimentConfig, config_diff
+from relpos.report.model import ResultsModel
 from relpos.report.plots import make_plots
 from relpos.report.tables import results_dict, text_tables, write_json_atomic, write_report
 from relpos.compare.runner import Job, LocalRunner, SerialRunner
@@ -83,6 +84,9 @@ class CompareSummary:
     failed: list[str] = field(default_factory=list)
     interrupted: bool = False
     results: dict | None = None
+    #: the report's inputs of ``results``, computed once (:class:`relpos.report.model.ResultsModel`): the plots,
+    #: report.md and the terminal tables all read it
+    model: ResultsModel | None = None
     plots: list[str] = field(default_factory=list)
     seconds: float = 0.0
     report_only: bool = False
@@ -387,10 +391,11 @@ def compare(
         results = build_results(store, record)
         write_json_atomic(out / "results.json", results)
         summary.results = results
+        summary.model = ResultsModel.from_results(results)  # once: the plots, report.md and the terminal read it
         summary.seconds = time.perf_counter() - t0
         if plots and results["runs"]:
-            summary.plots = make_plots(results, out)
-            write_report(results, out, summary.plots, command=command, wall_seconds=summary.seconds)
+            summary.plots = make_plots(summary.model, out)
+            write_report(summary.model, out, summary.plots, command=command, wall_seconds=summary.seconds)
         return summary
     finally:
         store.close()
@@ -459,10 +464,11 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
                            [j for j in jobs if keep(j["task"])],
                            [f for f in failures if keep(f["job"].split("/", 1)[0])])
     write_json_atomic(out / "results.json", results)
-    summary = CompareSummary(out, fp, total=n, skipped=n, results=results, report_only=True)
+    summary = CompareSummary(out, fp, total=n, skipped=n, results=results, report_only=True,
+                             model=ResultsModel.from_results(results))  # once, as in compare()
     if plots and results["runs"]:
-        summary.plots = make_plots(results, out)
-        write_report(results, out, summary.plots, command=command)
+        summary.plots = make_plots(summary.model, out)
+        write_report(summary.model, out, summary.plots, command=command)
     return summary
 
 
@@ -472,8 +478,9 @@ def summary_text(summary: CompareSummary) -> str:
 
     lines = []
     if summary.results and summary.results["runs"]:
-        lines.append(text_tables(summary.results))
-        lines.append(verdict_text(summary.results))
+        model = summary.model if summary.model is not None else ResultsModel.from_results(summary.results)
+        lines.append(text_tables(model))
+        lines.append(verdict_text(model))
         lines.append("")
     if summary.report_only:
         lines.append(f"{summary.total} training runs in {summary.out_dir}; rewrote results.json"

@@ -39,7 +39,7 @@ from relpos.explorer.cache import ByteLRU, EncodingCache
 from relpos.explorer.content import (CONTENT_DIM, byte_label, content_projections, content_qk, shift_content,
                                      shift_logits, shift_qk, token_vector, tokenize)
 from relpos.explorer.errors import ApiError, Limits
-from relpos.explorer.results import aggregate_results, check_results, load_results, parse_results
+from relpos.explorer.results import aggregate_results, check_results, load_results, parse_results, results_model
 from relpos.explorer import models as models_mod
 from relpos.explorer import trained as trained_mod
 from relpos.explorer.views import VIEW_MODULES
@@ -117,6 +117,7 @@ class Explorer:
         self.encodings = EncodingCache(self.limits)
         self.attention_cache = ByteLRU(self.limits.attention_cache_bytes)
         self.results: list[tuple[str, dict]] = []
+        self._models: dict[int, object] = {}  # results index -> its ResultsModel (or None), built on first use
         for r in results:
             self.results.append((_label(r), load_results(r, max_depth=self.limits.max_json_depth)))
         # documented results that ship with relpos are offered too, labelled as such (view 4 is never empty)
@@ -178,6 +179,13 @@ class Explorer:
         out = aggregate_results(data, params.get("task") or None, params.get("metric") or None)
         out["source"] = "upload"
         return out
+
+    def results_model(self, index: int):
+        """The report's inputs of loaded results ``index`` (:func:`relpos.explorer.results.results_model`),
+        built once on first use and kept for every later request."""
+        if index not in self._models:
+            self._models[index] = results_model(self.results[index][1])
+        return self._models[index]
 
     # ------------------------------------------------------------ the views, by name
 

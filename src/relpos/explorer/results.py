@@ -20,7 +20,7 @@ from relpos.explorer.errors import ApiError
 from relpos.explorer.params import sig
 from relpos.validation import MAX_POSITIONS
 
-__all__ = ["METRICS", "parse_results", "check_results", "load_results", "aggregate_results"]
+__all__ = ["METRICS", "parse_results", "check_results", "load_results", "aggregate_results", "results_model"]
 
 METRICS = ("bpb", "loss", "ppl", "accuracy", "token_accuracy")
 
@@ -228,8 +228,21 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
-def aggregate_results(data: dict, task: str | None, metric: str | None) -> dict:
-    """Mean, min and max over seeds of one metric, per (scheme, variant), against eval_len."""
+def results_model(data: dict):
+    """The report's inputs of a checked results document (:class:`relpos.report.model.ResultsModel`: the fit
+    gate of every row, computed once), or None when a row is too malformed for the gate over all rows (each
+    row's gate is then read on its own, as :func:`_row_fitted` always did)."""
+    from relpos.report.model import ResultsModel
+
+    try:
+        return ResultsModel.from_results(data)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def aggregate_results(data: dict, task: str | None, metric: str | None, *, model=None) -> dict:
+    """Mean, min and max over seeds of one metric, per (scheme, variant), against eval_len (``model``: the
+    :func:`results_model` of ``data`` when the caller keeps it; built here otherwise)."""
     runs = data["runs"]
     tasks = sorted({str(r.get("task") or "lm") for r in runs})
     if not tasks:
@@ -239,6 +252,7 @@ def aggregate_results(data: dict, task: str | None, metric: str | None) -> dict:
     if task not in tasks:
         raise ApiError(f"task must be one of {', '.join(tasks)}; got {task[:40]!r}", field="task")
     truns = [r for r in runs if str(r.get("task") or "lm") == task]
+    model = model if model is not None and model.results is data else results_model(data)
     have = [m for m in METRICS if any(_finite(x.get(m)) for r in truns for x in r["metrics"])]
     if metric is None:
         metric = have[0] if have else METRICS[0]
@@ -251,7 +265,7 @@ def aggregate_results(data: dict, task: str | None, metric: str | None) -> dict:
             r["scheme"] if not variant else f"{r['scheme']} ({variant})")
         g = groups.setdefault(label, {"values": {}, "train_lens": set(), "seeds": set(), "scheme": r["scheme"],
                                       "variant": variant, "fitted": []})
-        g["fitted"].append(_row_fitted(r, truns))
+        g["fitted"].append(_row_fitted(r, truns, model))
         if _is_int(r.get("train_len")):
             g["train_lens"].add(r["train_len"])
         g["seeds"].add(r.get("seed"))
@@ -299,11 +313,14 @@ def length_unit(task: str, config: dict) -> str:
     return "symbols"
 
 
-def _row_fitted(run: dict, runs: list) -> bool | None:
-    """The fit gate of one results row (:func:`relpos.compare.fitting.view_fitted`), None if not recorded."""
+def _row_fitted(run: dict, runs: list, model=None) -> bool | None:
+    """The fit gate of one results row (:func:`relpos.compare.fitting.view_fitted`; read from ``model`` when
+    given), None if not recorded."""
     fit = (run.get("train") or {}).get("fit") if isinstance(run.get("train"), dict) else None
     if not isinstance(fit, dict) or "fitted" not in fit:
         return None
+    if model is not None:
+        return id(run) in model.ok
     try:
         from relpos.compare.fitting import view_fitted
 

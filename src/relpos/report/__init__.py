@@ -1,6 +1,8 @@
 """Everything that reads a sweep's record and reports it: statistics, ranks, verdicts, tables, plots, the
 results page and its published-claim rules.
 
+* :mod:`~relpos.report.model`: the report's inputs of one results document (fit gates, far-position losses,
+  ranking inputs, ranks, intervals, the verdict), computed once and read by every output below;
 * :mod:`~relpos.report.stats` (paired bootstrap, rank correlation), :mod:`~relpos.report.ranking`,
   :mod:`~relpos.report.verdict`;
 * :mod:`~relpos.report.tables` and :mod:`~relpos.report.results_doc` (``results.json``, ``report.md``, terminal

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from relpos.compare.fitting import fitted_views
+from relpos.report.model import ResultsModel, as_model
 
 __all__ = ["PAPER_SCALE", "scale_here"]
 
@@ -58,13 +58,15 @@ def _span(xs) -> str:
     return f(xs[0]) if f(xs[0]) == f(xs[-1]) else f"{f(xs[0])}-{f(xs[-1])}"
 
 
-def scale_here(results: dict, tasks, claim: str) -> str:
+def scale_here(results: dict | ResultsModel, tasks, claim: str) -> str:
     """The scale a claim was tested at here, from the fitted base rows of its ``tasks``: parameters, examples
     seen by the kept model (its steps x batch size) and lengths (trained at L, scored at 2L, or the longest
     language-modelling length), beside the paper's (:data:`PAPER_SCALE`)."""
+    model = as_model(results)
+    results = model.results
     cfg = results.get("config") or {}
     params, seen, lens = [], [], set()
-    for r, ok in zip(results["runs"], fitted_views(results["runs"])):
+    for r, ok in zip(results["runs"], model.fitted):
         if not ok or r["task"] not in tasks or r.get("variant"):
             continue
         tr = r.get("train") or {}

@@ -1,7 +1,7 @@
 """The PNG plots of a ``relpos compare`` report: loss and accuracy against length, per seed-averaged label.
 
 Like the tables, the plots average the seeds that passed the fit gate (every seed where none did), see
-:func:`relpos.report.tables.shown_runs`.
+:attr:`relpos.report.model.ResultsModel.shown`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from relpos.report.tables import _order, _stats, _tasks, _train_len, aggregate, shown_runs
+from relpos.report.model import ResultsModel, as_model, results_of
+from relpos.report.tables import _order, _stats, _tasks, _train_len, aggregate
 from relpos.outdir import save_figure
 
 __all__ = ["make_plots"]
@@ -96,8 +97,9 @@ def _smooth(series: dict) -> dict:
     return out
 
 
-def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
-    """Write the PNG plots; returns their file names (relative to ``out_dir``)."""
+def make_plots(results: dict | ResultsModel, out_dir: str | os.PathLike) -> list[str]:
+    """Write the PNG plots; returns their file names (relative to ``out_dir``). ``results``: a results document
+    or its :class:`~relpos.report.model.ResultsModel`."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -107,9 +109,9 @@ def make_plots(results: dict, out_dir: str | os.PathLike) -> list[str]:
     made = []
     from relpos.report.fit_curves import FIT_CURVES_PLOT, fit_curves_figure
 
-    if fit_curves_figure(results, out_dir / FIT_CURVES_PLOT):  # every seed of the schemes that do not fit
+    if fit_curves_figure(results_of(results), out_dir / FIT_CURVES_PLOT):  # every seed of the schemes that do not fit
         made.append(FIT_CURVES_PLOT)
-    results = shown_runs(results)[0]  # fitted seeds only, as in the tables
+    results = as_model(results).shown[0]  # fitted seeds only, as in the tables
     tasks = _tasks(results)
     labels = sorted({r["label"] for r in results["runs"]})
     styles = _style(_order(labels, results), results)

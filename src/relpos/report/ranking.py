@@ -35,7 +35,8 @@ import math
 import statistics
 from collections import defaultdict
 
-from relpos.compare.fitting import fitted_views, metric_at
+from relpos.compare.fitting import metric_at
+from relpos.report.model import ResultsModel, as_model, results_of
 from relpos.report.stats import BORDERLINE, CONFIDENCE, MIN_SEEDS, Interval, decided_bootstrap, \
     per_example_key, rank_against_best
 
@@ -77,13 +78,14 @@ def lm_far_losses(run: dict, L: int, n: int) -> tuple[float | None, float | None
     from relpos.tasks.lm import far_loss
 
     rows = run.get("position_loss") or []
-    f, b = far_loss(rows, n, field="bpb"), far_loss(rows, L, field="bpb")
+    f = far_loss(rows, n, field="bpb")
+    b = f if L == n else far_loss(rows, L, field="bpb")
     if f is not None and b is not None:
         return f, b, True
     return metric_at(run, n, "bpb"), metric_at(run, L, "bpb"), False
 
 
-def lm_ratio(run: dict, L: int, n: int) -> tuple[float, bool]:
+def lm_ratio(run: dict, L: int, n: int, *, far_losses=None) -> tuple[float, bool]:
     """The verdict's LM number of one run at evaluation length ``n``: bits per byte on the last quarter of each
     window of ``n`` bytes over bits per byte on the last quarter of windows of the training length ``L``
     (:func:`relpos.tasks.lm.far_loss`), and True; or the whole-window ratio and False for results without
@@ -91,6 +93,8 @@ def lm_ratio(run: dict, L: int, n: int) -> tuple[float, bool]:
     untrained table rows).
 
     The whole-window ratio is biased toward 1: most bytes of a long window sit at distances seen in training.
+    ``far_losses``: :func:`lm_far_losses` or a model's kept copy of it
+    (:meth:`~relpos.report.model.ResultsModel.far_losses`).
 
     >>> rows = [{"eval_len": n, "bucket_start": s, "bucket_end": s + n // 4, "bpb": b}
     ...         for n, bs in ((4, (1, 1, 1, 2)), (16, (1, 1, 1, 4))) for s, b in zip(range(0, n, n // 4), bs)]
@@ -98,7 +102,7 @@ def lm_ratio(run: dict, L: int, n: int) -> tuple[float, bool]:
     >>> lm_ratio(run, 4, 16)
     (2.0, True)
     """
-    f, b, far = lm_far_losses(run, L, n)
+    f, b, far = (far_losses or lm_far_losses)(run, L, n)
     if f is None or b is None or not b:
         return math.nan, far
     return f / b, far
@@ -111,10 +115,11 @@ def _algo_key(run: dict, n: int) -> tuple[str, str]:
     return "accuracy", "value"
 
 
-def seed_inputs(run: dict, task: str) -> tuple[dict | None, bool]:
+def seed_inputs(run: dict, task: str, *, far_losses=None) -> tuple[dict | None, bool]:
     """The per-example arrays of one run's ranking score (a dict for :func:`paired_bootstrap`) and whether
     they are real per-example scores (False: the run's mean, for results without them). None when the run
-    lacks the measurement."""
+    lacks the measurement. ``far_losses``: :func:`lm_far_losses` or a model's kept copy of it
+    (:meth:`~relpos.report.model.ResultsModel.far_losses`)."""
     L = run["train_len"]
     per = run.get("per_example") or {}
     if task == "lm":
@@ -128,7 +133,7 @@ def seed_inputs(run: dict, task: str) -> tuple[dict | None, bool]:
         fw, bw = _far_windows(run, far), _far_windows(run, base)
         if fw is not None and bw is not None:
             return {"far": fw, "base": bw, "_far": far}, True
-        f, b, _ = lm_far_losses(run, base, far)
+        f, b, _ = (far_losses or lm_far_losses)(run, base, far)
         if f is None or b is None:
             return None, False
         return {"far": [f], "base": [b], "_far": far}, False
@@ -167,17 +172,15 @@ def _ratio(m):
     return m["far"] / m["base"]
 
 
-def _collect(results: dict, labels_ok) -> dict:
+def _collect(model: ResultsModel, labels_ok) -> dict:
     """task -> label -> [per-seed inputs with "_seed"] over fitted runs whose label passes ``labels_ok``."""
-    runs = results["runs"]
     out: dict = defaultdict(lambda: defaultdict(list))
-    for r, ok in zip(runs, fitted_views(runs)):
+    for r, ok in zip(model.results["runs"], model.fitted):
         if not ok or r["task"] == "passkey" or not labels_ok(r):
             continue
-        inp, _ = seed_inputs(r, r["task"])
+        inp = model.inputs[id(r)]
         if inp is None:
             continue
-        inp.pop("_far", None)
         out[r["task"]][r["label"]].append({**inp, "_seed": r["seed"]})
     for t in out:
         for lab in out[t]:
@@ -185,11 +188,10 @@ def _collect(results: dict, labels_ok) -> dict:
     return out
 
 
-def _fitted_fraction(results: dict) -> dict:
+def _fitted_fraction(model: ResultsModel) -> dict:
     """(task, label) -> (fitted seeds, seeds)."""
-    runs = results["runs"]
     c: dict = defaultdict(lambda: [0, 0])
-    for r, ok in zip(runs, fitted_views(runs)):
+    for r, ok in zip(model.results["runs"], model.fitted):
         c[(r["task"], r["label"])][0] += int(ok)
         c[(r["task"], r["label"])][1] += 1
     return {k: tuple(v) for k, v in c.items()}
@@ -218,9 +220,10 @@ def common_block(ranked: dict[str, set[str]], tasks: list[str]) -> tuple[list[st
     return best
 
 
-def ranking(results: dict, *, seed: int = 0, n_boot: int | None = None) -> dict:
-    """The protocol-3 ranking of a results document (``seed``: the bootstrap's; ``n_boot``: its resamples,
-    :data:`N_BOOT_REPORT` by default).
+def ranking(results: dict | ResultsModel, *, seed: int = 0, n_boot: int | None = None) -> dict:
+    """The protocol-3 ranking of a results document or its model (``seed``: the bootstrap's; ``n_boot``: its
+    resamples, :data:`N_BOOT_REPORT` by default). A model keeps its own at the defaults
+    (:attr:`~relpos.report.model.ResultsModel.ranking`).
 
     Returns ``{"tasks": [...], "compared": the tasks on which at least two schemes are ranked, "per_task":
     {task: rank_against_best(...)}, "common": the compared tasks of the overall order (every scheme of it is
@@ -230,9 +233,11 @@ def ranking(results: dict, *, seed: int = 0, n_boot: int | None = None) -> dict:
     None, seeds)}}, "fitted": {(task, label): (k, n)}, "per_example": bool}``.
     """
     n_boot = N_BOOT_REPORT if n_boot is None else n_boot
+    model = as_model(results)
+    results = model.results
     base = set((results.get("config") or {}).get("schemes") or []) or {r["scheme"] for r in results["runs"]}
     is_base = lambda r: not r.get("variant") and r["scheme"] in base  # noqa: E731
-    data = _collect(results, is_base)
+    data = _collect(model, is_base)
     tasks = sorted(data, key=lambda t: (t != "lm", t))
     per_task = {}
     for t in tasks:
@@ -255,7 +260,7 @@ def ranking(results: dict, *, seed: int = 0, n_boot: int | None = None) -> dict:
                     key=lambda x: (-(own[x[0]][0] if math.isfinite(own[x[0]][0]) else -1.0), x[0]))
     # the views of RoPE and randomized positions against plain RoPE
     variants: dict = {}
-    views = _collect(results, lambda r: bool(r.get("variant")) or r["scheme"] not in base)
+    views = _collect(model, lambda r: bool(r.get("variant")) or r["scheme"] not in base)
     for t in tasks:
         ref = {s["_seed"]: s for s in data[t].get("rope", [])}
         if not ref:
@@ -273,7 +278,7 @@ def ranking(results: dict, *, seed: int = 0, n_boot: int | None = None) -> dict:
             variants.setdefault(t, {})[lab] = (iv, len(common))
     per_ex = any(r.get("per_example") for r in results["runs"])
     out = {"tasks": tasks, "compared": compared, "common": same_tasks, "per_task": per_task, "order": order,
-           "own": own, "variants": variants, "fitted": _fitted_fraction(results), "per_example": per_ex}
+           "own": own, "variants": variants, "fitted": _fitted_fraction(model), "per_example": per_ex}
     return out
 
 
@@ -335,10 +340,11 @@ def _no_score(results: dict, task: str, label: str) -> str:
     return "no score measured"
 
 
-def ranking_markdown(results: dict, rk: dict | None = None) -> str:
+def ranking_markdown(results: dict | ResultsModel, rk: dict | None = None) -> str:
     """The ranking table (base schemes), the difference-from-best table and the variants-vs-RoPE table
-    (``rk``: :func:`ranking` of ``results`` when the caller has it)."""
-    rk = rk or ranking(results)
+    (``rk``: :func:`ranking` of ``results`` when the caller has it; a model's own otherwise)."""
+    rk = rk or as_model(results).ranking
+    results = results_of(results)
     tasks = rk["tasks"]
     if not tasks:
         return ""
@@ -408,9 +414,10 @@ def ranking_markdown(results: dict, rk: dict | None = None) -> str:
     return "\n".join(out)
 
 
-def tries_markdown(results: dict) -> str:
+def tries_markdown(results: dict | ResultsModel) -> str:
     """Every learning-rate try of every job: per task and scheme, each rate's fitted tries, mean validation
     score and how often it was kept."""
+    results = results_of(results)
     runs = [r for r in results["runs"] if r.get("variant") in (None, "randomized")]
     rows: dict = defaultdict(lambda: defaultdict(list))  # (task, label) -> lr -> [try]
     for r in runs:

@@ -33,8 +33,9 @@ import statistics
 import numpy as np
 
 from relpos.report.claim_scale import PAPER_SCALE, scale_here
-from relpos.compare.fitting import fitted_views, metric_at
-from relpos.report.ranking import BORDERLINE_MARK, N_BOOT_REPORT, seed_inputs
+from relpos.compare.fitting import metric_at
+from relpos.report.model import ResultsModel, as_model
+from relpos.report.ranking import BORDERLINE_MARK, N_BOOT_REPORT
 from relpos.report.stats import BORDERLINE, MIN_SEEDS, Interval, decided_bootstrap, paired_bootstrap
 from relpos.report.verdict import HOLD_ACC, HOLD_RATIO
 
@@ -123,16 +124,18 @@ def _base(results: dict) -> set[str]:
     return set((results.get("config") or {}).get("schemes") or []) or {r["scheme"] for r in results["runs"]}
 
 
-def seeds_of(results: dict, task: str, lab: str) -> dict[int, dict]:
-    """seed -> ranking inputs of the fitted rows of one label on one task (the ranking's per-seed scores)."""
-    out = {}
-    for r, ok in zip(results["runs"], fitted_views(results["runs"])):
-        if ok and r["task"] == task and r["label"] == lab:
-            inp, _ = seed_inputs(r, task)  # None for a learned table read past its trained rows
-            if inp is not None:
-                inp.pop("_far", None)
-                out[r["seed"]] = inp
-    return out
+def _model(results: dict | ResultsModel | None) -> tuple[ResultsModel | None, dict | None]:
+    """``(model, results document)`` of a claim rule's argument; ``(None, results)`` for no results."""
+    if results is None or isinstance(results, dict) and not results:
+        return None, results
+    model = as_model(results)
+    return model, model.results
+
+
+def seeds_of(results: dict | ResultsModel, task: str, lab: str) -> dict[int, dict]:
+    """seed -> ranking inputs of the fitted rows of one label on one task (the ranking's per-seed scores, kept
+    in the model; a learned table read past its trained rows has none)."""
+    return as_model(results).seeds(task, lab)
 
 
 def _stat(task: str):
@@ -146,9 +149,14 @@ def score(task: str, inp: dict) -> float:
     return float(np.mean(inp["v"]))
 
 
-def diff(results: dict, task: str, a: str, b: str, seed: int = 0) -> tuple[Interval | None, int]:
+def diff(results: dict | ResultsModel, task: str, a: str, b: str, seed: int = 0) -> tuple[Interval | None, int]:
     """Paired bootstrap interval of ``a - b`` on one task over the seeds both fitted (None below MIN_SEEDS;
-    ``seed``: the bootstrap's)."""
+    ``seed``: the bootstrap's); kept in the model, so each is computed once."""
+    model = as_model(results)
+    return model.interval(("diff", task, a, b, seed), lambda: _diff(model, task, a, b, seed))
+
+
+def _diff(results: ResultsModel, task: str, a: str, b: str, seed: int) -> tuple[Interval | None, int]:
     sa, sb = seeds_of(results, task, a), seeds_of(results, task, b)
     common = sorted(set(sa) & set(sb))
     if len(common) < MIN_SEEDS:
@@ -160,9 +168,15 @@ def diff(results: dict, task: str, a: str, b: str, seed: int = 0) -> tuple[Inter
         return None, len(common)
 
 
-def value(results: dict, task: str, lab: str, seed: int = 0) -> tuple[Interval | None, int]:
+def value(results: dict | ResultsModel, task: str, lab: str, seed: int = 0) -> tuple[Interval | None, int]:
     """One label's own score with a bootstrap interval (over its fitted seeds and test examples), by pairing
-    it with a constant: windows of loss 1 at both lengths (a ratio of 1), or accuracies of 0."""
+    it with a constant: windows of loss 1 at both lengths (a ratio of 1), or accuracies of 0. Kept in the
+    model, so each is computed once."""
+    model = as_model(results)
+    return model.interval(("value", task, lab, seed), lambda: _value(model, task, lab, seed))
+
+
+def _value(results: ResultsModel, task: str, lab: str, seed: int) -> tuple[Interval | None, int]:
     s = seeds_of(results, task, lab)
     if len(s) < MIN_SEEDS:
         return (Interval(statistics.fmean(score(task, v) for v in s.values()), math.nan, math.nan)
@@ -190,10 +204,11 @@ def _algo_tasks(rk: dict) -> list[str]:
     return [t for t in rk["tasks"] if t not in NOT_ALGORITHMIC]
 
 
-def _accuracy(results: dict, task: str, lab: str, n_of_L: float) -> tuple[float, int]:
+def _accuracy(results: dict | ResultsModel, task: str, lab: str, n_of_L: float) -> tuple[float, int]:
     """Mean exact match over fitted seeds at ``n_of_L`` x L, and the number of those seeds."""
     xs = []
-    for r, ok in zip(results["runs"], fitted_views(results["runs"])):
+    model = as_model(results)
+    for r, ok in zip(model.results["runs"], model.fitted):
         if ok and r["task"] == task and r["label"] == lab:
             v = metric_at(r, int(round(n_of_L * r["train_len"])), "accuracy")
             if v is not None:
@@ -201,7 +216,7 @@ def _accuracy(results: dict, task: str, lab: str, n_of_L: float) -> tuple[float,
     return (statistics.fmean(xs) if xs else math.nan), len(xs)
 
 
-def at_chance(results: dict, task: str, lab: str, seed: int = 0) -> bool:
+def at_chance(results: dict | ResultsModel, task: str, lab: str, seed: int = 0) -> bool:
     """Whether ``lab``'s score at 2L on ``task`` is at chance (:data:`CHANCE`): the lower end of its interval
     (fitted seeds, test examples) is at or below the chance level plus
     :data:`~relpos.report.stats.BORDERLINE`, or, with one seed, its mean is. False on a
@@ -217,14 +232,15 @@ def at_chance(results: dict, task: str, lab: str, seed: int = 0) -> bool:
 # ------------------------------------------------------------------ the four claims
 
 
-def press(results: dict | None, seed: int = 0) -> Finding:
+def press(results: dict | ResultsModel | None, seed: int = 0) -> Finding:
     c = CLAIMS["press"]
+    model, results = _model(results)
     if not results or not any(r["task"] == "lm" for r in results["runs"]):
         return Finding(c, NOT_TESTABLE, ["no language-modelling runs in these results."],
                        scale=f"Scale: the paper: {PAPER_SCALE['press']}.")
-    scale = scale_here(results, ("lm",), "press")
+    scale = scale_here(model, ("lm",), "press")
     need = ("alibi", "sinusoidal", "rope")
-    vals = {s: value(results, "lm", s, seed) for s in need}
+    vals = {s: value(model, "lm", s, seed) for s in need}
     short = [f"{s} ({n} fitted seed{'s' if n != 1 else ''})" for s, (_, n) in vals.items() if n < MIN_SEEDS]
     if short:
         return Finding(c, NOT_TESTABLE, [f"needs {MIN_SEEDS} fitted seeds of each of ALiBi, sinusoidal and RoPE; "
@@ -237,7 +253,7 @@ def press(results: dict | None, seed: int = 0) -> Finding:
     ok = alibi.est <= FLAT_RATIO
     for s in ("sinusoidal", "rope"):
         iv, n = vals[s]
-        d, shared = diff(results, "lm", s, "alibi", seed)
+        d, shared = diff(model, "lm", s, "alibi", seed)
         worse = iv.est > FLAT_RATIO and d is not None and d.above
         ok &= worse
         nums[s], nums[f"{s}-alibi"] = iv, d
@@ -255,14 +271,15 @@ def _ranked_on(rk: dict, t: str, lab: str) -> bool:
     return lab in rk["per_task"][t]["rank"]
 
 
-def kazemnejad(results: dict | None, rk: dict | None, seed: int = 0) -> Finding:
+def kazemnejad(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0) -> Finding:
     c = CLAIMS["kazemnejad"]
+    model, results = _model(results)
     tasks = [t for t in _algo_tasks(rk) if t in rk["compared"]] if rk else []
     # a task counts when NoPE and another scheme are ranked there (both sides fitted) and its best is above
     # chance (a tie at chance says nothing about generalising)
-    chance = [t for t in tasks if rk["per_task"][t]["best"] and at_chance(results, t, rk["per_task"][t]["best"], seed)]
+    chance = [t for t in tasks if rk["per_task"][t]["best"] and at_chance(model, t, rk["per_task"][t]["best"], seed)]
     own = [t for t in tasks if _ranked_on(rk, t, "nope") and t not in chance]
-    scale = scale_here(results, own or _algo_tasks(rk) if rk else (), "kazemnejad") if results else \
+    scale = scale_here(model, own or _algo_tasks(rk) if rk else (), "kazemnejad") if results else \
         f"Scale: the paper: {PAPER_SCALE['kazemnejad']}."
     fits = [f"{t} {k}/{n}" for t in (_algo_tasks(rk) if rk else []) for k, n in [rk["fitted"].get((t, "nope"), (0, 0))]
             if n]
@@ -304,8 +321,9 @@ def kazemnejad(results: dict | None, rk: dict | None, seed: int = 0) -> Finding:
     return Finding(c, HOLDS if mrr["t5"] >= top - 1e-12 else FAILS, ev, scale=scale)
 
 
-def ruoss(results: dict | None, rk: dict | None, seed: int = 0) -> Finding:
+def ruoss(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0) -> Finding:
     c = CLAIMS["ruoss"]
+    model, results = _model(results)
     rand = list((results or {}).get("config", {}).get("randomized") or [])
     if not results or not rand:
         return Finding(c, NOT_TESTABLE, ["no scheme was trained with randomized positions in these results."],
@@ -314,24 +332,24 @@ def ruoss(results: dict | None, rk: dict | None, seed: int = 0) -> Finding:
     ev, better, compared, used = [], 0, 0, set()
     for s in rand:
         for t in tasks:
-            d, n = diff(results, t, f"{s}+rand-sampled", s, seed)
+            d, n = diff(model, t, f"{s}+rand-sampled", s, seed)
             if d is None:
                 fr = {lab: "{}/{}".format(*rk["fitted"].get((t, lab), (0, 0))) for lab in (f"{s}+rand-sampled", s)}
                 ev.append(f"{t}: {s}+rand-sampled and {s} share {n} fitted seed{'s' if n != 1 else ''}: not "
                           f"compared ({s}+rand-sampled fitted {fr[s + '+rand-sampled']}, {s} {fr[s]}).")
                 continue
-            if at_chance(results, t, s, seed):
+            if at_chance(model, t, s, seed):
                 ev.append(f"{t}: plain {s} is at chance ({CHANCE[t]}), so an improvement there is no evidence "
                           f"either way: not compared ({s}+rand-sampled minus {s} {fmt_iv(d, 2, sign=True)}).")
                 continue
-            d0, _ = diff(results, t, f"{s}+rand", s, seed)
+            d0, _ = diff(model, t, f"{s}+rand", s, seed)
             compared += 1
             used.add(t)
             better += d.above
             word = "better" if d.above else ("worse" if d.below else "tie")
             ev.append(f"{t}: {s}+rand-sampled minus {s} {fmt_iv(d, 2, sign=True)} ({word}); at positions 0..N-1 "
                       f"({s}+rand) {fmt_iv(d0, 2, sign=True) if d0 else 'not compared'}.")
-    scale = scale_here(results, used or tasks, "ruoss")
+    scale = scale_here(model, used or tasks, "ruoss")
     if compared < MIN_TASKS:
         ev.append(f"{compared} task(s) compared, fewer than {MIN_TASKS}: not testable at this size and budget.")
         return Finding(c, NOT_TESTABLE, ev, scale=scale)
@@ -339,8 +357,9 @@ def ruoss(results: dict | None, rk: dict | None, seed: int = 0) -> Finding:
     return Finding(c, HOLDS if better * 2 > compared else FAILS, ev, scale=scale)
 
 
-def deletang(results: dict | None) -> Finding:
+def deletang(results: dict | ResultsModel | None) -> Finding:
     c = CLAIMS["deletang"]
+    model, results = _model(results)
     own = ("parity", "copy", "reverse")
     present = {r["task"] for r in (results or {}).get("runs", [])}
     ev, tested, gen_any = [], 0, False
@@ -350,8 +369,8 @@ def deletang(results: dict | None) -> Finding:
             continue
         gen, scored, best = [], 0, None
         for lab in sorted({r["label"] for r in results["runs"] if r["task"] == t}):  # scalings are encodings too
-            at_L, n = _accuracy(results, t, lab, 1.0)
-            at_2L, n2 = _accuracy(results, t, lab, 2.0)
+            at_L, n = _accuracy(model, t, lab, 1.0)
+            at_2L, n2 = _accuracy(model, t, lab, 2.0)
             if min(n, n2) < MIN_SEEDS or not math.isfinite(at_L):
                 continue
             scored += 1
@@ -364,12 +383,12 @@ def deletang(results: dict | None) -> Finding:
             continue
         tested += 1
         gen_any |= bool(gen)
-        iv, _ = value(results, t, best[0])
+        iv, _ = value(model, t, best[0])
         top = (f"best exact match at 2L {best[0]} {best[1]:.2f} (its per-token accuracy {fmt_iv(iv)})"
                if best[1] > 0 else "every one scores 0.00 exact match at 2L")
         ev.append(f"{t}: {scored} scheme(s) scored; " + (f"generalise: {', '.join(gen)}" if gen else "none generalises")
                   + f"; {top}" + (f"; chance {PARITY_CHANCE}." if t == "parity" else "."))
-    scale = scale_here(results, own, "deletang") if results else f"Scale: the paper: {PAPER_SCALE['deletang']}."
+    scale = scale_here(model, own, "deletang") if results else f"Scale: the paper: {PAPER_SCALE['deletang']}."
     if gen_any:  # one scheme that generalises contradicts the claim, whatever the other tasks show
         return Finding(c, FAILS, ev, scale=scale)
     if tested < len(own):
@@ -378,7 +397,8 @@ def deletang(results: dict | None) -> Finding:
     return Finding(c, HOLDS, ev, scale=scale)
 
 
-def findings(results: dict | None, rk: dict | None, seed: int = 0) -> list[Finding]:
+def findings(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0) -> list[Finding]:
+    results = _model(results)[0] or results  # one model for the four rules
     return [press(results, seed), kazemnejad(results, rk, seed), ruoss(results, rk, seed), deletang(results)]
 
 
@@ -413,14 +433,15 @@ def _num(cell: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def changes(previous: dict | None, results: dict | None, rk: dict | None) -> list[str]:
+def changes(previous: dict | None, results: dict | ResultsModel | None, rk: dict | None) -> list[str]:
     """Markdown lines: each base scheme's LM verdict and overall rank on the old page against these results."""
+    model, results = _model(results)
     if not previous or not results:
         return []
     base = sorted(_base(results) & set(previous["rows"]))
     lens = sorted({m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r["metrics"]})
     old_col = next((c for c in previous["columns"] if re.fullmatch(r"LM 16x/1x|LM \d+x/1x", c) and "16" in c), None)
-    new_lm = {s: value(results, "lm", s)[0] for s in base} if lens else {}
+    new_lm = {s: value(model, "lm", s)[0] for s in base} if lens else {}
     old_mrr = {s: m for s in base if (m := _num(previous["rows"][s].get("MRR"))) is not None}
     new_mrr = {lab: m for lab, m, _ in (rk or {}).get("order", []) if lab in base and math.isfinite(m)}
     place = lambda d, s: 1 + sum(v > d[s] + 1e-12 for v in d.values()) if s in d else "-"  # noqa: E731
@@ -445,8 +466,8 @@ def changes(previous: dict | None, results: dict | None, rk: dict | None) -> lis
         cols = (f"{t} exact 2L", f"{t} 2L")  # this page's header, and the protocol-2 page's
         old = {k: v for k in base if (v := _num(next((previous["rows"][k][c] for c in cols
                                                         if c in previous["rows"][k]), None))) is not None}
-        new = {k: v for k in base if math.isfinite(v := _accuracy(results, t, k, 2.0)[0])
-               and _accuracy(results, t, k, 2.0)[1] >= MIN_SEEDS}
+        new = {k: v for k in base if math.isfinite(v := _accuracy(model, t, k, 2.0)[0])
+               and _accuracy(model, t, k, 2.0)[1] >= MIN_SEEDS}
         if not old or not new:
             continue
         bo, bn = max(old.values()), max(new.values())

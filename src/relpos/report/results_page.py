@@ -27,18 +27,17 @@ from pathlib import Path
 from relpos.report import extension, real_context
 from relpos.report import results_claims as claims
 from relpos.report.fit_curves import fit_curves_markdown
-from relpos.report.ranking import INTERVALS_NOTE, ranking, ranking_markdown, tries_markdown
-from relpos.report.tables import _tasks, markdown_tables, shown_runs
+from relpos.report.model import ResultsModel, as_model
+from relpos.report.ranking import INTERVALS_NOTE, ranking_markdown, tries_markdown
+from relpos.report.tables import _tasks, markdown_tables
 from relpos.report.stats import CONFIDENCE, MIN_SEEDS
-from relpos.compare.fitting import fitted_views
 from relpos.compare.presets import preset_tasks
 from relpos.report.results_inputs import (  # re-exported: the page's API is one module
     PageInputs,
     inputs_from_folders,
     inputs_from_json_dir,
 )
-from relpos.report.verdict import HOLD_ACC, HOLD_RATIO, SMOKE_NOTE, _table as verdict_table, is_smoke_test, \
-    verdict
+from relpos.report.verdict import HOLD_ACC, HOLD_RATIO, SMOKE_NOTE, _table as verdict_table, is_smoke_test
 
 __all__ = ["MARKER", "PageInputs", "inputs_from_folders", "inputs_from_json_dir", "page_markdown", "write_page",
            "main", "SCALE_HOLDS_RHO"]
@@ -140,11 +139,11 @@ def _randomized(cfg: dict) -> list[str]:
             "against plain `X`, never in the base ranking."]
 
 
-def _verdict(res: dict | None, name: str, rk: dict | None = None) -> list[str]:
-    if not res:
+def _verdict(model: ResultsModel | None, name: str) -> list[str]:
+    if not model:
         return [f"No `{name}` results: this section waits for them."]
-    v = verdict(res, rk)
-    header, rows = verdict_table(res, v)
+    v = model.verdict
+    header, rows = verdict_table(model.results, v)
     out = [f"- {n}" for n in v["notes"]] + [""]
     out += ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
     return out + ["| " + " | ".join(r) + " |" for r in rows] + [""]
@@ -267,9 +266,9 @@ def _scale(inp: PageInputs) -> list[str]:
     return out + [""] + body + [""]
 
 
-def _literature(inp: PageInputs, rk: dict | None) -> list[str]:
+def _literature(full: ResultsModel | None, rk: dict | None) -> list[str]:
     out = []
-    for f in claims.findings(inp.full, rk):
+    for f in claims.findings(full, rk):
         c = f.claim
         out += [f"**{c.who}** ({c.url}). *Claim:* {c.claim} *Rule:* {c.rule} **{f.verdict.capitalize()}.**", ""]
         out += [f"- {e}" for e in f.evidence] + ([f"- {f.scale}"] if f.scale else []) + [""]
@@ -315,7 +314,7 @@ def _time(inp: PageInputs) -> list[str]:
             "| preset | jobs | CPU-hours | wall | per task or cell (CPU-hours) |", "|---|---:|---:|---:|---|", *rows, ""]
 
 
-def _missing(inp: PageInputs) -> list[str]:
+def _missing(inp: PageInputs, models: dict[str, ResultsModel | None]) -> list[str]:
     out = []
     for name in ("full", "default"):
         res = getattr(inp, name)
@@ -345,7 +344,7 @@ def _missing(inp: PageInputs) -> list[str]:
         for (t, fp, diff), rs in sorted(before.items()):
             out.append(f"- `{name}`: {len(rs)} {t} run(s) copied from a folder of fingerprint `{fp}` keep the "
                        f"validation they were trained with there, not this preset's ({diff}).")
-        unfit = [ok for ok in fitted_views(res["runs"])].count(False)
+        unfit = list(models[name].fitted).count(False)
         if unfit:
             out.append(f"- `{name}`: {unfit} of {len(res['runs'])} rows not fitted (left out of every ranking).")
         if res.get("failures"):
@@ -362,11 +361,13 @@ def _missing(inp: PageInputs) -> list[str]:
 
 def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
     """The whole page (``links``: the JSON folder relative to the page)."""
-    rk = ranking(inp.full) if inp.full else None
+    # the report's inputs of each preset, computed once (fit gates, far positions, ranks, intervals, verdict)
+    models = {name: as_model(res) if res else None for name, res in (("full", inp.full), ("default", inp.default))}
+    rk = models["full"].ranking if inp.full else None
     full = inp.full
     L = [MARKER, "", "# Results: train short, test long", ""] + _banner(inp, links)
     L += _read_first(inp.full or inp.default)
-    L += ["## Verdict", ""] + (_headline(full, rk) if full else []) + _verdict(full, "full", rk)
+    L += ["## Verdict", ""] + (_headline(full, rk) if full else []) + _verdict(models["full"], "full")
     L += ["## Ranking of the base schemes", ""]
     L += (_ranked(full, rk) if full else ["No `full` results: nothing is ranked yet.", ""])
     L += ["## Fitted fractions", ""] + (_fitted(full, rk) if full else ["No `full` results yet.", ""])
@@ -376,9 +377,8 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
     L += (tries.splitlines() if tries else ["## Learning-rate tries", "", "No tries recorded."]) + [""]
     L += ["## Tables by task", ""]
     if full:
-        view = shown_runs(full)
         for t in _tasks(full):
-            L += [f"### {t}", ""] + markdown_tables(full, t, view).splitlines() + [""]
+            L += [f"### {t}", ""] + markdown_tables(models["full"], t).splitlines() + [""]
             if t == "lm" and inp.plot:
                 L += ["", f"![bits per byte by position at every evaluation length]({links}{inp.plot})", ""]
         if inp.accuracy_plot:
@@ -387,14 +387,14 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
     else:
         L += ["No `full` results yet.", ""]
     L += ["## Scale check", ""] + _scale(inp)
-    L += ["## Comparison with the published findings", ""] + _literature(inp, rk)
-    L += ["## The default preset (`make compare`)", ""] + _verdict(inp.default, "default")
+    L += ["## Comparison with the published findings", ""] + _literature(models["full"], rk)
+    L += ["## The default preset (`make compare`)", ""] + _verdict(models["default"], "default")
     L += extension.page_section(inp.extend, png=f"{links}{inp.extend_plot}" if inp.extend_plot else None)
     L += (real_context.markdown(inp.real_context).splitlines() + [""] if inp.real_context else [])
     L += ["## What changed against the protocol-2 page", ""]
-    ch = claims.changes(inp.previous, full, rk)
+    ch = claims.changes(inp.previous, models["full"], rk)
     L += (ch + [""] if ch else ["No protocol-2 verdict table was given (`--previous`).", ""])
-    L += ["## Time", ""] + _time(inp) + ["## What is missing", ""] + _missing(inp)
+    L += ["## Time", ""] + _time(inp) + ["## What is missing", ""] + _missing(inp, models)
     L += ["## Reproducing", "", "```bash", "make install",
           "# the full preset's finished runs, where a store snapshot ships beside this page: resume from them",
           "python benchmarks/store_snapshot.py --restore docs/results/protocol3/full runs/protocol3/full",

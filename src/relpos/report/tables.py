@@ -14,7 +14,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from relpos.compare.fitting import fitted_views, lr_choices
+from relpos.compare.fitting import lr_choices
+from relpos.report.model import ResultsModel, as_model
 from relpos.report.results_doc import (  # re-exported: report.py was their home
     RESULTS_VERSION,
     UNTRAINED,
@@ -99,14 +100,11 @@ def _fit_cell(results: dict, task: str, lab: str, ok: set[int]) -> str:
     return f"{n_ok}/{len(rs)}{sc}" + ("" if n_ok else " not fitted")
 
 
-def shown_runs(results: dict) -> tuple[dict, set[int]]:
+def shown_runs(results: dict | ResultsModel) -> tuple[dict, frozenset[int]]:
     """What the tables and plots average: ``results`` without the rows that missed the fit gate where another
-    seed of the same (task, label) passed it (all seeds where none did), and the ids of the fitted rows."""
-    flags = fitted_views(results["runs"])
-    ok = {id(r) for r, f in zip(results["runs"], flags) if f}
-    some = {(r["task"], r["label"]) for r in results["runs"] if id(r) in ok}
-    keep = [r for r in results["runs"] if id(r) in ok or (r["task"], r["label"]) not in some]
-    return {**results, "runs": keep}, ok
+    seed of the same (task, label) passed it (all seeds where none did), and the ids of the fitted rows
+    (:attr:`~relpos.report.model.ResultsModel.shown`)."""
+    return as_model(results).shown
 
 
 def _untrained_cells(results: dict, task: str, section: str, x: str) -> set[tuple[str, int]]:
@@ -122,14 +120,17 @@ def _untrained_cells(results: dict, task: str, section: str, x: str) -> set[tupl
     return {k for k, v in flagged.items() if v and all(v)}
 
 
-def far_table(results: dict, task: str = "lm"):
+def far_table(results: dict, task: str = "lm", *, model: ResultsModel | None = None):
     """Far-position numbers of language-modelling runs, over seeds: ``(lengths, ratios, far)`` with
     ``far[label][n] = (mean, sd, seeds)`` of the bits per byte on the last quarter of windows of ``n``
     (:func:`relpos.tasks.lm.far_loss`) and ``ratios[label][k]`` for ``k`` in ``far`` (that quarter at the
     longest length over the same relative positions at the training length), ``window`` (whole windows)
-    and ``fixed`` (fixed targets, longest context over the training length); None without position rows."""
-    from relpos.tasks.lm import far_loss
+    and ``fixed`` (fixed targets, longest context over the training length); None without position rows.
+    ``results``: these rows (the shown ones, for the tables); ``model``: the model they belong to, whose
+    far-position losses are read (:meth:`~relpos.report.model.ResultsModel.far_losses`, each computed once)."""
+    from relpos.report.ranking import lm_far_losses
 
+    losses = model.far_losses if model is not None else lm_far_losses
     far: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     rat: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     lengths: set[int] = set()
@@ -139,13 +140,15 @@ def far_table(results: dict, task: str = "lm"):
         L = r["train_len"]
         ns = sorted({m["eval_len"] for m in r["position_loss"]})
         lengths.update(ns)
-        vals = {n: far_loss(r["position_loss"], n, field="bpb") for n in ns}
-        for n, v in vals.items():
-            far[r["label"]][n].append(v)
+        for n in ns:  # the last quarter at n alone: losses of n against itself, never the whole-window fallback
+            f, _, is_far = losses(r, n, n)
+            far[r["label"]][n].append(f if is_far else None)
+        top = ns[-1]
+        a, b, is_far = losses(r, L, top)  # far positions only: None where either length has no buckets
+        rat[r["label"]]["far"].append(a / b if is_far and b else None)
         win = {m["eval_len"]: m.get("bpb") for m in r.get("metrics") or []}
         fix = {m["context_len"]: m.get("bpb") for m in r.get("fixed_target") or []}
-        top = ns[-1]
-        for k, d, lo in (("far", vals, L), ("window", win, L), ("fixed", fix, L)):
+        for k, d, lo in (("window", win, L), ("fixed", fix, L)):
             a, b = d.get(top), d.get(lo)
             rat[r["label"]][k].append(a / b if a is not None and b else None)
     if not lengths:
@@ -170,12 +173,17 @@ def span_table(results: dict, task: str = "lm"):
     return ns, {lab: {key: _stats(v) for key, v in d.items()} for lab, d in acc.items()}
 
 
-def _table_rows(results: dict, task: str, view: tuple[dict, set[int]] | None = None):
-    """(title, header, rows) tables for a task; each row carries its fit column. ``view``: :func:`shown_runs`
-    of ``results`` when the caller has it already (one pass for every task)."""
+def _table_rows(model: ResultsModel, task: str):
+    """(title, header, rows) tables for a task; each row carries its fit column. Kept in the model: the
+    terminal, ``report.md`` and the results page read the same tables."""
+    return model.memo(("tables", task), lambda: _make_table_rows(model, task))
+
+
+def _make_table_rows(model: ResultsModel, task: str):
+    results = model.results
     tl = _train_len(results, task)
     tables = []
-    shown, ok = view or shown_runs(results)
+    shown, ok = model.shown
     if task == "lm":
         for field, section, xname, title in (
             ("bpb", "metrics", "eval_len", f"Language modelling: bits per byte at each evaluation length "
@@ -190,7 +198,7 @@ def _table_rows(results: dict, task: str, view: tuple[dict, set[int]] | None = N
                     + [UNTRAINED if (lab, x) in na else _fmt(*agg[lab].get(x, (math.nan, 0, 0)), 3) for x in xs]
                     for lab in _order(agg, results)]
             tables.append((title, ["scheme", "fitted"] + [f"{x}{'*' if tl and x > tl else ''}" for x in xs], rows))
-        far = far_table(shown, task)
+        far = far_table(shown, task, model=model)
         if far:
             xs, ratios, agg = far
             na = _untrained_cells(shown, task, "position_loss", "eval_len")
@@ -235,11 +243,11 @@ def _table_rows(results: dict, task: str, view: tuple[dict, set[int]] | None = N
     return tables
 
 
-def text_tables(results: dict) -> str:
+def text_tables(results: dict | ResultsModel) -> str:
     """Plain-text tables for the terminal."""
-    out, view = [], shown_runs(results)
-    for task in _tasks(results):
-        for title, header, rows in _table_rows(results, task, view):
+    out, model = [], as_model(results)
+    for task in _tasks(model.results):
+        for title, header, rows in _table_rows(model, task):
             widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
             out.append(title)
             out.append("  ".join(h.ljust(widths[i]) if i < 2 else h.rjust(widths[i]) for i, h in enumerate(header)))
@@ -249,9 +257,9 @@ def text_tables(results: dict) -> str:
     return "\n".join(out)
 
 
-def markdown_tables(results: dict, task: str, view: tuple[dict, set[int]] | None = None) -> str:
+def markdown_tables(results: dict | ResultsModel, task: str) -> str:
     out = []
-    for title, header, rows in _table_rows(results, task, view):
+    for title, header, rows in _table_rows(as_model(results), task):
         out.append(f"**{title}**\n")
         out.append("| " + " | ".join(header) + " |")
         out.append("|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|")
@@ -304,9 +312,12 @@ def corpus_lines(results: dict) -> list[str]:
     return out
 
 
-def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *, command: str = "",
+def write_report(results: dict | ResultsModel, out_dir: str | os.PathLike, plots: list[str], *, command: str = "",
                  wall_seconds: float | None = None) -> Path:
-    """``report.md``: configuration, tables, links to the plots, failures."""
+    """``report.md``: configuration, tables, links to the plots, failures (``results``: a results document,
+    or its :class:`~relpos.report.model.ResultsModel` when the caller reports it elsewhere too)."""
+    model = as_model(results)
+    results = model.results
     out_dir = Path(out_dir)
     cfg = results.get("config", {})
     runs = results["runs"]
@@ -315,7 +326,7 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
     from relpos.report.verdict import verdict_markdown
 
     lines = [f"# relpos compare: preset `{cfg.get('preset', '?')}`", ""]
-    lines += [verdict_markdown(results), "## Setup", ""]
+    lines += [verdict_markdown(model), "## Setup", ""]
     if command:
         lines += ["Command:", "", f"    {command}", ""]
     lines += [
@@ -354,9 +365,8 @@ def write_report(results: dict, out_dir: str | os.PathLike, plots: list[str], *,
     plot_for = {
         "lm": ["lm_loss_vs_length.png", "lm_loss_by_position.png", "lm_fixed_target.png"],
     }
-    view = shown_runs(results)
     for task in _tasks(results):
-        lines += [f"## {task}", "", markdown_tables(results, task, view)]
+        lines += [f"## {task}", "", markdown_tables(model, task)]
         for p in plot_for.get(task, []):
             if p in plots:
                 lines += [f"![{p}]({p})", ""]

@@ -40,7 +40,8 @@ import math
 import statistics
 from collections import defaultdict
 
-from relpos.compare.fitting import fitted_views, metric_at
+from relpos.compare.fitting import metric_at
+from relpos.report.model import ResultsModel, as_model, results_of
 from relpos.report.ranking import lm_ratio
 from relpos.report.results_doc import UNTRAINED
 
@@ -94,11 +95,14 @@ def _fastest(xs: list) -> float:
     return min(xs) if xs else math.nan
 
 
-def verdict(results: dict, rk: dict | None = None) -> dict:
+def verdict(results: dict | ResultsModel, rk: dict | None = None) -> dict:
     """``{"rows": {label: {...}}, "tasks": [...], "ranking": [(label, mrr)], "notes": [...]}`` (``rk``: the
-    :func:`~relpos.report.ranking.ranking` of ``results`` when the caller has it)."""
+    :func:`~relpos.report.ranking.ranking` of ``results`` when the caller has it; a model's own otherwise).
+    A model keeps its own verdict (:attr:`~relpos.report.model.ResultsModel.verdict`)."""
+    model = as_model(results)
+    results = model.results
     runs = results["runs"]
-    ok = {id(r) for r, f in zip(runs, fitted_views(runs)) if f}
+    ok = model.ok
     by = defaultdict(lambda: defaultdict(list))  # label -> task -> runs
     for r in runs:
         if r["task"] not in UNRANKED:
@@ -133,7 +137,7 @@ def verdict(results: dict, rk: dict | None = None) -> dict:
                            if m["eval_len"] == L * f):
                         row["lm_na"].add(f)  # a learned table read past its trained rows: no number
                     else:
-                        ratios = [lm_ratio(r, L, L * f) for r in src]
+                        ratios = [lm_ratio(r, L, L * f, far_losses=model.far_losses) for r in src]
                         row[key][f] = _ms([x for x, _ in ratios])
                         row["lm_window_fallback"] |= not all(far for _, far in ratios)
                 spans = []
@@ -155,9 +159,7 @@ def verdict(results: dict, rk: dict | None = None) -> dict:
                         row["tok"].setdefault(t, {})[key] = _ms([metric_at(r, int(n), "token_accuracy") for r in fit])
         row["cost"] = statistics.fmean(costs) if costs else None
         rows[lab] = row
-    from relpos.report.ranking import ranking as _protocol_ranking
-
-    rk = rk or _protocol_ranking(results)
+    rk = rk or model.ranking
     ranking = [(lab, mrr, {t: rk["per_task"][t]["rank"].get(lab) for t in rk["tasks"]}) for lab, mrr, _ in rk["order"]]
     lm_lens = sorted({m["eval_len"] for r in results["runs"] if r["task"] == "lm" for m in r.get("metrics") or []})
     lm_L = next((r["train_len"] for r in results["runs"] if r["task"] == "lm"), None)
@@ -231,8 +233,9 @@ def _paren(cell: str) -> str:
     return cell if cell == "-" else f"({cell})"
 
 
-def _table(results: dict, v: dict | None = None) -> tuple[list[str], list[list[str]]]:
-    v = v or verdict(results)
+def _table(results: dict | ResultsModel, v: dict | None = None) -> tuple[list[str], list[list[str]]]:
+    v = v or as_model(results).verdict
+    results = results_of(results)
     tasks = v["tasks"]
     header = ["scheme", "fitted"]
     factors = v.get("lm_factors") or list(LM_FACTORS)
@@ -272,9 +275,10 @@ def _table(results: dict, v: dict | None = None) -> tuple[list[str], list[list[s
     return header, rows
 
 
-def verdict_markdown(results: dict) -> str:
+def verdict_markdown(results: dict | ResultsModel) -> str:
     """The verdict section of ``report.md``."""
-    v = verdict(results)
+    model = as_model(results)
+    results, v = model.results, model.verdict
     header, rows = _table(results, v)
     out = ["## Verdict", ""]
     if is_smoke_test(results):
@@ -295,7 +299,7 @@ def verdict_markdown(results: dict) -> str:
             "length (mass beyond it < 1%), of the median head / the widest head. Cost is time per training step relative to NoPE on the same task.", ""]
     from relpos.report.ranking import ranking_markdown, tries_markdown
 
-    out += [ranking_markdown(results, v["protocol_ranking"]), _protocol_lines(results), tries_markdown(results)]
+    out += [ranking_markdown(model, v["protocol_ranking"]), _protocol_lines(results), tries_markdown(results)]
     return "\n".join(out)
 
 
@@ -315,9 +319,10 @@ def _protocol_lines(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def verdict_text(results: dict) -> str:
+def verdict_text(results: dict | ResultsModel) -> str:
     """The verdict for the terminal."""
-    v = verdict(results)
+    model = as_model(results)
+    results, v = model.results, model.verdict
     header, rows = _table(results, v)
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     lines = []

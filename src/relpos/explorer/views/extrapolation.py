@@ -16,7 +16,8 @@ def answer(ex, params: dict) -> dict:
                        "or load a results.json file", code="no_results", field="source")
     src = get_int(params, "source", 0, 0, len(ex.results) - 1)
     label, data = ex.results[src]
-    out = aggregate_results(data, params.get("task") or None, params.get("metric") or None)
+    out = aggregate_results(data, params.get("task") or None, params.get("metric") or None,
+                            model=ex.results_model(src))
     out["source"] = label
     out["bundled"] = src == getattr(ex, "bundled_index", None)
     out["preset"] = (data.get("config") or {}).get("preset")
