@@ -8,7 +8,14 @@ float32/float64 with contiguous positions, no key padding and ``Dv == D``.
 relative keys on the distinct offsets, and the ``(rows, keys)`` term is a
 zero-copy strided view of it, passed to the fused kernel as its mask. The
 backward recomputes it and writes ``dS`` through the same skew
-(:func:`~relpos.attention.chunked.kernels.block_backward`).
+(:func:`~relpos.attention.chunked.kernels.block_backward`); where the compiled kernels are
+built (:mod:`relpos.kernels.relkey`), the elementwise passes between its matmuls are two C++
+passes per block (the skewed add with the log-sum-exp, and ``dS`` with its skewed copy).
+Causal calls multiply only the offsets a block can see (``d <= 0``), forward and backward.
+
+The position term costs as many matmuls per block as the content term: ``(q + v) . r`` forward and
+again in backward, and ``dS`` against ``r`` and against ``q + v`` for its gradients, beside the five
+of the content attention's backward; the kernel removes the passes between them, not those matmuls.
 """
 
 from __future__ import annotations
