@@ -12,8 +12,8 @@ term computed block by block beside a fused attention kernel) is the sum of
    formulation this library knows for it, timed by itself:
 
    * Transformer-XL: the projected sinusoid ``W_R R`` on the offsets a causal call sees
-     (``d <= 0``) and its gradient, ``(q + v) . r`` as one ``(rows, rows + keys)`` matmul
-     per block against those relative keys, and the two matmuls of its backward (``dq``
+     (``d <= 0``) and its gradient, ``(q + v) . r`` as one ``(rows, keys)`` matmul
+     per block against the relative keys of the offsets the block sees, and the two matmuls of its backward (``dq``
      and ``dr``);
    * FIRE: the scheme's MLP bias on the block's ``(rows, keys)`` pairs, forward and
      autograd backward (the MLP on ``N^2 / 2`` normalised distances is the term);
@@ -84,9 +84,10 @@ def _txl_inputs(enc, q):
 
 
 def _txl_seg(rtab, lo, a, b, C):
-    """The relative keys of block ``[a, b) x [0, C)``: offsets ``-(b - 1) ..`` (``(H, R + C - 1, D)``)."""
+    """The relative keys block ``[a, b) x [0, C)`` can see: offsets ``-(b - 1) .. 0`` (``(H, C, D)``; causal, so
+    the ``R - 1`` future offsets of the block's ``R + C - 1`` are left out, as the engine leaves them out)."""
     s = -(b - 1) - lo
-    return rtab[:, s: s + (b - a) + C - 1]
+    return rtab[:, s: s + C]
 
 
 def _term_txl(enc, q, rows):
@@ -102,8 +103,8 @@ def _term_txl(enc, q, rows):
         rtab = torch.cat([past.detach(), past.new_zeros(H, N - 1, D)], 1)  # future offsets: zero keys
         drt = torch.zeros_like(rtab)
         for a, b, C in _blocks(N, rows):
-            seg = _txl_seg(rtab, lo, a, b, C)  # (H, W, D)
-            pd = torch.matmul(qv[:, :, a:b], seg.transpose(-1, -2))  # forward (B, H, R, W)
+            seg = _txl_seg(rtab, lo, a, b, C)  # (H, C, D)
+            pd = torch.matmul(qv[:, :, a:b], seg.transpose(-1, -2))  # forward (B, H, R, C)
             z = pd  # stands for dS laid out by offset (same shape)
             torch.matmul(z, seg)  # dq
             _txl_seg(drt, lo, a, b, C).add_(torch.matmul(z.transpose(-1, -2), qv[:, :, a:b]).sum(0))  # dr

@@ -8,7 +8,14 @@ float32/float64 with contiguous positions, no key padding and ``Dv == D``.
 relative keys on the distinct offsets, and the ``(rows, keys)`` term is a
 zero-copy strided view of it, passed to the fused kernel as its mask. The
 backward recomputes it and writes ``dS`` through the same skew
-(:func:`~relpos.attention.chunked.kernels.block_backward`).
+(:func:`~relpos.attention.chunked.kernels.block_backward`); where the compiled kernels are
+built (:mod:`relpos.kernels.relkey`), the elementwise passes between its matmuls are two C++
+passes per block (the skewed add with the log-sum-exp, and ``dS`` with its skewed copy).
+Causal calls multiply only the offsets a block can see (``d <= 0``), forward and backward.
+
+The position term costs as many matmuls per block as the content term: ``(q + v) . r`` forward and
+again in backward, and ``dS`` against ``r`` and against ``q + v`` for its gradients, beside the five
+of the content attention's backward; the kernel removes the passes between them, not those matmuls.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from torch import Tensor
 
 from relpos.attention import Request
 from relpos.attention.chunked.kernels import block_backward, cpu_flash_ok, flash_ops, knob, skewed
+from relpos.kernels import relkey as relkey_kernel
 from relpos.offsets import offsets_range
 from relpos.first_order import first_order
 
@@ -58,7 +66,10 @@ class _RelKeyCfg:
         if knob("FORCE_ROWS") is not None:
             self.fwd_rows = self.rows = int(knob("FORCE_ROWS"))
         else:
-            self.fwd_rows = int(max(knob("MIN_ROWS"), min(512, knob("BLOCK_BYTES") // max(1, B * H * (Nk + 256) * itemsize))))
+            # the forward runs one head at a time: its (rows, rows + keys) term stays in cache between the matmul
+            # that writes it and the fused kernel that reads it as its mask (measured: 87 against 103 ms for all
+            # heads in blocks of 113 rows at (1, 8, 2048, 64), causal)
+            self.fwd_rows = int(max(knob("MIN_ROWS"), min(256, knob("BLOCK_BYTES") // max(1, B * (Nk + 256) * itemsize))))
             self.rows = int(max(knob("MIN_ROWS"), min(256, knob("BLOCK_BYTES") // max(1, B * H * Nk * itemsize))))
         self.heads_per_block = H  # measured: all heads per block is fastest here (8 matmuls per block)
 
@@ -66,24 +77,47 @@ class _RelKeyCfg:
         return min(self.Nk, self.qo + b) if self.causal else self.Nk
 
 
-def _relkey_pd(cfg: _RelKeyCfg, qv: Tensor, rtab: Tensor, a: int, b: int, C: int) -> tuple[Tensor, Tensor]:
-    """Per-offset position logits of rows ``[a, b)`` and their ``(rows, C)`` strided view.
+def _relkey_pd(cfg: _RelKeyCfg, qvs: Tensor, rtab: Tensor, a: int, b: int, C: int) -> tuple[Tensor, Tensor, int]:
+    """Per-offset position logits of rows ``[a, b)``, their ``(rows, C)`` strided view and the visible width.
 
-    ``pd[..., t, m] = scale * qv_t . r[d_min + m]`` with ``d_min = -(qo + b - 1)``; the
+    ``pd[..., t, m] = qvs_t . r[d_min + m]`` (``qvs = scale (q + v)``) with ``d_min = -(qo + b - 1)``; the
     pair ``(t, j)`` has offset ``j - qo - a - t`` = column ``j - t + R - 1``, so
     the ``(R, C)`` term is ``pd`` read with row stride ``W - 1`` (no copy).
-    Future offsets (causal) are set to -inf in ``pd``.
+    Causal: columns ``m >= qo + b`` are the offsets ``d > 0``, never visible: they are set to -inf and
+    not multiplied (``vis``, the number of columns computed, is ``W`` otherwise), so the matmul covers
+    ``(R, qo + b)`` instead of ``(R, R + C - 1)``.
     """
     R = b - a
     W = R + C - 1
     d_min = -(cfg.qo + b - 1)
     seg = rtab[:, d_min - cfg.lo : d_min - cfg.lo + W]  # (H, W, D)
-    pd = torch.matmul(qv, seg.transpose(-1, -2)).mul_(cfg.scale)  # (B, H', R, W)
-    if cfg.causal and cfg.qo + b < W:
-        pd[..., cfg.qo + b :] = float("-inf")  # columns m >= qo + b are offsets d > 0
+    vis = min(W, cfg.qo + b) if cfg.causal else W
+    pd = qvs.new_empty(qvs.shape[0], qvs.shape[1], R, W)  # (B, H', R, W)
+    torch.matmul(qvs, seg[:, :vis].transpose(-1, -2), out=pd[..., :vis])
+    if vis < W:
+        pd[..., vis:] = float("-inf")
     st = pd.stride()
     view = pd.as_strided((pd.shape[0], pd.shape[1], R, C), (st[0], st[1], W - 1, 1), pd.storage_offset() + R - 1)
-    return pd, view
+    return pd, view, vis
+
+
+def _block_backward_kernel(pd: Tensor, qb: Tensor, kb: Tensor, vb: Tensor, gb: Tensor, lse: Tensor, delta: Tensor,
+                           scale: float, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """One block of the backward with the compiled passes: the logits ``scale q k^T + skew(pd) - lse`` in one
+    pass, ``dS = P (dP - delta)`` and its skewed copy into ``z (M, R, vis)`` in another.
+
+    ``pd (M, R, W)``: position logits by offset; ``qb, kb, vb, gb``: ``(M, R|C, D)``; ``lse, delta``: ``(M, R)``.
+    Returns ``(dq, dk, dv)`` of the block (as :func:`~relpos.attention.chunked.kernels.block_backward`).
+    """
+    M, R, C = qb.shape[0], qb.shape[1], kb.shape[1]
+    s = qb.new_empty(M, R, C)
+    torch.baddbmm(s, qb, kb.transpose(1, 2), beta=0.0, alpha=scale, out=s)
+    floor = -708.0 if s.dtype == torch.float64 else -87.0  # as kernels.exp_: no subnormal exp
+    p = relkey_kernel.logits_(s, pd, lse, floor).exp_()
+    dv = torch.bmm(p.transpose(1, 2), gb)
+    dp = torch.bmm(gb, vb.transpose(1, 2))
+    ds = relkey_kernel.ds_(dp, p, delta, z)
+    return torch.bmm(ds, kb).mul_(scale), torch.bmm(ds.transpose(1, 2), qb).mul_(scale), dv
 
 
 class _RelKeyFn(torch.autograd.Function):
@@ -92,32 +126,36 @@ class _RelKeyFn(torch.autograd.Function):
         flash, _ = flash_ops()
         B, H, Nq = cfg.B, cfg.H, cfg.Nq
         rt = rtab.to(qu.dtype)
+        qvs = qv * cfg.scale  # the scale folded into (q + v): no (rows, W) pass per block
         out = torch.empty(B, H, Nq, v.shape[-1], dtype=qu.dtype, device=qu.device)
         lse = torch.empty(B, H, Nq, dtype=qu.dtype, device=qu.device)
-        for a in range(0, Nq, cfg.fwd_rows):
-            b = min(Nq, a + cfg.fwd_rows)
-            C = cfg.keys(b)
-            _, view = _relkey_pd(cfg, qv[:, :, a:b], rt, a, b, C)
-            o, l = flash(qu[:, :, a:b], k[:, :, :C], v[:, :, :C], 0.0, False, attn_mask=view, scale=cfg.scale)
-            out[:, :, a:b] = o
-            lse[:, :, a:b] = l
+        for h in range(H):
+            hs = slice(h, h + 1)
+            for a in range(0, Nq, cfg.fwd_rows):
+                b = min(Nq, a + cfg.fwd_rows)
+                C = cfg.keys(b)
+                _, view, _ = _relkey_pd(cfg, qvs[:, hs, a:b], rt[hs], a, b, C)
+                o, l = flash(qu[:, hs, a:b], k[:, hs, :C], v[:, hs, :C], 0.0, False, attn_mask=view, scale=cfg.scale)
+                out[:, hs, a:b] = o
+                lse[:, hs, a:b] = l
         ctx.cfg = cfg
         ctx.rtab_dtype = rtab.dtype
-        ctx.save_for_backward(qu, qv, k, v, rt, out, lse)
+        ctx.save_for_backward(qu, qvs, k, v, rt, out, lse)
         return out
 
     @staticmethod
     @first_order
     def backward(ctx, dout):
         cfg: _RelKeyCfg = ctx.cfg
-        qu, qv, k, v, rt, out, lse = ctx.saved_tensors
+        qu, qvs, k, v, rt, out, lse = ctx.saved_tensors
         B, H, Nq = cfg.B, cfg.H, cfg.Nq
         D, Dv = qu.shape[-1], v.shape[-1]
         dout = dout.contiguous()
         delta = (dout * out).sum(-1)  # (B, H, Nq)
-        dqu, dqv, dk, dv = (torch.zeros_like(x) for x in (qu, qv, k, v))
+        dqu, dqv, dk, dv = (torch.zeros_like(x) for x in (qu, qvs, k, v))
         drt = torch.zeros_like(rt)
         G = max(1, min(H, cfg.heads_per_block))
+        fused = relkey_kernel.usable(qu, qvs, k, v, rt, out, dout)  # the compiled elementwise passes
         # dS by offset: one buffer, re-zeroed only when a block's R changes or its C shrinks: while (R, C) grow,
         # each block overwrites every entry the previous one wrote (row t starts at column R - 1 - t), so the
         # rest stays zero. Before: a fresh (R, R + C - 1) zero buffer per block.
@@ -131,27 +169,34 @@ class _RelKeyFn(torch.autograd.Function):
                 b = min(Nq, a + cfg.rows)
                 R, C = b - a, cfg.keys(b)
                 W = R + C - 1
-                if R != last[0] or C < last[1]:
-                    zbuf[: B * g].zero_()
-                last = (R, C)
-                pd, view = _relkey_pd(cfg, qv[:, hs, a:b], rth, a, b, C)
-                s = torch.empty(B, g, R, C, dtype=qu.dtype, device=qu.device)
-                torch.sub(view, lse[:, hs, a:b, None], out=s)
+                pd, view, vis = _relkey_pd(cfg, qvs[:, hs, a:b], rth, a, b, C)
                 qb = qu[:, hs, a:b].reshape(B * g, R, D)
                 kb = k[:, hs, :C].reshape(B * g, C, D)
                 vb = v[:, hs, :C].reshape(B * g, C, Dv)
                 gb = dout[:, hs, a:b].reshape(B * g, R, Dv)
-                z = zbuf[: B * g, :R, :W]  # dS laid out by offset, like pd
-                gq, gk, gv = block_backward(s.view(B * g, R, C), qb, kb, vb, gb,
-                                            delta[:, hs, a:b, None].reshape(B * g, R, 1), cfg.scale,
-                                            skewed(z, R, C, anti=False))
+                if fused:  # the kernel writes every column of z's rows: no stale entries, no re-zeroing
+                    z = zbuf[: B * g, :R, :vis]
+                    gq, gk, gv = _block_backward_kernel(pd.view(B * g, R, W), qb, kb, vb, gb,
+                                                        lse[:, hs, a:b].reshape(B * g, R),
+                                                        delta[:, hs, a:b].reshape(B * g, R), cfg.scale, z)
+                    z = zbuf[: B * g, :R, :W]
+                else:
+                    if R != last[0] or C < last[1]:
+                        zbuf[: B * g].zero_()
+                    last = (R, C)
+                    s = torch.empty(B, g, R, C, dtype=qu.dtype, device=qu.device)
+                    torch.sub(view, lse[:, hs, a:b, None], out=s)
+                    z = zbuf[: B * g, :R, :W]  # dS laid out by offset, like pd
+                    gq, gk, gv = block_backward(s.view(B * g, R, C), qb, kb, vb, gb,
+                                                delta[:, hs, a:b, None].reshape(B * g, R, 1), cfg.scale,
+                                                skewed(z, R, C, anti=False))
                 dv[:, hs, :C] += gv.view(B, g, C, Dv)
                 dqu[:, hs, a:b] += gq.view(B, g, R, D)
                 dk[:, hs, :C] += gk.view(B, g, C, D)
                 d_min = -(cfg.qo + b - 1)
-                seg = rth[:, d_min - cfg.lo : d_min - cfg.lo + W]  # (g, W, D)
-                z4 = z.view(B, g, R, W)
+                seg = rth[:, d_min - cfg.lo : d_min - cfg.lo + vis]  # (g, vis, D)
+                z4 = z.view(B, g, R, W)[..., :vis]  # dS is zero on the columns past vis (never visible)
                 dqv[:, hs, a:b] += torch.matmul(z4, seg).mul_(cfg.scale)
-                drt[hs, d_min - cfg.lo : d_min - cfg.lo + W] += torch.matmul(
-                    z4.transpose(-1, -2), qv[:, hs, a:b]).sum(0).mul_(cfg.scale)
+                drt[hs, d_min - cfg.lo : d_min - cfg.lo + vis] += torch.matmul(
+                    z4.transpose(-1, -2), qvs[:, hs, a:b]).sum(0)
         return None, dqu, dqv, dk, dv, drt.to(ctx.rtab_dtype)
