@@ -1,0 +1,346 @@
+"""The ``--dry-run`` time estimate of a pretrained checkpoint's evaluation, summed from its parts.
+
+What it estimates: **wall-clock seconds of the whole command, at this process's torch thread count, on this
+machine as loaded when the dry run runs** -- not CPU time, and not a quiet machine's time. Nothing is
+assumed about the hardware's speed: every part is timed here, on a small sample of its own work, and scaled
+by how much of that work the evaluation does (:func:`forward_passes` lists it from the same settings the job
+reads):
+
+- ``startup``: the age of this process when the estimate starts (Python, torch and transformers imports);
+- ``tokenizer``: building a GGUF file's tokenizer (first run only; later runs read it from the cache) and
+  reading it once per scaling and once more for the fingerprint, each timed here;
+- ``corpus``: reading every file of the corpus and tokenizing its validation and test splits (about 15 % of
+  its bytes: 5 % and 10 % of its documents), at the rates of a sample of up to :data:`SAMPLE_BYTES` of it
+  read and tokenized here (first run only: the splits are cached);
+- ``model load``: dequantising a GGUF file's tensors (one tensor of each quantisation type dequantised here,
+  scaled by that type's bytes) and building the model (a one-layer model of the same shape built here,
+  scaled by parameters), then the check that runs 8 tokens through it;
+- per scaling, the forward passes of the language-modelling windows, the fixed-target blocks and the
+  passkey prompts, batch by batch as the job runs them (:func:`forward_passes`). One decoder layer is timed
+  at each length (a one-layer model of the checkpoint's shape with random weights, up to
+  :data:`CAL_TOKENS` tokens a call; longer lengths scaled by the layer's FLOPs, attention's ``L**2``
+  included) and multiplied by the number of layers; the output layer with its float64 log-softmax is timed
+  on :data:`HEAD_ROWS` rows and charged for every row whose logits the job computes.
+
+The model's weights are never read (the one-layer model is random) and nothing is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["Pass", "forward_passes", "Estimate", "Calibration", "calibrate", "estimate", "CAL_TOKENS",
+           "HEAD_ROWS", "SAMPLE_BYTES", "EVAL_SHARE", "MIN_SECONDS", "process_age"]
+
+#: tokens of one timed call of the one-layer model (longer lengths are timed at this length and scaled)
+CAL_TOKENS = 512
+#: rows of the output layer and float64 log-softmax timed
+HEAD_ROWS = 128
+#: each timed sample repeats for at least this long (seconds)
+MIN_SECONDS = 0.3
+#: bytes of the corpus read and tokenized to time both
+SAMPLE_BYTES = 256 << 10
+#: the share of a corpus's bytes that an evaluation tokenizes: its validation and test splits (5 % + 10 %
+#: of the documents, by a hash of their names)
+EVAL_SHARE = 0.15
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One forward call of the evaluation: ``rows`` sequences of ``length`` tokens; ``head_rows`` rows of
+    logits (and float64 log-softmax) per sequence: ``length`` for a loss, the answer's tokens for passkey."""
+
+    what: str  # "windows", "fixed-target blocks" or "passkey prompts"
+    rows: int
+    length: int
+    head_rows: int
+
+
+def _chunks(what: str, rows: int, length: int, head: int, max_tokens: int) -> list[Pass]:
+    step = max(1, max_tokens // length)  # as token_losses and Passkey.score split rows
+    return [Pass(what, min(step, rows - s), length, head) for s in range(0, rows, step)]
+
+
+def forward_passes(spec: dict, plan: dict, passkey=None) -> list[Pass]:
+    """The forward calls of one scaling's job, in its order: windows at each length, fixed-target blocks at each
+    length, then passkey prompts per length and depth (``passkey``: the job's
+    :class:`~relpos.tasks.passkey.Passkey`, or None)."""
+    from relpos.tasks.lm import LanguageModelling
+
+    lengths = plan["lengths"]
+    lm = LanguageModelling(train_len=plan["original"], eval_lengths=lengths, eval_tokens=spec["eval_tokens"],
+                           blocks=spec["blocks"], target_len=spec["target_len"],
+                           max_eval_tokens=spec["max_eval_tokens"], n_val=1)
+    longest = max(lm.eval_lengths)
+    count = max(1, lm.eval_tokens // longest)
+    out: list[Pass] = []
+    for n in lm.eval_lengths:
+        out += _chunks("windows", count * max(1, longest // n), n, n, lm.max_eval_tokens)
+    for c in lm.eval_lengths:
+        if c >= lm.target_len:
+            out += _chunks("fixed-target blocks", lm.blocks, c, c, lm.max_eval_tokens)
+    if passkey is not None:
+        for L in passkey.lengths:
+            for d in passkey.depths:
+                _, exs = passkey.batch(L, d)
+                out += _chunks("passkey prompts", len(exs), L, max(e.answer_len for e in exs), passkey.max_tokens)
+    return out
+
+
+@dataclass
+class Estimate:
+    """Seconds by part (``parts``, in order), their sum, and what was measured to get them (``notes``)."""
+
+    parts: dict
+    threads: int
+    device: str
+    notes: list
+
+    @property
+    def seconds(self) -> float:
+        return float(sum(self.parts.values()))
+
+    def lines(self) -> list[str]:
+        s = self.seconds
+        where = f"{self.threads} torch thread(s)" if self.device == "cpu" else self.device
+        load = ""
+        if hasattr(os, "getloadavg"):
+            load = f", load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        out = [f"estimated time: ~{s:,.0f} s ({s / 60:,.1f} min) wall-clock at {where} on this machine now{load}; "
+               "each part timed here on a sample of its work:"]
+        out += [f"  {k}: {v:,.1f} s" for k, v in self.parts.items()]
+        out += [f"  ({n})" for n in self.notes]
+        return out
+
+
+class Calibration:
+    """Seconds of each part of the work on this machine now (see the module docstring); built by :func:`calibrate`.
+
+    ``layer[L]``: one decoder layer on ``layer_rows[L]`` rows of ``L`` tokens (``L <= CAL_TOKENS``);
+    ``call[L]``: the rest of that call (embeddings, rotary, masks, final norm); ``head_row``: the output
+    layer and float64 log-softmax of one row; ``layer_flops``: FLOPs of one layer for one row of length L.
+    """
+
+    def __init__(self, *, layers: int, layer: dict, layer_rows: dict, call: dict, head_row: float,
+                 layer_flops, load: float = 0.0, startup: float = 0.0, tokenizer_build: float = 0.0,
+                 tokenizer_read: float = 0.0, corpus: float = 0.0, notes: list | None = None) -> None:
+        self.layers, self.layer, self.layer_rows, self.call = layers, layer, layer_rows, call
+        self.head_row, self.layer_flops = head_row, layer_flops
+        self.load, self.startup, self.tokenizer_build, self.tokenizer_read = load, startup, tokenizer_build, \
+            tokenizer_read
+        self.corpus = corpus
+        self.notes = list(notes or [])
+
+    def timed_length(self, L: int) -> int:
+        return L if L in self.layer else max(self.layer)
+
+    def pass_seconds(self, p: Pass) -> float:
+        """Seconds of one forward call: ``layers`` x its decoder layer, the rest of the call, and its logits."""
+        t = self.timed_length(p.length)
+        rows = p.rows / self.layer_rows[t]
+        scale = self.layer_flops(p.length) / self.layer_flops(t)
+        return (self.layers * self.layer[t] * rows * scale + self.call[t] * rows * p.length / t
+                + self.head_row * p.rows * p.head_rows)
+
+
+def estimate(spec: dict, plan: dict, passes: list[Pass], cal: Calibration, *, device: str = "cpu",
+             threads: int | None = None) -> Estimate:
+    """The parts of an evaluation's time: once (startup, tokenizer, corpus, model), then per scaling the forward
+    passes of ``passes`` (one scaling's, :func:`forward_passes`) by kind, times the number of scalings."""
+    n_scalings = len(plan["scalings"])
+    parts = {"startup (imports)": cal.startup,
+             "tokenizer (built once if not cached; read once per scaling and for the fingerprint)":
+                 cal.tokenizer_build + cal.tokenizer_read * (n_scalings + 1),
+             "corpus (read, validation and test tokenized; first run only)": cal.corpus,
+             "model load (dequantise, build, check)": cal.load}
+    per: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for p in passes:
+        per[p.what] = per.get(p.what, 0.0) + cal.pass_seconds(p)
+        count[p.what] = count.get(p.what, 0) + p.rows
+    for what, secs in per.items():
+        parts[f"{what}: {n_scalings} scaling(s) x {count[what]} sequences, {secs:,.1f} s each"] = secs * n_scalings
+    return Estimate(parts, threads if threads is not None else torch.get_num_threads(), device, cal.notes)
+
+
+# ------------------------------------------------------------------ timing here
+
+
+def process_age() -> float | None:
+    """Wall seconds since this process started (Linux ``/proc``), else None."""
+    try:
+        start = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        up = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, up - start / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def _mean_time(fn, sync=None) -> float:
+    """Mean seconds of ``fn()`` after one warm-up call, over at least 2 calls and :data:`MIN_SECONDS` (a mean, not a
+    minimum: the evaluation meets the machine's load as it is, and so should its sample)."""
+    fn()  # warm-up: first-call costs are paid once per process, not per pass
+    if sync:
+        sync()
+    n, t = 0, time.perf_counter()
+    while n < 2 or time.perf_counter() - t < MIN_SECONDS:
+        fn()
+        if sync:
+            sync()
+        n += 1
+    return (time.perf_counter() - t) / n
+
+
+def _one_layer(cfg, dtype, device):
+    """A randomly initialised one-layer model of ``cfg``'s shape, its build seconds and parameter count."""
+    from transformers import AutoModelForCausalLM
+
+    c = copy.deepcopy(cfg)
+    c.num_hidden_layers = 1
+    if isinstance(getattr(c, "layer_types", None), list) and c.layer_types:
+        c.layer_types = c.layer_types[:1]
+    t = time.perf_counter()
+    m = AutoModelForCausalLM.from_config(c, dtype=dtype, attn_implementation="sdpa").to(device).eval()
+    return m, time.perf_counter() - t, sum(p.numel() for p in m.parameters())
+
+
+def _dequant_seconds(path) -> tuple[float, str]:
+    """Seconds to dequantise every tensor of a GGUF file: for each type, a tensor of that type and shape made of
+    zero bytes (no data of the file is read) is dequantised here, and the time scaled by the type's bytes."""
+    import numpy as np
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    from relpos.pretrained.gguf import read_gguf_header
+
+    head = read_gguf_header(path)
+    by_type: dict[int, list] = {}
+    for te in head.tensors:
+        by_type.setdefault(te.ggml_type, []).append(te)
+    total = 0.0
+    for t, tes in by_type.items():
+        small = [te for te in tes if te.n_bytes <= 4 << 20] or [min(tes, key=lambda e: e.n_bytes)]
+        te = max(small, key=lambda e: e.n_bytes)  # the largest up to 4 MB: long enough to time, cheap to make
+        qt = GGMLQuantizationType(t)
+        block, nb = GGML_QUANT_SIZES[qt]
+        shape = tuple(reversed(te.dims))
+        arr = np.zeros(te.n_bytes, dtype=np.uint8).reshape(*shape[:-1], shape[-1] // block * nb)
+        secs = _mean_time(lambda: dequantize(arr, qt))
+        total += secs * sum(e.n_bytes for e in tes) / max(1, te.n_bytes)
+    return total, f"{len(head.tensors)} GGUF tensors of {len(by_type)} type(s)"
+
+
+def _corpus_seconds(corpus: dict, tok) -> tuple[float, str]:
+    from relpos.corpus.readers import detect_kind, file_signature, read_docs
+
+    p = Path(corpus["path"]).expanduser().resolve()
+    kind = detect_kind(p)
+    total = sum(int(r[1]) for r in file_signature(p, kind, corpus.get("glob")))
+    t = time.perf_counter()
+    texts, n = [], 0
+    for doc in read_docs(p, kind, glob=corpus.get("glob"), text_field=corpus.get("text_field", "text")):
+        try:
+            for piece in doc.pieces():
+                texts.append(piece)
+                n += len(piece.encode("utf-8", "replace"))
+                if n >= SAMPLE_BYTES:
+                    break
+        except Exception:  # an undecodable document is skipped by the real read too
+            continue
+        if n >= SAMPLE_BYTES:
+            break
+    read = time.perf_counter() - t
+    if not n:
+        return 0.0, "corpus: nothing readable sampled"
+    t = time.perf_counter()
+    for s in texts:
+        tok.encode(s, add_special_tokens=False)
+    enc = time.perf_counter() - t
+    secs = total * read / n + EVAL_SHARE * total * enc / n
+    return secs, f"corpus {total:,} bytes; sampled {n:,} bytes: read at {n / max(read, 1e-9) / 1e6:,.1f} MB/s, " \
+                 f"tokenized at {n / max(enc, 1e-9) / 1e6:,.2f} MB/s"
+
+
+def calibrate(spec: dict, cfg, plan: dict, passes: list[Pass], *, src, tok, tokenizer_seconds: tuple[float, float],
+              startup: float | None = None, device: str = "cpu") -> Calibration:
+    """Time each part of the evaluation here (see the module docstring). ``tok``: the model's tokenizer;
+    ``tokenizer_seconds``: (build, read) of it and ``startup`` (:func:`process_age` before anything else of the
+    dry run) as the caller timed them."""
+    from relpos.pretrained.evaluate import HFCausalLM
+    from relpos.pretrained.load import DTYPES
+
+    notes = [] if startup is not None else ["startup not measured: no /proc here"]
+    dt = DTYPES[spec["dtype"]]
+    sync = torch.cuda.synchronize if device.startswith("cuda") else None
+    t0 = time.perf_counter()
+    hf, build, n1 = _one_layer(cfg, dt, device)
+    model = HFCausalLM(hf, name="calibration", original=plan["original"])
+    layer_mod = hf.model.layers[0]
+    n_layer = sum(p.numel() for p in layer_mod.parameters())
+    heads = int(getattr(cfg, "num_attention_heads", 1))
+    head_dim = int(getattr(cfg, "head_dim", None) or int(cfg.hidden_size) // heads)
+
+    def flops(L: int) -> float:  # one layer, one row of L tokens: weights and attention's L**2
+        return 2.0 * n_layer * L + 4.0 * heads * head_dim * L * L
+
+    spent: list[float] = []
+    layer_mod.register_forward_pre_hook(lambda *_: spent.append(-time.perf_counter()))
+    layer_mod.register_forward_hook(lambda *_: spent.append(time.perf_counter()))
+    layer, rows_at, call = {}, {}, {}
+    vocab = int(cfg.vocab_size)
+    for L in sorted({min(p.length, CAL_TOKENS) for p in passes} or {min(plan["lengths"])}):
+        rows = max(1, min(max((p.rows for p in passes if min(p.length, CAL_TOKENS) == L), default=1),
+                          CAL_TOKENS // L))
+        x = torch.randint(0, vocab, (rows, L), device=device)
+        times: list[tuple[float, float]] = []
+
+        def run():
+            spent.clear()
+            t = time.perf_counter()
+            with torch.no_grad():
+                hf.model(input_ids=x, use_cache=False)
+            if sync:
+                sync()
+            times.append((time.perf_counter() - t, sum(spent)))
+
+        _mean_time(run)
+        timed = times[1:]  # less the warm-up
+        total, lay = (sum(v[i] for v in timed) / len(timed) for i in (0, 1))
+        layer[L], rows_at[L], call[L] = lay, rows, max(0.0, total - lay)
+    h = torch.randn(1, HEAD_ROWS, int(cfg.hidden_size), dtype=dt, device=device)
+    y = torch.randint(0, vocab, (1, HEAD_ROWS), device=device)
+    head_row = _mean_time(lambda: model.losses_from_hidden(h, y), sync=sync) / HEAD_ROWS
+    layers = int(cfg.num_hidden_layers)
+    try:
+        from relpos.pretrained.load import estimate_params
+
+        n_full = estimate_params(cfg.to_dict())
+    except (ValueError, KeyError, TypeError):
+        n_full = n1 + (layers - 1) * n_layer
+    # the loader's pass over the weights: the dtype conversion and the finite check of every one
+    weights = _mean_time(lambda: [bool(torch.isfinite(q.to(dt)).all()) for q in hf.parameters()], sync=sync)
+    load = build + weights * n_full / n1
+    what = (f"a 1-layer model built in {build:.2f} s (with its imports), its weights converted and checked in "
+            f"{weights:.2f} s, scaled by parameters")
+    if src.gguf:
+        dq, tensors = _dequant_seconds(src.path)
+        load += dq
+        what = f"{tensors} dequantised at the rate timed on one of each ({dq:.1f} s); " + what
+    notes.append("model load: " + what + ("" if src.gguf else "; reading the weights not counted"))
+    cal = Calibration(layers=layers, layer=layer, layer_rows=rows_at, call=call, head_row=head_row,
+                      layer_flops=flops, startup=startup or 0.0, tokenizer_build=tokenizer_seconds[0],
+                      tokenizer_read=tokenizer_seconds[1], notes=notes)
+    cal.load = load + cal.pass_seconds(Pass("check", 1, 8, 8))
+    cal.corpus, what = _corpus_seconds(spec["corpus"], tok)
+    cal.notes.append(what)
+    cal.notes.append(f"forward passes: one decoder layer timed at lengths {', '.join(map(str, sorted(layer)))} "
+                      f"(x {layers} layers), the output layer and float64 loss on {HEAD_ROWS} rows; calibration took "
+                      f"{time.perf_counter() - t0:.1f} s")
+    return cal
