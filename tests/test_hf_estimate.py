@@ -69,25 +69,31 @@ def test_the_estimates_passes_are_the_calls_the_job_makes(model_dir, tmp_path):
 def _cal(**kw):
     from relpos.pretrained.estimate import Calibration
 
-    base = dict(layers=3, layer={64: 0.02, 128: 0.05}, layer_rows={64: 4, 128: 2}, call={64: 0.004, 128: 0.004},
+    base = dict(layers=3, layer={64: (0.01, 0.0025), 128: (0.01, 0.02)},
+                call={64: (0.002, 0.0005), 128: (0.002, 0.001)},
                 head_row=1e-4, layer_flops=lambda L: 10.0 * L + 0.05 * L * L, load=2.0, startup=1.5,
                 tokenizer_build=0.7, tokenizer_read=0.1, corpus=0.9)
     return Calibration(**{**base, **kw})
 
 
 def test_one_pass_costs_every_layer_its_rows_and_its_logits():
-    from relpos.pretrained.estimate import Pass
+    from relpos.pretrained.estimate import Pass, _fit
 
     cal = _cal()
     one = cal.pass_seconds(Pass("windows", 4, 64, 64))
-    assert one == pytest.approx(3 * 0.02 + 0.004 + 4 * 64 * 1e-4)
-    assert cal.pass_seconds(Pass("windows", 8, 64, 64)) == pytest.approx(2 * one)  # rows
+    assert one == pytest.approx(3 * (0.01 + 4 * 0.0025) + 0.002 + 4 * 0.0005 + 4 * 64 * 1e-4)
+    # rows: each adds its share of every layer, of the call and of the logits; the fixed costs stay
+    assert cal.pass_seconds(Pass("windows", 8, 64, 64)) - one == pytest.approx(4 * (3 * 0.0025 + 0.0005 + 64e-4))
     assert cal.pass_seconds(Pass("passkey prompts", 4, 64, 2)) == pytest.approx(one - 4 * 62 * 1e-4)  # logits kept
-    assert _cal(layers=6).pass_seconds(Pass("windows", 4, 64, 64)) > one  # layers
-    # a length longer than any timed one: the longest timed layer, scaled by the layer's FLOPs (L**2 included)
+    assert _cal(layers=6).pass_seconds(Pass("windows", 4, 64, 64)) == pytest.approx(one + 3 * (0.01 + 4 * 0.0025))
+    # a length longer than any timed one: the longest timed layer, its per-row cost scaled by the layer's FLOPs
     long = cal.pass_seconds(Pass("windows", 1, 512, 512))
     flops = (10 * 512 + 0.05 * 512 ** 2) / (10 * 128 + 0.05 * 128 ** 2)
-    assert long == pytest.approx(3 * 0.05 / 2 * flops + 0.004 / 2 * 512 / 128 + 512 * 1e-4)
+    assert long == pytest.approx(3 * (0.01 + 0.02 * flops) + 0.002 + 0.001 * 512 / 128 + 512 * 1e-4)
+    # the fit through two timings: fixed and per-row parts, never negative
+    assert _fit((1, 0.3), (5, 0.7)) == pytest.approx((0.2, 0.1))
+    assert _fit((1, 0.9), (5, 0.7)) == (0.9, 0.0)
+    assert _fit((1, 0.4), (1, 0.4)) == (0.0, 0.4)
 
 
 def _parts(tmp_path, model_dir, corpus, **kw):
@@ -98,9 +104,8 @@ def _parts(tmp_path, model_dir, corpus, **kw):
     spec = HFEvalSpec(**_spec(model_dir, corpus, tmp_path, **kw))
     cfg = load_config(model_source(model_dir))
     p, passes = _passes(spec, cfg)
-    est = estimate(spec, p, passes, _cal(layer={n: 0.02 * n / 64 for n in p["lengths"]},
-                                         layer_rows={n: 1 for n in p["lengths"]},
-                                         call={n: 0.001 for n in p["lengths"]}), threads=2)
+    est = estimate(spec, p, passes, _cal(layer={n: (0.01, 0.02 * n / 64) for n in p["lengths"]},
+                                         call={n: (0.001, 0.001) for n in p["lengths"]}), threads=2)
     by = {}
     for k, v in est.parts.items():
         by[k.split(":")[0].split(" (")[0]] = v
@@ -128,7 +133,7 @@ def test_the_estimate_has_every_part_and_each_grows_with_its_work(model_dir, tmp
     assert "passkey prompts" not in no_pk
 
     blocks, _ = _parts(tmp_path, model_dir, corpus, blocks=32)
-    assert blocks["fixed-target blocks"] == pytest.approx(2 * base["fixed-target blocks"])
+    assert blocks["fixed-target blocks"] > 1.5 * base["fixed-target blocks"]
     assert blocks["windows"] == base["windows"]
 
     factors, _ = _parts(tmp_path, model_dir, corpus, factors=[2, 4, 8], max_eval_tokens=512)

@@ -17,10 +17,12 @@ reads):
   scaled by parameters), then the check that runs 8 tokens through it;
 - per scaling, the forward passes of the language-modelling windows, the fixed-target blocks and the
   passkey prompts, batch by batch as the job runs them (:func:`forward_passes`). One decoder layer is timed
-  at each length (a one-layer model of the checkpoint's shape with random weights, up to
-  :data:`CAL_TOKENS` tokens a call; longer lengths scaled by the layer's FLOPs, attention's ``L**2``
-  included) and multiplied by the number of layers; the output layer with its float64 log-softmax is timed
-  on :data:`HEAD_ROWS` rows and charged for every row whose logits the job computes.
+  at each length (a one-layer model of the checkpoint's shape with random weights), on 1 row and on as
+  many rows as the job's largest batch holds up to :data:`CAL_TOKENS` tokens; a fixed and a per-row cost are
+  fitted to the two (on a loaded machine a call waits for a core at every operation, whatever its size),
+  longer lengths take the per-row cost scaled by the layer's FLOPs (attention's ``L**2`` included), and
+  the sum is multiplied by the number of layers. The output layer with its float64 log-softmax is timed on
+  up to :data:`HEAD_ROWS` rows and charged for every row whose logits the job computes.
 
 The model's weights are never read (the one-layer model is random) and nothing is written.
 """
@@ -39,10 +41,10 @@ import torch
 __all__ = ["Pass", "forward_passes", "Estimate", "Calibration", "calibrate", "estimate", "CAL_TOKENS",
            "HEAD_ROWS", "SAMPLE_BYTES", "EVAL_SHARE", "MIN_SECONDS", "process_age"]
 
-#: tokens of one timed call of the one-layer model (longer lengths are timed at this length and scaled)
-CAL_TOKENS = 512
-#: rows of the output layer and float64 log-softmax timed
-HEAD_ROWS = 128
+#: most tokens of one timed call of the one-layer model (longer lengths are timed at this length and scaled)
+CAL_TOKENS = 1024
+#: most rows of the output layer and float64 log-softmax timed (two of its chunks where they fit)
+HEAD_ROWS = 512
 #: each timed sample repeats for at least this long (seconds)
 MIN_SECONDS = 0.3
 #: bytes of the corpus read and tokenized to time both
@@ -123,15 +125,17 @@ class Estimate:
 class Calibration:
     """Seconds of each part of the work on this machine now (see the module docstring); built by :func:`calibrate`.
 
-    ``layer[L]``: one decoder layer on ``layer_rows[L]`` rows of ``L`` tokens (``L <= CAL_TOKENS``);
-    ``call[L]``: the rest of that call (embeddings, rotary, masks, final norm); ``head_row``: the output
-    layer and float64 log-softmax of one row; ``layer_flops``: FLOPs of one layer for one row of length L.
+    ``layer[L]``: ``(fixed, per_row)`` seconds of one decoder layer on rows of ``L`` tokens (``L <=
+    CAL_TOKENS``), fitted to two timed calls (1 row and up to ``CAL_TOKENS // L`` rows): on a loaded machine a
+    call's fixed cost (waiting for a core at every operation) is not proportional to its work; ``call[L]``:
+    the same for the rest of the call (embeddings, rotary, masks, final norm); ``head_row``: the output layer
+    and float64 log-softmax of one row; ``layer_flops(L)``: FLOPs of one layer for one row of ``L`` tokens.
     """
 
-    def __init__(self, *, layers: int, layer: dict, layer_rows: dict, call: dict, head_row: float,
-                 layer_flops, load: float = 0.0, startup: float = 0.0, tokenizer_build: float = 0.0,
-                 tokenizer_read: float = 0.0, corpus: float = 0.0, notes: list | None = None) -> None:
-        self.layers, self.layer, self.layer_rows, self.call = layers, layer, layer_rows, call
+    def __init__(self, *, layers: int, layer: dict, call: dict, head_row: float, layer_flops, load: float = 0.0,
+                 startup: float = 0.0, tokenizer_build: float = 0.0, tokenizer_read: float = 0.0,
+                 corpus: float = 0.0, notes: list | None = None) -> None:
+        self.layers, self.layer, self.call = layers, layer, call
         self.head_row, self.layer_flops = head_row, layer_flops
         self.load, self.startup, self.tokenizer_build, self.tokenizer_read = load, startup, tokenizer_build, \
             tokenizer_read
@@ -142,12 +146,22 @@ class Calibration:
         return L if L in self.layer else max(self.layer)
 
     def pass_seconds(self, p: Pass) -> float:
-        """Seconds of one forward call: ``layers`` x its decoder layer, the rest of the call, and its logits."""
+        """Seconds of one forward call: ``layers`` x its decoder layer, the rest of the call, and its logits
+        (a length longer than any timed: the longest timed, its per-row cost scaled by the layer's FLOPs)."""
         t = self.timed_length(p.length)
-        rows = p.rows / self.layer_rows[t]
+        (lf, lr), (cf, cr) = self.layer[t], self.call[t]
         scale = self.layer_flops(p.length) / self.layer_flops(t)
-        return (self.layers * self.layer[t] * rows * scale + self.call[t] * rows * p.length / t
+        return (self.layers * (lf + lr * p.rows * scale) + cf + cr * p.rows * p.length / t
                 + self.head_row * p.rows * p.head_rows)
+
+
+def _fit(lo: tuple[int, float], hi: tuple[int, float]) -> tuple[float, float]:
+    """``(fixed, per_row)`` through two timings ``(rows, seconds)``, both >= 0."""
+    (r1, t1), (r2, t2) = lo, hi
+    if r2 <= r1:
+        return 0.0, t2 / r2
+    per = max(0.0, (t2 - t1) / (r2 - r1))
+    return max(0.0, t1 - per * r1), per
 
 
 def estimate(spec: dict, plan: dict, passes: list[Pass], cal: Calibration, *, device: str = "cpu",
@@ -293,30 +307,37 @@ def calibrate(spec: dict, cfg, plan: dict, passes: list[Pass], *, src, tok, toke
     spent: list[float] = []
     layer_mod.register_forward_pre_hook(lambda *_: spent.append(-time.perf_counter()))
     layer_mod.register_forward_hook(lambda *_: spent.append(time.perf_counter()))
-    layer, rows_at, call = {}, {}, {}
+    layer, call = {}, {}
     vocab = int(cfg.vocab_size)
     for L in sorted({min(p.length, CAL_TOKENS) for p in passes} or {min(plan["lengths"])}):
-        rows = max(1, min(max((p.rows for p in passes if min(p.length, CAL_TOKENS) == L), default=1),
+        most = max(1, min(max((p.rows for p in passes if min(p.length, CAL_TOKENS) == L), default=1),
                           CAL_TOKENS // L))
-        x = torch.randint(0, vocab, (rows, L), device=device)
-        times: list[tuple[float, float]] = []
+        got = {}
+        for rows in sorted({1, most}):
+            x = torch.randint(0, vocab, (rows, L), device=device)
+            times: list[tuple[float, float]] = []
 
-        def run():
-            spent.clear()
-            t = time.perf_counter()
-            with torch.no_grad():
-                hf.model(input_ids=x, use_cache=False)
-            if sync:
-                sync()
-            times.append((time.perf_counter() - t, sum(spent)))
+            def run():
+                spent.clear()
+                t = time.perf_counter()
+                with torch.no_grad():
+                    hf.model(input_ids=x, use_cache=False)
+                if sync:
+                    sync()
+                times.append((time.perf_counter() - t, sum(spent)))
 
-        _mean_time(run)
-        timed = times[1:]  # less the warm-up
-        total, lay = (sum(v[i] for v in timed) / len(timed) for i in (0, 1))
-        layer[L], rows_at[L], call[L] = lay, rows, max(0.0, total - lay)
-    h = torch.randn(1, HEAD_ROWS, int(cfg.hidden_size), dtype=dt, device=device)
-    y = torch.randint(0, vocab, (1, HEAD_ROWS), device=device)
-    head_row = _mean_time(lambda: model.losses_from_hidden(h, y), sync=sync) / HEAD_ROWS
+            _mean_time(run)
+            timed = times[1:]  # less the warm-up
+            got[rows] = tuple(sum(v[i] for v in timed) / len(timed) for i in (0, 1))  # (call, layer)
+        lo, hi = min(got), max(got)
+        layer[L] = _fit((lo, got[lo][1]), (hi, got[hi][1]))
+        call[L] = _fit((lo, got[lo][0] - got[lo][1]), (hi, got[hi][0] - got[hi][1]))
+    from relpos.pretrained.evaluate import _CHUNK_BYTES
+
+    n_head = min(HEAD_ROWS, 2 * max(1, _CHUNK_BYTES // (8 * vocab)))  # two of the loss's chunks, when they fit
+    h = torch.randn(1, n_head, int(cfg.hidden_size), dtype=dt, device=device)
+    y = torch.randint(0, vocab, (1, n_head), device=device)
+    head_row = _mean_time(lambda: model.losses_from_hidden(h, y), sync=sync) / n_head
     layers = int(cfg.num_hidden_layers)
     try:
         from relpos.pretrained.load import estimate_params
@@ -334,13 +355,13 @@ def calibrate(spec: dict, cfg, plan: dict, passes: list[Pass], *, src, tok, toke
         load += dq
         what = f"{tensors} dequantised at the rate timed on one of each ({dq:.1f} s); " + what
     notes.append("model load: " + what + ("" if src.gguf else "; reading the weights not counted"))
-    cal = Calibration(layers=layers, layer=layer, layer_rows=rows_at, call=call, head_row=head_row,
+    cal = Calibration(layers=layers, layer=layer, call=call, head_row=head_row,
                       layer_flops=flops, startup=startup or 0.0, tokenizer_build=tokenizer_seconds[0],
                       tokenizer_read=tokenizer_seconds[1], notes=notes)
     cal.load = load + cal.pass_seconds(Pass("check", 1, 8, 8))
     cal.corpus, what = _corpus_seconds(spec["corpus"], tok)
     cal.notes.append(what)
     cal.notes.append(f"forward passes: one decoder layer timed at lengths {', '.join(map(str, sorted(layer)))} "
-                      f"(x {layers} layers), the output layer and float64 loss on {HEAD_ROWS} rows; calibration took "
-                      f"{time.perf_counter() - t0:.1f} s")
+                      f"(1 row and up to {CAL_TOKENS} tokens; x {layers} layers), the output layer and float64 loss "
+                      f"on {n_head} rows; calibration took {time.perf_counter() - t0:.1f} s")
     return cal
