@@ -4,7 +4,8 @@ What it estimates: **wall-clock seconds of the whole command, at this process's 
 machine as loaded when the dry run runs** -- not CPU time, and not a quiet machine's time. Nothing is
 assumed about the hardware's speed: every part is timed here, on a small sample of its own work, and scaled
 by how much of that work the evaluation does (:func:`forward_passes` lists it from the same settings the job
-reads):
+reads). Each sample is the median of at least :data:`MIN_CALLS` calls after a warm-up call (the process's
+first calls are warmed up once before any is timed):
 
 - ``startup``: the age of this process when the estimate starts (Python, torch and transformers imports);
 - ``tokenizer``: building a GGUF file's tokenizer (first run only; later runs read it from the cache) and
@@ -32,6 +33,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +41,14 @@ from pathlib import Path
 import torch
 
 __all__ = ["Pass", "forward_passes", "Estimate", "Calibration", "calibrate", "estimate", "CAL_TOKENS",
-           "HEAD_ROWS", "SAMPLE_BYTES", "EVAL_SHARE", "MIN_SECONDS", "process_age"]
+           "HEAD_ROWS", "SAMPLE_BYTES", "EVAL_SHARE", "MIN_CALLS", "MIN_SECONDS", "process_age"]
 
 #: most tokens of one timed call of the one-layer model (longer lengths are timed at this length and scaled)
 CAL_TOKENS = 1024
 #: most rows of the output layer and float64 log-softmax timed (two of its chunks where they fit)
 HEAD_ROWS = 512
-#: each timed sample repeats for at least this long (seconds)
+#: each timed sample repeats at least this many times and for at least this long (seconds)
+MIN_CALLS = 5
 MIN_SECONDS = 0.3
 #: bytes of the corpus read and tokenized to time both
 SAMPLE_BYTES = 256 << 10
@@ -197,19 +200,22 @@ def process_age() -> float | None:
         return None
 
 
-def _mean_time(fn, sync=None) -> float:
-    """Mean seconds of ``fn()`` after one warm-up call, over at least 2 calls and :data:`MIN_SECONDS` (a mean, not a
-    minimum: the evaluation meets the machine's load as it is, and so should its sample)."""
+def _typical_time(fn, sync=None) -> float:
+    """Median seconds of ``fn()`` after one warm-up call, over at least :data:`MIN_CALLS` calls and
+    :data:`MIN_SECONDS` (a median: one call slowed by a burst of other work must not set the rate of a run
+    that makes thousands of them)."""
     fn()  # warm-up: first-call costs are paid once per process, not per pass
     if sync:
         sync()
-    n, t = 0, time.perf_counter()
-    while n < 2 or time.perf_counter() - t < MIN_SECONDS:
+    out: list[float] = []
+    t0 = time.perf_counter()
+    while len(out) < MIN_CALLS or time.perf_counter() - t0 < MIN_SECONDS:
+        t = time.perf_counter()
         fn()
         if sync:
             sync()
-        n += 1
-    return (time.perf_counter() - t) / n
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
 
 
 def _one_layer(cfg, dtype, device):
@@ -246,7 +252,7 @@ def _dequant_seconds(path) -> tuple[float, str]:
         block, nb = GGML_QUANT_SIZES[qt]
         shape = tuple(reversed(te.dims))
         arr = np.zeros(te.n_bytes, dtype=np.uint8).reshape(*shape[:-1], shape[-1] // block * nb)
-        secs = _mean_time(lambda: dequantize(arr, qt))
+        secs = _typical_time(lambda: dequantize(arr, qt))
         total += secs * sum(e.n_bytes for e in tes) / max(1, te.n_bytes)
     return total, f"{len(head.tensors)} GGUF tensors of {len(by_type)} type(s)"
 
@@ -309,7 +315,12 @@ def calibrate(spec: dict, cfg, plan: dict, passes: list[Pass], *, src, tok, toke
     layer_mod.register_forward_hook(lambda *_: spent.append(time.perf_counter()))
     layer, call = {}, {}
     vocab = int(cfg.vocab_size)
-    for L in sorted({min(p.length, CAL_TOKENS) for p in passes} or {min(plan["lengths"])}):
+    timed_lengths = sorted({min(p.length, CAL_TOKENS) for p in passes} or {min(plan["lengths"])})
+    with torch.no_grad():  # the process's first calls (allocator, thread pool, kernels) are not a pass's cost
+        for L in (timed_lengths[-1], timed_lengths[0]):
+            hf.model(input_ids=torch.randint(0, vocab, (max(1, CAL_TOKENS // L), L), device=device),
+                     use_cache=False)
+    for L in timed_lengths:
         most = max(1, min(max((p.rows for p in passes if min(p.length, CAL_TOKENS) == L), default=1),
                           CAL_TOKENS // L))
         got = {}
@@ -326,9 +337,9 @@ def calibrate(spec: dict, cfg, plan: dict, passes: list[Pass], *, src, tok, toke
                     sync()
                 times.append((time.perf_counter() - t, sum(spent)))
 
-            _mean_time(run)
+            _typical_time(run)
             timed = times[1:]  # less the warm-up
-            got[rows] = tuple(sum(v[i] for v in timed) / len(timed) for i in (0, 1))  # (call, layer)
+            got[rows] = (statistics.median(v[0] for v in timed), statistics.median(v[1] for v in timed))
         lo, hi = min(got), max(got)
         layer[L] = _fit((lo, got[lo][1]), (hi, got[hi][1]))
         call[L] = _fit((lo, got[lo][0] - got[lo][1]), (hi, got[hi][0] - got[hi][1]))
@@ -337,7 +348,7 @@ def calibrate(spec: dict, cfg, plan: dict, passes: list[Pass], *, src, tok, toke
     n_head = min(HEAD_ROWS, 2 * max(1, _CHUNK_BYTES // (8 * vocab)))  # two of the loss's chunks, when they fit
     h = torch.randn(1, n_head, int(cfg.hidden_size), dtype=dt, device=device)
     y = torch.randint(0, vocab, (1, n_head), device=device)
-    head_row = _mean_time(lambda: model.losses_from_hidden(h, y), sync=sync) / n_head
+    head_row = _typical_time(lambda: model.losses_from_hidden(h, y), sync=sync) / n_head
     layers = int(cfg.num_hidden_layers)
     try:
         from relpos.pretrained.load import estimate_params
@@ -346,7 +357,7 @@ def calibrate(spec: dict, cfg, plan: dict, passes: list[Pass], *, src, tok, toke
     except (ValueError, KeyError, TypeError):
         n_full = n1 + (layers - 1) * n_layer
     # the loader's pass over the weights: the dtype conversion and the finite check of every one
-    weights = _mean_time(lambda: [bool(torch.isfinite(q.to(dt)).all()) for q in hf.parameters()], sync=sync)
+    weights = _typical_time(lambda: [bool(torch.isfinite(q.to(dt)).all()) for q in hf.parameters()], sync=sync)
     load = build + weights * n_full / n1
     what = (f"a 1-layer model built in {build:.2f} s (with its imports), its weights converted and checked in "
             f"{weights:.2f} s, scaled by parameters")
