@@ -31,7 +31,6 @@ The model's weights are never read (the one-layer model is random) and nothing i
 from __future__ import annotations
 
 import copy
-import math
 import os
 import statistics
 import time
