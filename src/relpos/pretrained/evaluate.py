@@ -137,11 +137,16 @@ class HFCausalLM(nn.Module):
             lp = torch.log_softmax(self.forward(x).double(), dim=-1)
             nll = -lp.gather(-1, y.clamp_min(0)[..., None])[..., 0]
             return torch.where(y == IGNORE, torch.full_like(nll, math.nan), nll)
-        B, N = x.shape
-        h = self.hf.model(input_ids=x, use_cache=False).last_hidden_state  # (B, N, hidden)
+        return self.losses_from_hidden(self.hf.model(input_ids=x, use_cache=False).last_hidden_state, y)
+
+    @torch.no_grad()
+    def losses_from_hidden(self, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """:meth:`token_losses` from the last hidden states ``h`` ``(B, N, hidden)``: the output layer and the
+        float64 cross-entropy, in chunks; ``(B, N)`` float64, NaN where ``y == -100``."""
+        B, N = y.shape
         head = self._head()
         step = max(1, _CHUNK_BYTES // (8 * int(self.config.vocab_size) * B))
-        out = torch.empty(B, N, dtype=torch.float64, device=x.device)
+        out = torch.empty(B, N, dtype=torch.float64, device=h.device)
         for s in range(0, N, step):
             lp = torch.log_softmax(head(h[:, s: s + step]).double(), dim=-1)  # (B, c, V)
             yb = y[:, s: s + step]

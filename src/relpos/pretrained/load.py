@@ -36,8 +36,8 @@ from pathlib import Path
 import torch
 
 __all__ = ["ModelSource", "model_source", "require_hf", "check_config", "load_config", "estimate_params",
-           "load_hf_causal_lm", "check_loading_info", "model_fingerprint", "tokenizer_file", "DIM_BOUNDS",
-           "MAX_PARAMS", "DTYPES"]
+           "load_hf_causal_lm", "check_loading_info", "model_fingerprint", "tokenizer_file", "model_tokenizer",
+           "DIM_BOUNDS", "MAX_PARAMS", "DTYPES"]
 
 #: upper bounds of the config's dimensions (largest published LLaMA-family values, with room)
 DIM_BOUNDS: dict[str, int] = {
@@ -366,33 +366,56 @@ def tokenizer_file(path: str | os.PathLike, tokenizer: str | None = None, cache_
         if not tok.is_file():
             raise ValueError(f"{src.path} has no tokenizer.json; give one with --tokenizer")
         return str(tok)
-    from relpos.corpus import default_cache_dir
-
-    root = Path(cache_dir) if cache_dir else default_cache_dir()
-    out = root.parent / "gguf-tokenizers" / f"{model_fingerprint(path)}.json"
+    out = _gguf_tokenizer_path(path, cache_dir)
     if not out.is_file():
-        require_hf(gguf=True)
-        from transformers import AutoTokenizer
-
-        from relpos.pretrained.gguf import check_gguf, read_gguf_header
-
-        check_gguf(read_gguf_header(src.path))  # bounded, and special-token ids inside the vocabulary
-        try:
-            with _reading(src):
-                tok = AutoTokenizer.from_pretrained(str(src.folder), **src.kwargs())
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
-            raise ValueError(f"could not read the tokenizer of {str(src.path)!r}: "
-                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-        backend = getattr(tok, "backend_tokenizer", None)
-        if backend is None:
-            raise ValueError(f"the tokenizer of {str(src.path)!r} has no fast (tokenizers) form; give one with "
-                             "--tokenizer")
-        # transformers' GPT-2 builder adds <|endoftext|> past the file's vocabulary: keep only the file's ids
-        n = backend.get_vocab_size(with_added_tokens=False)
-        data = json.loads(backend.to_str())
-        data["added_tokens"] = [t for t in data.get("added_tokens", []) if int(t["id"]) < n]
+        text = _gguf_tokenizer_text(src)
         out.parent.mkdir(parents=True, exist_ok=True)
         from relpos.outdir import write_text_atomic
 
-        write_text_atomic(out, json.dumps(data, ensure_ascii=False))
+        write_text_atomic(out, text)
     return str(out)
+
+
+def _gguf_tokenizer_path(path, cache_dir) -> Path:
+    from relpos.corpus import default_cache_dir
+
+    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    return root.parent / "gguf-tokenizers" / f"{model_fingerprint(path)}.json"
+
+
+def _gguf_tokenizer_text(src: ModelSource) -> str:
+    """The ``tokenizer.json`` text of a GGUF file's tokenizer (transformers' builder; only the file's ids)."""
+    require_hf(gguf=True)
+    from transformers import AutoTokenizer
+
+    from relpos.pretrained.gguf import check_gguf, read_gguf_header
+
+    check_gguf(read_gguf_header(src.path))  # bounded, and special-token ids inside the vocabulary
+    try:
+        with _reading(src):
+            tok = AutoTokenizer.from_pretrained(str(src.folder), **src.kwargs())
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, IndexError) as e:
+        raise ValueError(f"could not read the tokenizer of {str(src.path)!r}: "
+                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError(f"the tokenizer of {str(src.path)!r} has no fast (tokenizers) form; give one with "
+                         "--tokenizer")
+    # transformers' GPT-2 builder adds <|endoftext|> past the file's vocabulary: keep only the file's ids
+    n = backend.get_vocab_size(with_added_tokens=False)
+    data = json.loads(backend.to_str())
+    data["added_tokens"] = [t for t in data.get("added_tokens", []) if int(t["id"]) < n]
+    return json.dumps(data, ensure_ascii=False)
+
+
+def model_tokenizer(path: str | os.PathLike, tokenizer: str | None = None, cache_dir: str | None = None):
+    """The ``tokenizers.Tokenizer`` that :func:`tokenizer_file` names, and whether it had to be built: read from
+    its file, or -- a GGUF file's not saved yet -- built in memory; writes nothing (for a dry run)."""
+    from tokenizers import Tokenizer
+
+    from relpos.corpus import load_tokenizer
+
+    src = model_source(path)
+    if tokenizer or not src.gguf or _gguf_tokenizer_path(path, cache_dir).is_file():
+        return load_tokenizer(tokenizer_file(path, tokenizer, cache_dir)), False
+    return Tokenizer.from_str(_gguf_tokenizer_text(src)), True

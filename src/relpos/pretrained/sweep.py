@@ -23,11 +23,6 @@ from relpos.tasks.passkey import FEW_EXAMPLES, passkey_table
 
 __all__ = ["hf_report", "passkey_heatmap", "corpus_lines", "add_hf_arguments", "run_hf", "main"]
 
-#: forward-pass throughput assumed by the --dry-run time estimate (FLOP/s, as the estimate counts them). CPU:
-#: measured 5e10 (8k tokens) to 1e11 (32k) for a SmolLM2-135M-shaped model in float32 on a shared 2-core
-#: machine (benchmarks/hf_long_window.py); bfloat16 on a CPU without bf16 instructions is ~2x slower
-ASSUMED_FLOPS = {"cpu": 5e10, "cuda": 2e13}
-
 
 def _metric(run: dict, protocol: str, L: int, key: str):
     for m in run["measurements"]:
@@ -149,9 +144,14 @@ def passkey_heatmap(measurements: Sequence[dict], path: str | os.PathLike, *, ti
 
 
 def dry_run_lines(spec: dict, out: Path) -> list[str]:
-    """What an evaluation would do; reads the model's config (never its weights) and writes nothing."""
-    from relpos.pretrained.evaluate import HFEvalSpec, _device, _stored_fingerprint, check_hf_output_dir, plan
-    from relpos.pretrained.load import estimate_params, load_config, model_source
+    """What an evaluation would do, and how long it would take here (:mod:`relpos.pretrained.estimate`: each part
+    timed on a sample of its work); reads the model's config and tokenizer (never its weights), writes nothing."""
+    from relpos.pretrained.estimate import calibrate, estimate, forward_passes, process_age
+
+    startup = process_age()  # what the evaluation's own start (imports, flags) costs, before this dry run's work
+    from relpos.pretrained.evaluate import HFEvalSpec, _bos, _device, _passkey, _stored_fingerprint, \
+        check_hf_output_dir, plan
+    from relpos.pretrained.load import estimate_params, load_config, model_source, model_tokenizer
     from relpos.pretrained.scalings import rope_params
 
     spec = HFEvalSpec(**spec)
@@ -166,26 +166,33 @@ def dry_run_lines(spec: dict, out: Path) -> list[str]:
     where = "--hf-context" if spec["context"] else "the config"
     per = p["tokens"]["lm"] + p["tokens"]["passkey"]
     total = per * len(p["scalings"])
-    layers, hidden = int(cfg.num_hidden_layers), int(cfg.hidden_size)
-    # every forward pass of length L: 2 x parameters per token, and attention's L**2 for each one
-    flops = total * 2 * n + sum(w * 4 * layers * hidden * L * L for L, w in p["windows"].items()) * len(p["scalings"])
-    dev = _device(spec["device"]).split(":")[0]
-    secs = flops / ASSUMED_FLOPS[dev]
+    dev = _device(spec["device"])
     lines = [f"--hf-model {src.path}: {cfg.model_type}, ~{n / 1e6:,.1f}M parameters, native rope_type "
              f"{p['rope_type']} {rope_params(cfg) if p['rope_type'] != 'default' else ''}".rstrip(),
              f"original context L0 = {L0} (from {where}); lengths " +
              ", ".join(f"{L} ({L / L0:g}x)" for L in p["lengths"]),
-             f"scalings: {', '.join(p['scalings'])}; dtype {spec['dtype']}; device {dev}"]
+             f"scalings: {', '.join(p['scalings'])}; dtype {spec['dtype']}; device {dev.split(':')[0]}"]
     if p["left_out"]:
         lines.append(f"left out (above --max-eval-tokens {spec['max_eval_tokens']}): "
                      + ", ".join(map(str, p["left_out"])))
     lines.append(f"tokens per scaling: {p['tokens']['lm']:,} language modelling + {p['tokens']['passkey']:,} "
                  f"passkey; {total:,} in all")
-    import torch
+    t = time.perf_counter()
+    tok, built = model_tokenizer(spec["model"], spec["tokenizer"], spec["cache_dir"])
+    first = time.perf_counter() - t
+    read = first
+    if built:  # a GGUF file's tokenizer, not cached yet: built here in memory; later reads are of its file
+        from tokenizers import Tokenizer
 
-    threads = f", {torch.get_num_threads()} torch threads" if dev == "cpu" else ""
-    lines.append(f"estimated time: ~{secs:,.0f} s wall-clock (assuming {ASSUMED_FLOPS[dev]:.0e} FLOP/s on {dev}"
-                 f"{threads}; 2 x parameters per token plus attention; loading the model not counted)")
+        text = tok.to_str()
+        t = time.perf_counter()
+        Tokenizer.from_str(text)
+        read = time.perf_counter() - t
+    pk = _passkey(spec, p["lengths"], tok, _bos(cfg))
+    passes = forward_passes(spec, p, pk)
+    cal = calibrate(spec, cfg, p, passes, src=src, tok=tok, tokenizer_seconds=(first if built else 0.0, read),
+                    startup=startup, device=dev)
+    lines += estimate(spec, p, passes, cal, device=dev.split(":")[0]).lines()
     old = _stored_fingerprint(out) if out.exists() else None
     lines.append(f"--out {out}: " + ("new folder" if not out.exists() else
                                      f"holds evaluation {old}" if old else "empty folder"))
