@@ -85,6 +85,11 @@ def _banner(inp: PageInputs, links: str) -> list[str]:
                         f"`{res['fingerprint']}`, {len(res['runs'])} evaluated rows)")
     if inp.scale_cells:
         what.append(f"{len(inp.scale_cells)} cell(s) of the scale check (`scale-*-results.json`)")
+    if inp.extend:
+        what.append(f"the extend benchmark (`extend-results.json`, {len(inp.extend['rows'])} rows)")
+    if inp.real_context:
+        what.append(f"a real checkpoint past its context (`real-context.json`, {len(inp.real_context['cells'])} "
+                    "cells)")
     smoke = [f"> **{SMOKE_NOTE}**", ">"] if any(r and is_smoke_test(r) for r in (inp.full, inp.default)) else []
     return smoke + ["> **Protocol 3.** Generated from " + ("; ".join(what) or "no results") + f". Raw numbers: [{links}]"
             f"({links}); regenerate with the command under [Reproducing](#reproducing).", ">",
