@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from relpos.report.extension import (FAILS, HOLDS, UNTESTABLE, claims, report_markdown, select, steps_to_match,
-                                     tables)
+from relpos.report.extension import (FAILS, HOLDS, UNTESTABLE, analyse, claims, mean_loss, report_markdown,
+                                     select, steps_to_match, tables)
 
 __all__ = ["select", "claims", "tables", "steps_to_match", "write_report", "meta_of", "HOLDS", "FAILS",
            "UNTESTABLE", "RESULTS_VERSION"]
@@ -48,8 +48,6 @@ def _plot(sel: dict, curves: dict, m: dict, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    from relpos.report.extension import mean_loss
-
     L, f, top = m["train_len"], m["factor"], max(m["eval_factors"])
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     for rec in m["recipes"]:
@@ -83,11 +81,10 @@ def write_report(rows: list[dict], p, out: Path, *, plots: bool = True) -> dict:
     kept = {id(r) for by in sel.values() for r in by.values()}
     data = {"version": RESULTS_VERSION, "protocol": p.protocol, "fingerprint": p.fingerprint, "meta": meta_of(p),
             "rows": [r if id(r) in kept else _summary_only(r) for r in rows]}
-    m = data["meta"]
-    t = tables(sel, m["grid"], m["train_len"], m["factor"], m["eval_factors"], m["recipes"])
-    data["claims"] = claims(sel, m["grid"], m["train_len"], m["factor"], m["eval_factors"], fitted=m["fitted"])
+    done = analyse(data)  # the same rows kept: the rate choice reads only the validation losses
+    t, data["claims"] = done["tables"], done["claims"]
     write_text_atomic(out / "results.json", json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n")
-    png = _plot(sel, t["curves"], m, out / "extend.png") if plots else False
-    text = report_markdown(data, png="extend.png" if png else None)
+    png = _plot(done["sel"], t["curves"], data["meta"], out / "extend.png") if plots else False
+    text = report_markdown(data, png="extend.png" if png else None, done=done)
     write_text_atomic(out / "report.md", text)
     return {"text": text, "claims": data["claims"], "tables": t}

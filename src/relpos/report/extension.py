@@ -35,8 +35,8 @@ import math
 
 from relpos.report.stats import MIN_SEEDS, paired_bootstrap
 
-__all__ = ["select", "mean_loss", "claims", "tables", "steps_to_match", "report_markdown", "page_section", "run_seconds",
-           "HOLDS", "FAILS", "UNTESTABLE", "CLAIM_TEXT", "PAPERS_SCALE"]
+__all__ = ["select", "analyse", "mean_loss", "claims", "tables", "steps_to_match", "report_markdown", "page_section",
+           "run_seconds", "HOLDS", "FAILS", "UNTESTABLE", "CLAIM_TEXT", "PAPERS_SCALE"]
 
 HOLDS, FAILS, UNTESTABLE = "holds", "does not hold", "not testable here"
 
@@ -59,10 +59,6 @@ def _mean(xs) -> float:
 
 def mean_loss(sel, rec, k, n) -> float:
     """Mean over seeds of the kept rows' test loss of ``rec`` after ``k`` steps at length ``n`` (nan: none)."""
-    return _loss(sel, rec, k, n)
-
-
-def _loss(sel, rec, k, n) -> float:
     return _mean(r["lengths"][str(n)]["loss"] for r in sel.get((rec, k), {}).values())
 
 
@@ -92,14 +88,14 @@ def _interval(sel, a, b, n, *, ratio_of: int | None = None):
 def steps_to_match(sel, grid, n: int, target: float, rec: str) -> int | None:
     """The fewest K of ``grid`` at which ``rec``'s mean test loss at ``n`` is at most ``target`` (None: never)."""
     for k in sorted(grid):
-        v = _loss(sel, rec, k, n)
+        v = mean_loss(sel, rec, k, n)
         if math.isfinite(v) and v <= target:
             return k
     return None
 
 
 def _best_finetuned(sel, grid, rec, n) -> float:
-    vals = [_loss(sel, rec, k, n) for k in grid if k > 0]
+    vals = [mean_loss(sel, rec, k, n) for k in grid if k > 0]
     vals = [v for v in vals if math.isfinite(v)]
     return min(vals) if vals else math.nan
 
@@ -178,14 +174,14 @@ def tables(sel: dict, grid: list[int], L: int, factor: int, eval_factors, recipe
                 curves.setdefault(rec, {}).setdefault(f, []).append((k, v))
                 iv = None if rec == "direct" else _interval(sel, (rec, k), ("direct", k), f * L, ratio_of=L)
                 cells.append(_f(v, 2) + (f" [{iv.lo:+.2f}, {iv.hi:+.2f}]" if iv is not None else ""))
-            lines.append(f"| {rec} | {k} | " + " | ".join(cells) + f" | {_f(_loss(sel, rec, k, factor * L))} | "
+            lines.append(f"| {rec} | {k} | " + " | ".join(cells) + f" | {_f(mean_loss(sel, rec, k, factor * L))} | "
                          f"{len(got)} |")
     lat = ["| recipe | loss at L, K=0 | loss at L, largest K | change |", "|---|---|---|---|"]
     for rec in recipes:
         ks = [k for k in grid if (rec, k) in sel]
         if not ks:
             continue
-        a, b = _loss(sel, rec, 0, L), _loss(sel, rec, max(ks), L)
+        a, b = mean_loss(sel, rec, 0, L), mean_loss(sel, rec, max(ks), L)
         lat.append(f"| {rec} | {_f(a)} | {_f(b)} (K={max(ks)}) | {_f(b - a) if max(ks) else '-'} |")
     target = _best_finetuned(sel, grid, "direct", factor * L)
     st = [f"Target: plain RoPE's best fine-tuned test loss at {factor}x L = {_f(target, 4)} nats.", "",
@@ -231,7 +227,7 @@ def _summary(sel, grid, L: int, factor: int, eval_factors, recipes) -> list[str]
         for rec in recipes:
             ks = [k for k in grid if (rec, k) in sel]
             if ks:
-                v = _loss(sel, rec, max(ks), f * L)
+                v = mean_loss(sel, rec, max(ks), f * L)
                 if math.isfinite(v):
                     got.append((v, rec, max(ks)))
         if got:
@@ -244,13 +240,22 @@ def _summary(sel, grid, L: int, factor: int, eval_factors, recipes) -> list[str]
             "a recipe measured zero-shot only:*", "", *out, ""]
 
 
-def _body(data: dict, h: str, png: str | None) -> list[str]:
-    """The report's sections under headings of level ``h`` (``"##"`` or ``"###"``)."""
-    m, rows = data["meta"], data["rows"]
+def analyse(data: dict) -> dict:
+    """``{"sel", "tables", "claims"}`` of a run's ``results.json`` content: the kept rows, the tables and the
+    claim rules, computed once for the report, the page and the figure."""
+    m = data["meta"]
+    sel = select(data["rows"])
+    args = (sel, m["grid"], m["train_len"], m["factor"], m["eval_factors"])
+    return {"sel": sel, "tables": tables(*args, m["recipes"]), "claims": claims(*args, fitted=m["fitted"])}
+
+
+def _body(data: dict, h: str, png: str | None, done: dict | None = None) -> list[str]:
+    """The report's sections under headings of level ``h`` (``"##"`` or ``"###"``); ``done``: its
+    :func:`analyse`, when the caller has it already."""
+    m = data["meta"]
     L, f, ef, grid = m["train_len"], m["factor"], m["eval_factors"], m["grid"]
-    sel = select(rows)
-    t = tables(sel, grid, L, f, ef, m["recipes"])
-    cl = claims(sel, grid, L, f, ef, fitted=m["fitted"])
+    done = done or analyse(data)
+    sel, t, cl = done["sel"], done["tables"], done["claims"]
     md = _summary(sel, grid, L, f, ef, m["recipes"])
     if not m["fitted"]:
         md += ["**Some models did not fit: these numbers carry no conclusion.**", ""]
@@ -277,7 +282,7 @@ def _setup(m: dict) -> str:
             f"{m['factor']}x L; every number below reads the test split.")
 
 
-def report_markdown(data: dict, *, png: str | None = None) -> str:
+def report_markdown(data: dict, *, png: str | None = None, done: dict | None = None) -> str:
     """``report.md`` of an extend run from its ``results.json`` content ``{"meta", "rows"}``.
 
     ``meta``: ``train_len`` (L), ``factor``, ``eval_factors``, ``grid`` (the K values), ``recipes``, ``seeds``,
@@ -287,7 +292,7 @@ def report_markdown(data: dict, *, png: str | None = None) -> str:
     m = data["meta"]
     md = [f"# Context extension by fine-tuning ({m['factor']}x L, L = {m['train_len']})", "",
           f"Source: `{m['source']}`; {_setup(m)}", ""]
-    return "\n".join(md + _body(data, "##", png)) + "\n"
+    return "\n".join(md + _body(data, "##", png, done)) + "\n"
 
 
 def page_section(data: dict | None, *, png: str | None = None) -> list[str]:
