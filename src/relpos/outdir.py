@@ -414,6 +414,20 @@ def clean_stale_tmp(path: str | os.PathLike, *, max_age: float = STALE_TMP_SECON
     return n
 
 
+def move_aside(folder: str | os.PathLike, fingerprint: str | None, paths: Iterable[str | os.PathLike]) -> Path:
+    """Move ``paths`` (relpos's own files and folders of an earlier run, inside ``folder``) into a new
+    ``folder/previous-<fingerprint>-<time>/``; returns it. Nothing is deleted: this is what ``--force`` does with
+    the results of other settings."""
+    import datetime
+    import shutil
+
+    dest = Path(folder) / f"previous-{fingerprint or 'unknown'}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    dest.mkdir(parents=True)
+    for p in paths:
+        shutil.move(str(p), str(dest / Path(p).name))
+    return dest
+
+
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """Write JSON to a temporary file beside ``path``, flush it, then rename it into place.
 

@@ -20,9 +20,7 @@ on its saved models, without training (:mod:`relpos.compare.additions`).
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
-import shutil
 import sys
 import threading
 import time
@@ -93,18 +91,10 @@ class CompareSummary:
 
 
 def _archive(out: Path, old_fp: str | None) -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    dest = out / f"previous-{old_fp or 'unknown'}-{stamp}"
-    dest.mkdir(parents=True)
-    for name in OUTPUT_FILES:
-        p = out / name
-        if p.exists():
-            shutil.move(str(p), str(dest / name))
-    for p in out.glob("*.png"):
-        shutil.move(str(p), str(dest / p.name))
-    if (out / "models").is_dir():
-        shutil.move(str(out / "models"), str(dest / "models"))
-    return dest
+    from relpos.outdir import move_aside
+
+    return move_aside(out, old_fp, [*(out / n for n in OUTPUT_FILES if (out / n).exists()), *out.glob("*.png"),
+                                    *([out / "models"] if (out / "models").is_dir() else [])])
 
 
 def _folder_meta(out: Path) -> tuple[str | None, dict | None]:

@@ -109,7 +109,7 @@ class _Manifest:
         self.path = out / MANIFEST
         self.data = {"fingerprint": fingerprint, "protocol": protocol, "rows": {}, "train": {}}
         if self.path.is_file():
-            from relpos.outdir import read_regular_text
+            from relpos.outdir import move_aside, read_regular_text
 
             old = json.loads(read_regular_text(self.path))
             if old.get("fingerprint") != fingerprint:
@@ -117,11 +117,8 @@ class _Manifest:
                     raise ValueError(f"--out {out} holds an extend run of other settings (fingerprint "
                                      f"{old.get('fingerprint')}, this one {fingerprint}); nothing was changed: use "
                                      f"another --out, or pass --force to move it aside")
-                dest = out / f"previous-{old.get('fingerprint')}-{time.strftime('%Y%m%d-%H%M%S')}"
-                dest.mkdir()
-                for p in list(out.iterdir()):
-                    if p.name in (*_FILES, "model") or p.name.startswith("train-state-"):
-                        shutil.move(str(p), str(dest / p.name))
+                dest = move_aside(out, old.get("fingerprint"), [
+                    p for p in out.iterdir() if p.name in (*_FILES, "model") or p.name.startswith("train-state-")])
                 log(f"moved the earlier run to {dest}")
             else:
                 self.data = old

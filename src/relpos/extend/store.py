@@ -10,10 +10,8 @@ deleted). The folder follows the ``--out`` rules of :mod:`relpos.outdir`.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -53,7 +51,7 @@ def prepare_out(out, fingerprint: str, *, force: bool = False, log=lambda s: Non
         relpos.outdir.OutputDirError: ``out`` is a file or a folder with other content.
         ValueError: it holds results of another protocol (and not ``force``); nothing is changed.
     """
-    from relpos.outdir import prepare_output_dir
+    from relpos.outdir import move_aside, prepare_output_dir
 
     real = prepare_output_dir(out, owns=owns, what="extend results", files=FILES)
     db = real / "extend.sqlite"
@@ -63,11 +61,7 @@ def prepare_out(out, fingerprint: str, *, force: bool = False, log=lambda s: Non
             raise ValueError(f"--out {out} holds extend results of another protocol (fingerprint {old}, this one "
                              f"{fingerprint}); nothing was changed: use another --out, or pass --force to move them "
                              f"into {out}/previous-{old}-<time>/")
-        dest = real / f"previous-{old}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-        dest.mkdir()
-        for name in FILES:
-            if (real / name).exists():
-                shutil.move(str(real / name), str(dest / name))
+        dest = move_aside(real, old, [real / n for n in FILES if (real / n).exists()])
         log(f"moved the results of protocol {old} to {dest}")
     return real
 
