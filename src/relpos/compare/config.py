@@ -30,6 +30,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+from pathlib import Path
 
 from relpos.compare.checks import _check_task_lr_grid, _int_list, _positive_int
 from relpos.encodings import normalise_name
@@ -38,6 +39,7 @@ from relpos.compare.settings import EVALUATION_KEYS, ROPE_VARIANTS, ConcernsMixi
 
 __all__ = [
     "ExperimentConfig",
+    "read_saved_config",
     "DEFAULT_SCHEMES",
     "ROPE_VARIANTS",
     "PROTOCOL_VERSION",
@@ -447,6 +449,15 @@ class ExperimentConfig(ConcernsMixin):
         d = self.to_dict()
         d.update(changes)
         return ExperimentConfig.from_dict(d)
+
+
+def read_saved_config(path) -> tuple[ExperimentConfig, str]:
+    """``(config, fingerprint)`` of a compare folder's ``config.json`` (what :meth:`ExperimentConfig.to_dict`
+    wrote there, with its fingerprint and protocol beside it)."""
+    saved = json.loads(Path(path).read_text())
+    fp = saved.pop("fingerprint")
+    saved.pop("protocol", None)
+    return ExperimentConfig.from_dict(saved), fp
 
 
 def fingerprint_of(protocol: dict) -> str:

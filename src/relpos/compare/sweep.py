@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from relpos.compare.config import ExperimentConfig, config_diff
+from relpos.compare.config import ExperimentConfig, config_diff, read_saved_config
 from relpos.report.model import ResultsModel
 from relpos.report.plots import make_plots
 from relpos.report.tables import results_dict, text_tables, write_json_atomic, write_report
@@ -439,10 +439,7 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
     refuse_special_files(out, OUTPUT_FILES)  # a named pipe would block the reads below
     if not db.exists() or not cj.exists():
         raise FileNotFoundError(f"{out} holds no relpos compare results (results.sqlite and config.json)")
-    saved = json.loads(cj.read_text())
-    fp = saved.pop("fingerprint")
-    saved.pop("protocol", None)
-    cfg = ExperimentConfig.from_dict(saved)
+    cfg, fp = read_saved_config(cj)
     if tasks is not None and (bad := sorted(set(tasks) - set(cfg.tasks))):
         raise ValueError(f"--tasks {','.join(bad)}: not a task of {out} (its tasks: {', '.join(cfg.tasks)})")
     keep = (lambda t: True) if tasks is None else (lambda t: t in tasks)  # noqa: E731

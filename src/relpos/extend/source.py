@@ -8,7 +8,6 @@ whether they fitted. A folder without them is refused in one line naming the fix
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 __all__ = ["SourceModel", "Source", "read_source"]
@@ -59,7 +58,7 @@ def read_source(folder, *, allow_unfitted: bool = False) -> Source:
         FileNotFoundError: no compare results there.
         ValueError: no language model with a saved model (or none fitted, unless ``allow_unfitted``).
     """
-    from relpos.compare.config import ExperimentConfig
+    from relpos.compare.config import read_saved_config
     from relpos.compare.store import Store
     from relpos.outdir import refuse_special_files
 
@@ -70,10 +69,7 @@ def read_source(folder, *, allow_unfitted: bool = False) -> Source:
     db, cj = src / "results.sqlite", src / "config.json"
     if not db.is_file() or not cj.is_file():
         raise FileNotFoundError(f"--from {src} holds no relpos compare results (results.sqlite and config.json)")
-    saved = json.loads(cj.read_text())
-    fp = saved.pop("fingerprint")
-    saved.pop("protocol", None)
-    cfg = ExperimentConfig.from_dict(saved)
+    cfg, fp = read_saved_config(cj)
     with Store(db, create=False) as st:
         jobs = st.jobs(fp)
     models, unfitted = [], 0
