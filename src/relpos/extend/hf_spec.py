@@ -15,17 +15,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from relpos.extend.spec import _check_int
+
 __all__ = ["HFExtendSpec", "FINETUNE_SCALINGS"]
 
 #: RoPE scalings a checkpoint can be fine-tuned under (transformers implements each; ``none`` is direct
 #: fine-tuning of the checkpoint's own RoPE at the longer length).
 FINETUNE_SCALINGS: tuple[str, ...] = ("none", "linear", "dynamic", "yarn", "llama3")
-
-
-def _int(flag: str, v, lo: int, hi: int = 1 << 30) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ValueError(f"{flag} must be an integer in [{lo}, {hi}], got {v!r}")
-    return v
 
 
 @dataclasses.dataclass
@@ -95,15 +91,15 @@ class HFExtendSpec:
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or not 1 < f <= 64:
             raise ValueError(f"--factor must be a number in (1, 64], got {f!r}")
         self.factor = float(f)
-        _int("--steps", self.steps, 0, 1 << 24)
+        _check_int("--steps", self.steps, 0, 1 << 24)
         if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr <= 1:
             raise ValueError(f"--lr must be a number in (0, 1], got {self.lr!r}")
-        _int("--batch-size", self.batch_size, 1, 4096)
+        _check_int("--batch-size", self.batch_size, 1, 4096)
         if self.warmup is not None:
-            _int("--warmup", self.warmup, 0, 1 << 24)
+            _check_int("--warmup", self.warmup, 0, 1 << 24)
         if self.ckpt_every is not None:
-            _int("--ckpt-every", self.ckpt_every, 1, 1 << 24)
-        _int("--seed", self.seed, 0, 2**31 - 1)
+            _check_int("--ckpt-every", self.ckpt_every, 1, 1 << 24)
+        _check_int("--seed", self.seed, 0, 2**31 - 1)
         if not (isinstance(self.weight_decay, (int, float)) and 0 <= self.weight_decay < math.inf):
             raise ValueError(f"--weight-decay must be a finite number >= 0, got {self.weight_decay!r}")
         ef = self.eval_factors if self.eval_factors is not None else (1.0, self.factor)

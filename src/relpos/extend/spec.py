@@ -40,7 +40,7 @@ def k_grid(pretrain_steps: int, fractions) -> list[int]:
     return sorted({0, *(max(1, round(f * pretrain_steps)) for f in fractions)})
 
 
-def _pos_int(flag: str, v, lo: int = 1, hi: int = 1 << 30) -> int:
+def _check_int(flag: str, v, lo: int = 1, hi: int = 1 << 30) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
         raise ValueError(f"{flag} must be an integer in [{lo}, {hi}], got {v!r}")
     return v
@@ -93,9 +93,9 @@ class ExtendSpec:
         if self.seeds is not None:
             if not self.seeds:
                 raise ValueError("--seeds must name at least one seed")
-            self.seeds = tuple(sorted({_pos_int("--seeds entries", s, 0, 2**31 - 1) for s in self.seeds}))
-        _pos_int("--factor", self.factor, 2, 64)
-        fs = tuple(sorted({_pos_int("--eval-factors entries", f, 1, 64) for f in self.eval_factors}))
+            self.seeds = tuple(sorted({_check_int("--seeds entries", s, 0, 2**31 - 1) for s in self.seeds}))
+        _check_int("--factor", self.factor, 2, 64)
+        fs = tuple(sorted({_check_int("--eval-factors entries", f, 1, 64) for f in self.eval_factors}))
         if 1 not in fs or self.factor not in fs:
             raise ValueError(f"--eval-factors must include 1 and the fine-tuning factor {self.factor}, got "
                              f"{list(self.eval_factors)}")
@@ -113,10 +113,10 @@ class ExtendSpec:
                 raise ValueError(f"--lr-grid entries must be finite numbers in (0, 1], got {v!r}")
         self.lr_grid = tuple(dict.fromkeys(float(v) for v in self.lr_grid))
         if self.warmup is not None:
-            _pos_int("--warmup", self.warmup, 0, 1 << 20)
+            _check_int("--warmup", self.warmup, 0, 1 << 20)
         if self.batch_size is not None:
-            _pos_int("--batch-size", self.batch_size, 1, 1 << 16)
-        _pos_int("--threads", self.threads, 1, 1024)
+            _check_int("--batch-size", self.batch_size, 1, 1 << 16)
+        _check_int("--threads", self.threads, 1, 1024)
         return self
 
     def warmup_for(self, grid: list[int]) -> int:
