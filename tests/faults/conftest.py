@@ -36,3 +36,15 @@ def copy_folder(src: Path, dest: Path) -> Path:
     """A copy of ``src`` at ``dest`` that keeps links as links (a planted link stays planted)."""
     shutil.copytree(src, dest, symlinks=True)
     return dest
+
+
+def nan_eps_model(model: Path, dest: Path) -> Path:
+    """A copy of the checkpoint folder ``model`` at ``dest`` whose RMS-norm epsilon is NaN: loaded fine, refused at
+    its first evaluation."""
+    import json
+
+    shutil.copytree(model, dest)
+    cfg = json.loads((dest / "config.json").read_text())
+    cfg["rms_norm_eps"] = float("nan")
+    (dest / "config.json").write_text(json.dumps(cfg))
+    return dest

@@ -173,17 +173,11 @@ def test_a_refusal_leaves_an_existing_empty_out_empty(hf, small_vocab_model, tmp
 
 def test_a_nan_norm_eps_refusal_does_not_make_out(hf, tmp_path, monkeypatch, capsys):
     """Refused at the first evaluation, after the model loaded: no store, and no empty --out folder either."""
-    import json
-    import shutil
-
     from relpos.cli import main
+    from tests.faults.conftest import nan_eps_model
 
     monkeypatch.setenv("RELPOS_CACHE", str(tmp_path / "cache"))
-    model = tmp_path / "nan-eps"
-    shutil.copytree(hf[0], model)
-    cfg = json.loads((model / "config.json").read_text())
-    cfg["rms_norm_eps"] = float("nan")
-    (model / "config.json").write_text(json.dumps(cfg))
+    model = nan_eps_model(hf[0], tmp_path / "nan-eps")
     out = tmp_path / "o"
     rc = main(_hf_argv(model, hf[1], out))
     err = capsys.readouterr().err

@@ -84,16 +84,11 @@ def test_a_scaling_given_twice_is_refused_by_name(hf, tmp_path, capsys):
 
 def test_a_refused_hf_run_leaves_no_results_database(hf, tmp_path, monkeypatch, capsys):
     """A model whose norm epsilon is NaN is refused at its first evaluation; the store was created before it."""
-    import shutil
-
     from relpos.cli import main
+    from tests.faults.conftest import nan_eps_model
 
     monkeypatch.setenv("RELPOS_CACHE", str(tmp_path / "cache"))
-    model = tmp_path / "nan-eps"
-    shutil.copytree(hf[0], model)
-    cfg = json.loads((model / "config.json").read_text())
-    cfg["rms_norm_eps"] = float("nan")
-    (model / "config.json").write_text(json.dumps(cfg))
+    model = nan_eps_model(hf[0], tmp_path / "nan-eps")
     out = tmp_path / "o"
     rc = main(_argv(model, hf[1], out))
     err = capsys.readouterr().err
