@@ -193,6 +193,21 @@ class Trainer:
                                                            find_unused_parameters=self._has_unused_parameters())
         self.net = torch.compile(self.net) if self.cfg.compile else self.net  # whole model; self.model stays plain
 
+    def close(self) -> None:
+        """Drop the DDP wrapper while the process group is alive.
+
+        DDP's reducer holds the process group and hooks on the parameters of the
+        model that :func:`train` returns; left to the interpreter's exit it is
+        freed after the group is destroyed, and gloo aborts the process
+        ("terminate called without an active exception").
+        """
+        if self.net is not self.model:
+            self.net = self.model
+            if self.ctx.distributed:
+                import gc
+
+                gc.collect()
+
     def _has_unused_parameters(self) -> bool:
         x = torch.zeros(1, min(4, self.model_cfg.max_len), dtype=torch.long, device=self.ctx.device)
         self.model.zero_grad(set_to_none=True)
@@ -357,6 +372,7 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
     finally:
         if bar is not None:
             bar.close()
+        tr.close()
     seconds = time.perf_counter() - t0
     if train_cfg.ckpt_dir and saved_at != tr.step_count:
         tr.save()
