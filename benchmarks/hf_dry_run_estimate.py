@@ -91,13 +91,23 @@ def measure(a) -> dict:
                      "during_run_min": min(samples, default=None), "during_run_max": max(samples, default=None),
                      "samples": len(samples)},
             "ratio_wall_to_estimate": round(wall / est, 3), "ratio_cpu_to_estimate": round(cpu / est, 3),
-            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "code": _code(Path(a.src))}
+
+
+def _code(src: Path) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def table(entries: dict) -> str:
     rows = ["| label | estimate (s) | measured wall (s) | wall / estimate | measured CPU (s) | CPU / estimate | "
             "load avg (dry run; run mean, min-max) |", "|---|---|---|---|---|---|---|"]
     for label, e in entries.items():
+        if "measured" not in e:  # a stopped run kept for the record (its "stopped" says why)
+            continue
         ld = e["load"]
         rows.append(f"| {label} | {e['estimate_s']:,.0f} | {e['measured']['wall_s']:,.0f} | "
                     f"{e['ratio_wall_to_estimate']:.2f} | {e['measured']['cpu_s']:,.0f} | "
