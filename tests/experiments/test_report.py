@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from relpos.report.model import ResultsModel
 from relpos.report.plots import make_plots
 from relpos.report.tables import (
     aggregate,
@@ -82,7 +83,7 @@ def test_aggregate_over_seeds(results):
 
 
 def test_text_tables_order_and_marks(results):
-    text = text_tables(results)
+    text = text_tables(ResultsModel.from_results(results))
     lm_rows = [ln.split()[0] for ln in text.splitlines() if ln.split() and ln.split()[0] in
                ("rope", "rope-yarn", "rope+rand", "alibi")]
     assert lm_rows[:4] == ["rope", "rope-yarn", "rope+rand", "alibi"]  # config order, variants after
@@ -117,12 +118,12 @@ def test_atomic_json(tmp_path):
 
 
 def test_per_token_table_only_when_it_adds_something(results):
-    assert "per-token accuracy" not in text_tables(results)  # equal to exact match here
+    assert "per-token accuracy" not in text_tables(ResultsModel.from_results(results))  # equal to exact match here
     for r in results["runs"]:
         for m in r["metrics"]:
             if m["accuracy"] is not None:
                 m["token_accuracy"] = min(1.0, m["accuracy"] + 0.1)
-    assert "copy: per-token accuracy" in text_tables(results)
+    assert "copy: per-token accuracy" in text_tables(ResultsModel.from_results(results))
 
 
 def test_report_names_the_learning_rate_each_scheme_kept(results, tmp_path):
@@ -145,7 +146,7 @@ def test_tables_average_the_fitted_seeds_only(tmp_path):
     runs, jobs = zip(run("fire", 0, 0.99, 0.80, True), run("fire", 1, 0.06, 0.00, False),
                      run("t5", 0, 0.02, 0.00, False), run("t5", 1, 0.04, 0.00, False))
     res = results_dict({"schemes": ["fire", "t5"]}, "fp", list(runs), list(jobs))
-    rows = {ln.split()[0]: ln for ln in text_tables(res).splitlines() if ln.split() and ln.split()[0] in ("fire", "t5")}
+    rows = {ln.split()[0]: ln for ln in text_tables(ResultsModel.from_results(res)).splitlines() if ln.split() and ln.split()[0] in ("fire", "t5")}
     assert rows["fire"].split()[1:] == ["1/2", "(val", "0.53)", "0.99", "0.80"]  # not 0.52±0.66 and 0.40±0.57
     assert rows["t5"].split()[1:] == ["0/2", "(val", "0.03)", "not", "fitted", "0.03±0.01", "0.00±0.00"]
     assert make_plots(res, tmp_path) == ["accuracy_vs_length.png"]
@@ -202,11 +203,11 @@ def test_far_position_table_and_corpus_identity_in_the_report(tmp_path):
     # position buckets of stored_run: bpb = v/ln2 + a/n; the last quarter is inside the second half bucket
     assert xs == [8, 16] and far["alibi"][16][0] == pytest.approx(1 / math.log(2) + 0.5)
     assert ratios["alibi"]["far"][0] == pytest.approx(1.0) and ratios["alibi"]["window"][0] == pytest.approx(1.0)
-    text = text_tables(res)
+    text = text_tables(ResultsModel.from_results(res))
     assert "far ratio" in text and "fixed-target ratio" in text
     assert "attention span" not in text  # no run measured one
     res["runs"][0]["span"] = {"8": {"median": 3.0, "max": 7, "windows": 32}, "16": {"median": 5.5, "max": 15}}
-    text = text_tables(res)
+    text = text_tables(ResultsModel.from_results(res))
     assert "attention span" in text and "16* median" in text and "16* max" in text
     write_report(res, tmp_path, [])
     assert "abababababababab" in (tmp_path / "report.md").read_text()

@@ -109,7 +109,7 @@ def test_finishing_compare_computes_each_report_input_once(tmp_path):
     from relpos.report.tables import text_tables
     from relpos.report.verdict import verdict_markdown, verdict_text
 
-    assert text_tables(res) in out["text"] and verdict_text(res) in out["text"]
+    assert text_tables(ResultsModel.from_results(res)) in out["text"] and verdict_text(ResultsModel.from_results(res)) in out["text"]
     assert verdict_markdown(res) in (tmp_path / "report.md").read_text()
 
 
@@ -166,3 +166,12 @@ def test_the_model_is_frozen(field):
     with pytest.raises(AttributeError):
         setattr(model, field, None)
     assert ResultsModel.from_results(model) is model
+
+
+def test_terminal_tables_take_the_model_and_refuse_a_dict_by_name():
+    from relpos.report.tables import text_tables
+    from relpos.report.verdict import verdict_text
+
+    for fn in (text_tables, verdict_text):
+        with pytest.raises(TypeError, match=fn.__name__ + r"\(\) takes a ResultsModel, got dict"):
+            fn({"runs": []})

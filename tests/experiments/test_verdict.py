@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from relpos.report.model import ResultsModel
 from relpos.report.verdict import SMOKE_NOTE, verdict, verdict_markdown, verdict_text
 
 
@@ -153,7 +154,7 @@ def test_rendering_and_smoke_label():
     md = verdict_markdown(_results())
     assert md.startswith("## Verdict") and "| scheme | fitted |" in md and "copy 0/3" in md
     assert "(local)" in md and SMOKE_NOTE not in md
-    assert SMOKE_NOTE in verdict_text(_results("ci")) and SMOKE_NOTE in verdict_markdown(_results("ci"))
+    assert SMOKE_NOTE in verdict_text(ResultsModel.from_results(_results("ci"))) and SMOKE_NOTE in verdict_markdown(_results("ci"))
     assert not math.isnan(verdict(_results())["ranking"][0][1])
 
 
@@ -221,7 +222,7 @@ def test_the_verdicts_lm_number_is_the_far_position_ratio_not_the_window_mean():
     assert not row["lm_window_fallback"] and v["rows"]["nope"]["lm_window_fallback"]  # no buckets: said so
     assert any("far-position ratio" in n and "good x1.50" in n for n in v["notes"])
     assert any("without position buckets" in n and "nope" in n for n in v["notes"])
-    text = verdict_text(res)
+    text = verdict_text(ResultsModel.from_results(res))
     assert "LM far 16x/1x" in text and "300/700" in text
 
 

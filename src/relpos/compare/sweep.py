@@ -464,10 +464,9 @@ def summary_text(summary: CompareSummary) -> str:
     from relpos.report.verdict import verdict_text
 
     lines = []
-    if summary.results and summary.results["runs"]:
-        model = summary.model if summary.model is not None else ResultsModel.from_results(summary.results)
-        lines.append(text_tables(model))
-        lines.append(verdict_text(model))
+    if summary.model is not None and summary.results["runs"]:  # built once where the results were
+        lines.append(text_tables(summary.model))
+        lines.append(verdict_text(summary.model))
         lines.append("")
     if summary.report_only:
         lines.append(f"{summary.total} training runs in {summary.out_dir}; rewrote results.json"

@@ -46,7 +46,8 @@ class ResultsModel:
 
     results: dict
     fitted: tuple[bool, ...]
-    _memo: dict = dataclasses.field(default_factory=dict, repr=False)
+    #: every computed input, by key (:meth:`memo`); a report module may keep its own here
+    kept: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @classmethod
     def from_results(cls, results: dict | ResultsModel) -> ResultsModel:
@@ -121,9 +122,9 @@ class ResultsModel:
 
     def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """``compute()`` the first time ``key`` is asked for, the kept value afterwards."""
-        if key not in self._memo:
-            self._memo[key] = compute()
-        return self._memo[key]
+        if key not in self.kept:
+            self.kept[key] = compute()
+        return self.kept[key]
 
 
 def as_model(results: dict | ResultsModel) -> ResultsModel:

@@ -176,7 +176,10 @@ def span_table(results: dict, task: str = "lm"):
 def _table_rows(model: ResultsModel, task: str):
     """(title, header, rows) tables for a task; each row carries its fit column. Kept in the model: the
     terminal, ``report.md`` and the results page read the same tables."""
-    return model.memo(("tables", task), lambda: _make_table_rows(model, task))
+    key = ("tables", task)
+    if key not in model.kept:
+        model.kept[key] = _make_table_rows(model, task)
+    return model.kept[key]
 
 
 def _make_table_rows(model: ResultsModel, task: str):
@@ -243,9 +246,10 @@ def _make_table_rows(model: ResultsModel, task: str):
     return tables
 
 
-def text_tables(results: dict | ResultsModel) -> str:
-    """Plain-text tables for the terminal."""
-    out, model = [], as_model(results)
+def text_tables(model: ResultsModel) -> str:
+    """Plain-text tables for the terminal, from the report's one model (``ResultsModel.from_results(results)``)."""
+    _need_model(model, "text_tables")
+    out = []
     for task in _tasks(model.results):
         for title, header, rows in _table_rows(model, task):
             widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
@@ -255,6 +259,12 @@ def text_tables(results: dict | ResultsModel) -> str:
                 out.append("  ".join(c.ljust(widths[i]) if i < 2 else c.rjust(widths[i]) for i, c in enumerate(r)))
             out.append("")
     return "\n".join(out)
+
+
+def _need_model(model, fn: str) -> None:
+    if not isinstance(model, ResultsModel):
+        raise TypeError(f"{fn}() takes a ResultsModel, got {type(model).__name__}: pass "
+                        "ResultsModel.from_results(results)")
 
 
 def markdown_tables(results: dict | ResultsModel, task: str) -> str:

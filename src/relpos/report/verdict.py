@@ -233,9 +233,7 @@ def _paren(cell: str) -> str:
     return cell if cell == "-" else f"({cell})"
 
 
-def _table(results: dict | ResultsModel, v: dict | None = None) -> tuple[list[str], list[list[str]]]:
-    v = v or as_model(results).verdict
-    results = results_of(results)
+def _table(results: dict, v: dict) -> tuple[list[str], list[list[str]]]:
     tasks = v["tasks"]
     header = ["scheme", "fitted"]
     factors = v.get("lm_factors") or list(LM_FACTORS)
@@ -319,9 +317,11 @@ def _protocol_lines(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def verdict_text(results: dict | ResultsModel) -> str:
-    """The verdict for the terminal."""
-    model = as_model(results)
+def verdict_text(model: ResultsModel) -> str:
+    """The verdict for the terminal, from the report's one model (``ResultsModel.from_results(results)``)."""
+    if not isinstance(model, ResultsModel):
+        raise TypeError(f"verdict_text() takes a ResultsModel, got {type(model).__name__}: pass "
+                        "ResultsModel.from_results(results)")
     results, v = model.results, model.verdict
     header, rows = _table(results, v)
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
