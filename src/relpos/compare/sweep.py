@@ -89,6 +89,10 @@ class CompareSummary:
     seconds: float = 0.0
     report_only: bool = False
 
+    def __post_init__(self) -> None:
+        if self.results is not None and self.model is None:  # a summary built with its results has their model
+            self.model = ResultsModel.from_results(self.results)
+
 
 def _archive(out: Path, old_fp: str | None) -> Path:
     from relpos.outdir import move_aside
@@ -451,8 +455,7 @@ def rebuild_report(out_dir: str | Path, *, plots: bool = True, command: str = ""
                            [j for j in jobs if keep(j["task"])],
                            [f for f in failures if keep(f["job"].split("/", 1)[0])])
     write_json_atomic(out / "results.json", results)
-    summary = CompareSummary(out, fp, total=n, skipped=n, results=results, report_only=True,
-                             model=ResultsModel.from_results(results))  # once, as in compare()
+    summary = CompareSummary(out, fp, total=n, skipped=n, results=results, report_only=True)  # its model, once
     if plots and results["runs"]:
         summary.plots = make_plots(summary.model, out)
         write_report(summary.model, out, summary.plots, command=command)
