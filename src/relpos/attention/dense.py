@@ -216,6 +216,71 @@ class _TermAttention(torch.autograd.Function):
         return dq.view(B, H, Nq, -1), dk.view(B, H, Nk, -1), dv.view(B, H, Nk, -1), dterm, None
 
 
+#: causal calls with at least this many query rows run :class:`_CausalTermAttention` (below it, one ``bmm`` over
+#: the whole square costs less than the per-block calls; measured at the compare presets' shapes)
+CAUSAL_BLOCK_ROWS = 256
+#: row blocks of :class:`_CausalTermAttention`
+CAUSAL_BLOCKS = 4
+
+
+def causal_blocks(Nq: int, Nk: int, q_offset: int, n: int = CAUSAL_BLOCKS) -> tuple[tuple[int, int, int], ...]:
+    """``(r0, r1, e)`` row blocks of a causal call: rows ``r0 .. r1 - 1`` see keys ``0 .. e - 1`` only
+    (query ``i`` sees key ``j <= i + q_offset``).
+
+    >>> causal_blocks(8, 8, 0, 4)
+    ((0, 2, 2), (2, 4, 4), (4, 6, 6), (6, 8, 8))
+    """
+    T = -(-Nq // n)
+    return tuple((r0, min(Nq, r0 + T), max(1, min(Nk, min(Nq, r0 + T) + q_offset))) for r0 in range(0, Nq, T))
+
+
+class _CausalTermAttention(torch.autograd.Function):
+    """:class:`_TermAttention` for a causal call, by row blocks that skip the keys no row of the block sees.
+
+    Rows ``r0 .. r1 - 1`` meet keys ``0 .. e - 1`` only (:func:`causal_blocks`): with 4 blocks the matmuls and
+    the softmax cover 5/8 of the square. Every skipped pair must be -inf in ``term`` (a causal mask), so that
+    the result equals the whole square's; the term's gradient is 0 there. Returns ``o`` only (no value term).
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, term: Tensor, scale: float, blocks: tuple) -> Tensor:
+        B, H, Nq, D = q.shape
+        Nk, Dv = k.shape[2], v.shape[3]
+        q3, k3, v3 = q.reshape(B * H, Nq, D), k.reshape(B * H, Nk, D), v.reshape(B * H, Nk, Dv)
+        o = q3.new_empty(B * H, Nq, Dv)
+        ps = []
+        for r0, r1, e in blocks:
+            s = torch.bmm(q3[:, r0:r1], k3[:, :e].transpose(1, 2)).view(B, H, r1 - r0, e)  # (B, H, R, e)
+            s.mul_(scale).add_(term[..., r0:r1, :e])
+            p = torch.softmax(s, dim=-1).view(B * H, r1 - r0, e)
+            o[:, r0:r1] = torch.bmm(p, v3[:, :e])  # (a strided out= would loop over the batch)
+            ps.append(p)
+        ctx.save_for_backward(q3, k3, v3, o, *ps)
+        ctx.scale, ctx.term_shape, ctx.blocks, ctx.dims = scale, term.shape, blocks, (B, H, Nq, Nk)
+        return o.view(B, H, Nq, Dv)
+
+    @staticmethod
+    @first_order
+    def backward(ctx, go: Tensor):
+        q3, k3, v3, o, *ps = ctx.saved_tensors
+        B, H, Nq, Nk = ctx.dims
+        go3 = go.reshape(B * H, Nq, -1)
+        dq, dk, dv = torch.empty_like(q3), torch.zeros_like(k3), torch.zeros_like(v3)
+        tb, th = ctx.term_shape[0], ctx.term_shape[1]
+        dterm = go3.new_zeros(tb, th, Nq, Nk)  # in the term's broadcast shape: each block summed as it comes
+        delta = (go3 * o).sum(-1, keepdim=True)  # rowsum(P dP) = rowsum(dO o)
+        for (r0, r1, e), p in zip(ctx.blocks, ps):
+            g = go3[:, r0:r1]
+            dv[:, :e] += torch.bmm(p.transpose(1, 2), g)  # (an in-place baddbmm_ on a slice loops over the batch)
+            ds = torch.bmm(g, v3[:, :e].transpose(1, 2)).sub_(delta[:, r0:r1]).mul_(p)  # dS (B H, R, e)
+            dq[:, r0:r1] = torch.bmm(ds, k3[:, :e])
+            dk[:, :e] += torch.bmm(ds.transpose(1, 2), q3[:, r0:r1])
+            dterm[:, :, r0:r1, :e] = ds.view(B, H, r1 - r0, e).sum_to_size(tb, th, r1 - r0, e)
+        dq.mul_(ctx.scale)
+        dk.mul_(ctx.scale)
+        return dq.view(B, H, Nq, -1), dk.view(B, H, Nk, -1), dv.view(B, H, Nk, -1), dterm, None, None
+
+
 def _use_term_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> bool:
     """An additive float term that needs a gradient (SDPA's math fallback), float32/float64, grad mode on."""
     return (attn_mask is not None and attn_mask.is_floating_point() and attn_mask.requires_grad
@@ -224,10 +289,12 @@ def _use_term_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | Non
 
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: float, G: int,
-          dropout_p: float = 0.0) -> Tensor:
+          dropout_p: float = 0.0, causal_offset: int | None = None) -> Tensor:
     """SDPA with ``k, v`` of ``H / G`` heads: the query heads of a group as stacked rows.
 
-    A term that needs a gradient goes through :class:`_TermAttention` instead of SDPA's math path;
+    A term that needs a gradient goes through :class:`_TermAttention` instead of SDPA's math path (by causal
+    row blocks, :class:`_CausalTermAttention`, when ``causal_offset`` says query ``i`` sees keys ``j <= i +
+    causal_offset`` only and the term is -inf elsewhere);
     with dropout, any term goes through :func:`_dropped` (explicit probabilities), so that a seed
     gives the same draw with and without autograd. Every row must have an allowed key."""
     m = attn_mask if G == 1 or attn_mask is None else group_rows(attn_mask, G)
@@ -235,7 +302,12 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: floa
     if dropout_p > 0 and m is not None and m.is_floating_point():  # whatever the grad mode: one draw per seed
         out = _dropped(qg, k, v, m, scale, dropout_p)
     elif _use_term_attention(qg, k, v, m):
-        out = _TermAttention.apply(qg, k, v, m, scale)[0]
+        Nq, Nk = qg.shape[2], k.shape[2]
+        if causal_offset is not None and G == 1 and Nq >= CAUSAL_BLOCK_ROWS and m.shape[-2:] == (Nq, Nk):
+            # the term is -inf past i + causal_offset: the row blocks skip those keys
+            out = _CausalTermAttention.apply(qg, k, v, m, scale, causal_blocks(Nq, Nk, causal_offset))
+        else:
+            out = _TermAttention.apply(qg, k, v, m, scale)[0]
     else:
         out = F.scaled_dot_product_attention(qg, k, v, attn_mask=m, scale=scale, dropout_p=dropout_p)
     return ungroup_rows(out, G)
@@ -360,7 +432,10 @@ def run(req: Request) -> Tensor:
     if "value" in enc.acts_on:
         out = _with_value_term(req, q, k, add, mask)
     else:
-        out = _sdpa(q, k, req.v, mask if add is None else _masked_term(add, mask, dtype), req.scale, G, drop)
+        # a causal call whose every row has a key: its term is -inf past i + q_offset (in the term or the mask)
+        offset = req.q_offset if req.causal and valid is None else None
+        out = _sdpa(q, k, req.v, mask if add is None else _masked_term(add, mask, dtype), req.scale, G, drop,
+                    causal_offset=offset)
     if valid is not None:
         out = out * valid.to(out.dtype)
     return out
