@@ -127,9 +127,34 @@ def skew_rows_past(values: Tensor, q_len: int, k_len: int, fill: float = float("
     if values.dim() < 2 or values.shape[-2] != q_len or not 1 <= values.shape[-1] <= W:
         raise ValueError(f"values must have shape (..., q_len, W) with q_len = {q_len} and 1 <= W <= "
                          f"q_len + k_len - 1 = {W}, got {tuple(values.shape)}")
+    if k_len <= values.shape[-1] < W:  # every row's strided read stays inside values: no padded copy
+        return _SkewRowsPast.apply(values, q_len, k_len, fill)
     if values.shape[-1] < W:
         values = torch.cat([values, values.new_full((*values.shape[:-1], W - values.shape[-1]), fill)], -1)
     return _SkewRows.apply(values, q_len, k_len)
+
+
+class _SkewRowsPast(torch.autograd.Function):
+    """:func:`skew_rows_past` when ``values`` has at least ``k_len`` columns: the strided copy reads ``values``
+    itself (row ``t`` from its column ``Nq - 1 - t``), and the pairs past its last column, which that read takes
+    from the next row, are set to ``fill``. The backward writes into zeros of the full offset width, where those
+    pairs land past column ``W`` and are cut off."""
+
+    @staticmethod
+    def forward(ctx, values: Tensor, q_len: int, k_len: int, fill: float) -> Tensor:
+        W = values.shape[-1]
+        out = _skew_view(values.contiguous(), q_len, k_len).clone()  # (..., Nq, Nk)
+        past = torch.ones(q_len, k_len, dtype=torch.bool, device=values.device).triu_(W - q_len + 1)
+        ctx.shape = values.shape
+        return out.masked_fill_(past, fill)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        *lead, q_len, W = ctx.shape
+        k_len = g.shape[-1]
+        out = g.new_zeros(*lead, q_len, q_len + k_len - 1)
+        _skew_view(out, q_len, k_len).copy_(g)
+        return out[..., :W], None, None, None
 
 
 class _UnskewRows(torch.autograd.Function):
