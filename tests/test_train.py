@@ -254,3 +254,25 @@ def test_cpu_steps_seed_only_the_cpu_generator_with_the_same_losses(corpus, monk
     monkeypatch.setattr(T, "_seed_micro", lambda device, seed: real(seed))  # the seeding before issue 52
     old = train(m, tcfg(steps=3, accum_steps=2), corpus).losses
     assert new == old
+
+
+def test_steps_run_with_subnormals_flushed_and_the_callers_setting_comes_back():
+    # a subnormal attention probability sends a CPU matmul down a slow path (DeBERTa and CoPE: about 4x at
+    # 4 x 256): the trainer flushes them during its steps and restores the caller's setting afterwards
+    from relpos.training.denormals import flushing
+
+    seen = []
+
+    class Recording:
+        def __init__(self):
+            self.src = ByteLMSource(stdlib_corpus("train", max_bytes=10_000), batch_size=2, seq_len=16, seed=0)
+
+        def batch(self, step, micro=0):
+            seen.append(flushing())
+            return self.src.batch(step, micro)
+
+    assert not flushing()
+    train(ModelConfig.preset("tiny", scheme="alibi"), TrainConfig(steps=2, batch_size=2, seq_len=16, progress=False),
+          Recording())
+    assert seen == [True, True]
+    assert not flushing()

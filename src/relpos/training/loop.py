@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from relpos.training import distributed as D
+from relpos.training.denormals import flushed
 from relpos.attention import NonFiniteError
 from relpos.data import IGNORE_INDEX, ByteLMSource
 from relpos.model import ModelConfig, TransformerLM
@@ -217,7 +218,12 @@ class Trainer:
         return unused
 
     def step(self) -> float:
-        """One optimizer step; returns the step's mean loss over all counted tokens."""
+        """One optimizer step; returns the step's mean loss over all counted tokens. Runs with subnormal
+        floats flushed to zero (:mod:`relpos.training.denormals`), the caller's setting restored after."""
+        with flushed():
+            return self._step()
+
+    def _step(self) -> float:
         self._wrap()
         cfg, ctx = self.cfg, self.ctx
         s = self.step_count
