@@ -188,3 +188,21 @@ def test_padding_and_a_fully_masked_row_take_blocks_without_nan(causal):
     want = _grads(enc, q, k, v, "reference", causal=causal, key_mask=mask)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-6)
+
+
+@needs_kernel
+def test_strided_inputs_as_a_model_passes_them(monkeypatch):
+    """q, k, v as head-transposed views of (B, N, H, D) projections (not contiguous): same numbers."""
+    monkeypatch.setattr(chunked, "FORCE_ROWS", 4)
+    enc = _fire(6.0)
+    g = torch.Generator().manual_seed(9)
+    base = [torch.randn(2, 11, 2, 8, generator=g, requires_grad=True) for _ in range(3)]
+    q, k, v = (t.transpose(1, 2) for t in base)
+    outs = []
+    for impl in ("chunked", "reference"):
+        out = relpos.attention(q, k, v, enc, impl=impl, causal=True)
+        outs.append([out, *torch.autograd.grad((out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(), base)])
+        if impl == "chunked":
+            assert chunked.last_engine == "piecewise"
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
