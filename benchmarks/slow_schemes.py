@@ -39,6 +39,12 @@ not a lower limit; ``relpos / cost of the parts`` near 1 says relpos spends litt
 parts. *bounded* is decided by the floor above (SDPA + the term), the part even a fused kernel
 pays: a floor above the target means no implementation of this approach can meet it.
 
+*FIRE's kernel* (``kernel_parts_ms`` in the JSON): where the compiled FIRE kernel is built, the
+``"piecewise"`` engine's own steps are run as the engine runs them and timed one by one in the same
+rounds: the fused flash forward with the bias as its mask, the backward's five matmuls and ``exp`` (the
+SDPA-like part) against the kernel's three bias passes. ``--bidirectional`` runs every case without the
+causal mask (not Transformer-XL, whose term here covers the past offsets only).
+
 Timing: one thread, process CPU time, the three cases of a scheme interleaved per
 round, median of ``--rounds`` rounds after a warm-up.
 
@@ -46,6 +52,7 @@ Usage::
 
     python benchmarks/slow_schemes.py                      # N = 2048, 3 rounds, causal
     python benchmarks/slow_schemes.py --n 1024 --rounds 5 --out /tmp/slow
+    python benchmarks/slow_schemes.py --schemes fire --bidirectional --name slow_schemes-fire-kernel-bidirectional
 
 Writes ``benchmarks/results/slow_schemes.json`` and ``.md`` and prints the table.
 """
@@ -68,10 +75,14 @@ SCHEMES = ("transformer-xl", "fire", "deberta", "cope")
 TARGETS = {"transformer-xl": 1.5, "fire": 1.5, "deberta": 3.0, "cope": 3.0}
 
 
+#: Causal (the default) or bidirectional attention in every case (``--bidirectional`` sets it per run).
+CAUSAL = True
+
+
 def _blocks(N: int, rows: int):
     for a in range(0, N, rows):
         b = min(N, a + rows)
-        yield a, b, b  # causal: keys 0..b-1
+        yield a, b, (b if CAUSAL else N)  # causal: keys 0..b-1
 
 
 def _txl_inputs(enc, q):
@@ -127,7 +138,7 @@ def _ds_cases(q, k, v, go, scale, rows):
     N, D = q.shape[2], q.shape[3]
     q, k, v = q.detach(), k.detach(), v.detach()
     with torch.no_grad():
-        out, lse = flash(q, k, v, 0.0, True, scale=scale)
+        out, lse = flash(q, k, v, 0.0, CAUSAL, scale=scale)
         delta = (go * out).sum(-1)  # (B, H, N)
 
     def ds():  # returns dS per block (B, H, R, C); entries above the diagonal are not masked (not needed)
@@ -140,14 +151,15 @@ def _ds_cases(q, k, v, go, scale, rows):
         return blocks
 
     def own():
-        o, l = flash(q, k, v, 0.0, True, scale=scale)
+        o, l = flash(q, k, v, 0.0, CAUSAL, scale=scale)
         dl = (go * o).sum(-1)
         B, H = q.shape[:2]
         dq, dk, dv = (torch.zeros_like(x) for x in (q, k, v))
         for a, b, C in _blocks(N, rows):
             R = b - a
             s = (-l[:, :, a:b, None]).expand(B, H, R, C).contiguous()
-            s[:, :, :, a:].masked_fill_(torch.ones(R, R, dtype=torch.bool).triu_(1), float("-inf"))  # causal square
+            if CAUSAL:
+                s[:, :, :, a:].masked_fill_(torch.ones(R, R, dtype=torch.bool).triu_(1), float("-inf"))  # causal square
             s = s.view(B * H, R, C)
             buf = q.new_empty(B * H, R, C)
             gq, gk, gv = block_backward(s, q[:, :, a:b].reshape(B * H, R, D), k[:, :, :C].reshape(B * H, C, D),
@@ -207,6 +219,73 @@ def _term_deberta(enc, q, k, scale, rows):
     return step
 
 
+def _fire_parts(enc, q, k, v, go, scale, parts: dict):
+    """The FIRE kernel engine's own steps (``relpos.attention.chunked.piecewise``), run as the engine runs them
+    in one forward+backward and timed one by one into ``parts``: the fused flash forward with the bias as its
+    mask, the five matmuls and the ``exp`` of the backward (what SDPA-like attention pays), and the kernel's
+    three bias passes (the forward's mask, the bias added to the logits, dS with every gradient)."""
+    from relpos.attention.chunked.kernels import flash_ops, rows_per_block
+    from relpos.kernels import fire as kf
+
+    flash, _ = flash_ops()
+    B, H, N, D = q.shape
+    M = B * H
+    rows = rows_per_block(M, 2 * N, 4)  # as the engine sizes its blocks
+    q, k, v = q.detach(), k.detach(), v.detach()
+    pw = enc.piecewise_bias()
+    with torch.no_grad():
+        nm = pw.num(torch.arange(N))
+        iv = 1.0 / pw.den(torch.arange(N))
+        al, be, zz = (t.contiguous() for t in pw.segments())
+
+    def clock(key, t0):
+        parts[key] = parts.get(key, 0.0) + (time.process_time() - t0) * 1000
+
+    def step():
+        parts.clear()
+        out, lse = torch.empty(B, H, N, D), torch.empty(B, H, N)
+        buf = torch.empty(H * rows * N)
+        for a, b, C in _blocks(N, rows):
+            t0 = time.process_time()
+            mask = kf.bias_(buf[: H * (b - a) * C].view(H, b - a, C), nm, iv[a:b], al, be, zz, a, causal=CAUSAL)
+            clock("bias passes", t0)
+            t0 = time.process_time()
+            o, l = flash(q[:, :, a:b], k[:, :, :C], v[:, :, :C], 0.0, False, attn_mask=mask[None], scale=scale)
+            out[:, :, a:b], lse[:, :, a:b] = o, l
+            clock("flash forward", t0)
+        delta = (go * out).sum(-1)
+        grads = [torch.zeros(t.shape, dtype=torch.float64) for t in (al, be, nm, iv)]
+        dq, dk, dv = (torch.zeros(M, N, D) for _ in range(3))
+        sbuf, pbuf = torch.empty(M * rows * N), torch.empty(M * rows * N)
+        for a, b, C in _blocks(N, rows):
+            R = b - a
+            qb, kb = q[:, :, a:b].reshape(M, R, D), k[:, :, :C].reshape(M, C, D)
+            vb, gb = v[:, :, :C].reshape(M, C, D), go[:, :, a:b].reshape(M, R, D)
+            t0 = time.process_time()
+            s = torch.baddbmm(sbuf[: M * R * C].view(M, R, C), qb, kb.transpose(1, 2), beta=0.0, alpha=scale,
+                              out=sbuf[: M * R * C].view(M, R, C))
+            clock("matmuls", t0)
+            t0 = time.process_time()
+            kf.logits_(s, lse[:, :, a:b].reshape(M, R), nm, iv[a:b], al, be, zz, a, causal=CAUSAL, floor=-87.0)
+            clock("bias passes", t0)
+            t0 = time.process_time()
+            p = s.exp_()
+            clock("exp", t0)
+            t0 = time.process_time()
+            dp = torch.bmm(gb, vb.transpose(1, 2), out=pbuf[: M * R * C].view(M, R, C))
+            clock("matmuls", t0)
+            t0 = time.process_time()
+            ds = kf.ds_(dp, p, delta[:, :, a:b].reshape(M, R), nm, iv[a:b], al, be, zz, a, causal=CAUSAL,
+                        grads=(grads[0], grads[1], grads[2], grads[3][a:b]))
+            clock("bias passes", t0)
+            t0 = time.process_time()
+            dv[:, :C].baddbmm_(p.transpose(1, 2), gb)
+            dq[:, a:b].baddbmm_(ds, kb, alpha=scale)
+            dk[:, :C].baddbmm_(ds.transpose(1, 2), qb, alpha=scale)
+            clock("matmuls", t0)
+    return step
+
+
 def _recompute(name, enc, q, k, scale, rows):
     """The position term's forward alone over the causal blocks, as a backward that keeps O(N) memory must
     evaluate it again (the (N, N) term is not stored; per-call tables and states are)."""
@@ -240,11 +319,15 @@ def _recompute(name, enc, q, k, scale, rows):
 
 
 def measure(N: int, rounds: int, rows: int, log=print, schemes=SCHEMES, batch: int = 1, heads: int = 8,
-            head_dim: int = 64) -> dict:
+            head_dim: int = 64, causal: bool = True) -> dict:
     import relpos
     from relpos.bench.spec import BenchSpec
     from relpos.bench.steps import make_encoding
 
+    global CAUSAL
+    CAUSAL = causal
+    if not causal and "transformer-xl" in schemes:
+        raise ValueError("slow_schemes.py: Transformer-XL's term here covers the past offsets only; run it causal")
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
     spec = BenchSpec(memory=False, batch=batch, heads=heads, head_dim=head_dim)
@@ -261,12 +344,12 @@ def measure(N: int, rounds: int, rows: int, log=print, schemes=SCHEMES, batch: i
         def sdpa():
             for t in (q, k, v):
                 t.grad = None
-            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(go)
+            F.scaled_dot_product_attention(q, k, v, is_causal=CAUSAL).backward(go)
 
         def rel(enc=enc, params=params):
             for t in [q, k, v, *params]:
                 t.grad = None
-            relpos.attention(q, k, v, enc, causal=True, impl="auto").backward(go)
+            relpos.attention(q, k, v, enc, causal=CAUSAL, impl="auto").backward(go)
 
         term = {"transformer-xl": lambda: _term_txl(enc, q, rows), "fire": lambda: _term_fire(enc, q, rows),
                 "deberta": lambda: _term_deberta(enc, q, k, scale, rows),
@@ -274,6 +357,12 @@ def measure(N: int, rounds: int, rows: int, log=print, schemes=SCHEMES, batch: i
         ds, own = _ds_cases(q, k, v, go, scale, rows)
         cases = {"sdpa": sdpa, "relpos": rel, "term": term, "ds": ds, "own": own,
                  "recompute": _recompute(name, enc, q, k, scale, rows)}
+        parts, part_times = {}, {}
+        if name == "fire" and getattr(enc, "piecewise_bias", lambda: None)() is not None:
+            from relpos.kernels import fire as kf
+
+            if kf.usable(q):
+                cases["kernel"] = _fire_parts(enc, q, k, v, go, scale, parts)
         for f in cases.values():  # warm-up
             f()
         times: dict[str, list[float]] = {c: [] for c in cases}
@@ -283,6 +372,9 @@ def measure(N: int, rounds: int, rows: int, log=print, schemes=SCHEMES, batch: i
                 t0 = time.process_time()
                 cases[c]()
                 times[c].append((time.process_time() - t0) * 1000)
+                if c == "kernel":
+                    for key, ms in parts.items():
+                        part_times.setdefault(key, []).append(ms)
         med = {c: statistics.median(ts) for c, ts in times.items()}
         floor = med["sdpa"] + med["term"]
         content_ds = min(med["sdpa"] + med["ds"], med["own"])  # content attention once dS is needed
@@ -295,7 +387,15 @@ def measure(N: int, rounds: int, rows: int, log=print, schemes=SCHEMES, batch: i
                "floor_ds_ms": round(floor_ds, 1),
                "floor_ds_x": round(floor_ds / med["sdpa"], 2), "relpos_over_floor_ds": round(med["relpos"] / floor_ds, 2),
                "bounded": floor / med["sdpa"] > TARGETS[name],
-               "met": med["relpos"] / med["sdpa"] <= TARGETS[name], "times_ms": times}
+               "met": med["relpos"] / med["sdpa"] <= TARGETS[name], "times_ms": times,
+               "causal": CAUSAL}
+        if part_times:  # the kernel engine's own steps, medians over the rounds, and as multiples of SDPA
+            pm = {key: statistics.median(ts) for key, ts in part_times.items()}
+            row["kernel_parts_ms"] = {key: round(ms, 1) for key, ms in pm.items()}
+            row["kernel_parts_x"] = {key: round(ms / med["sdpa"], 2) for key, ms in pm.items()}
+            sdpa_like = pm.get("flash forward", 0) + pm.get("matmuls", 0) + pm.get("exp", 0)
+            row["kernel_sdpa_like_x"] = round(sdpa_like / med["sdpa"], 2)
+            row["kernel_bias_x"] = round(pm.get("bias passes", 0) / med["sdpa"], 2)
         log(f"{name:15s} relpos {row['relpos_x']:.2f}x  floor {row['floor_x']:.2f}x  parts "
             f"{row['floor_ds_x']:.2f}x  relpos/parts {row['relpos_over_floor_ds']:.2f}  (sdpa {row['sdpa_ms']} ms, "
             f"ds {row['ds_ms']}, own {row['own_ms']}, recompute {row['recompute_ms']})")
@@ -308,7 +408,7 @@ def markdown(doc: dict) -> str:
              f"Command: `{doc['command']}`", "",
              f"{doc['machine']}; one thread, process CPU time, median of {doc['rounds']} interleaved rounds; "
              f"N = {doc['N']}, B = {doc.get('batch', 1)}, H = {doc.get('heads', 8)}, D = {doc.get('head_dim', 64)}, "
-             "float32, causal, forward+backward; blocks of "
+             f"float32, {'causal' if doc.get('causal', True) else 'bidirectional'}, forward+backward; blocks of "
              f"{doc['block_rows']} query rows. Load average at the start / end: {doc['load_start']} / {doc['load_end']}.",
              "", "*floor* = position-free causal SDPA + the position term alone (forward and backward): *bounded* when "
              "it is above the target. *cost of the parts* = the content attention once the logits' gradient dS is "
@@ -324,6 +424,14 @@ def markdown(doc: dict) -> str:
                      f"| {r['floor_x']:.2f}x | {r['floor_ds_x']:.2f}x | {r['relpos_over_floor_ds']:.2f} | {result} "
                      f"| {r['sdpa_ms']} | {r['term_ms']} | {r['ds_ms']} | {r['own_ms']} | {r['recompute_ms']} "
                      f"| {r['relpos_ms']} |")
+    for r in doc["rows"]:
+        if "kernel_parts_ms" in r:
+            ms, x = r["kernel_parts_ms"], r["kernel_parts_x"]
+            lines += ["", f"{r['scheme']}: the kernel engine's own steps, run as the engine runs them and timed one "
+                      "by one in the same rounds (ms, multiple of SDPA): "
+                      + ", ".join(f"{key} {ms[key]} ({x[key]:.2f}x)" for key in ms)
+                      + f"; SDPA-like part (flash forward + matmuls + exp) {r['kernel_sdpa_like_x']:.2f}x, "
+                      f"bias passes {r['kernel_bias_x']:.2f}x."]
     return "\n".join(lines) + "\n"
 
 
@@ -337,12 +445,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heads", type=int, default=8, help="heads H (default 8)")
     p.add_argument("--head-dim", type=int, default=64, help="head width D (default 64; `small`/1024: --batch 4 "
                    "--heads 4 --head-dim 32 --n 1024)")
+    p.add_argument("--bidirectional", action="store_true", help="bidirectional attention in every case (default causal)")
     p.add_argument("--name", default="slow_schemes", help="output file stem (default slow_schemes)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="results folder")
     args = p.parse_args(argv)
     schemes = tuple(x for x in args.schemes.split(",") if x)
     if not schemes or set(schemes) - set(SCHEMES):
         print(f"slow_schemes.py: --schemes must be a subset of {','.join(SCHEMES)}", file=sys.stderr)
+        return 2
+    if args.bidirectional and "transformer-xl" in schemes:
+        print("slow_schemes.py: --bidirectional does not take transformer-xl (its term here covers the past "
+              "offsets only)", file=sys.stderr)
         return 2
     if args.n < 16 or args.rounds < 1 or args.rows < 1 or min(args.batch, args.heads, args.head_dim) < 1:
         print("slow_schemes.py: --n must be >= 16, --rounds, --rows, --batch, --heads and --head-dim >= 1",
@@ -353,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     load0 = [round(x, 2) for x in os.getloadavg()]
     t0 = time.time()
     doc = measure(args.n, args.rounds, args.rows, schemes=schemes, batch=args.batch, heads=args.heads,
-                  head_dim=args.head_dim)
+                  head_dim=args.head_dim, causal=not args.bidirectional)
     import relpos
     from relpos import kernels
 
@@ -361,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
                 "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
                            f"relpos {getattr(relpos, '__version__', '?')}, kernels {kernels.status()}",
                 "N": args.n, "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim,
-                "rounds": args.rounds, "block_rows": args.rows, "seconds": round(time.time() - t0, 1),
+                "causal": not args.bidirectional, "rounds": args.rounds, "block_rows": args.rows, "seconds": round(time.time() - t0, 1),
                 "load_start": load0, "load_end": [round(x, 2) for x in os.getloadavg()]})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

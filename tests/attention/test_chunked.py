@@ -205,12 +205,17 @@ def test_engine_choice(name, engine):
     assert chunked.last_engine == engine
 
 
-@pytest.mark.parametrize("init_L, engine", [(100.0, "regions"), (6.0, "blocks"), (12.5, "regions")])
+# past the threshold: the fused kernel's engine where the compiled kernels are built, else "blocks"
+_PAST_L = "piecewise" if importlib.import_module("relpos.kernels").load() is not None else "blocks"
+
+
+@pytest.mark.parametrize("init_L, engine", [(100.0, "regions"), (6.0, _PAST_L), (12.5, "regions")])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("impl", ["chunked", "dense"])
 def test_fire_is_toeplitz_only_below_its_threshold(small_blocks, init_L, engine, causal, impl):
     """FIRE's bias is a function of j - i for queries i < L (Encoding.toeplitz_below): calls whose
-    queries all sit below L take the Toeplitz paths, others the per-pair one; both equal the reference."""
+    queries all sit below L take the Toeplitz paths, others the per-pair one (the FIRE kernel's
+    "piecewise" engine, tests/kernels/test_fire.py); both equal the reference."""
     from relpos.encodings.fire import FIRE
     from tests.helpers import randomize_parameters
 

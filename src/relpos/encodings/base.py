@@ -49,7 +49,7 @@ from relpos.validation import MAX_POSITIONS, MAX_TABLE, check_bool, check_int
 Site = Literal["embedding", "qk", "bias", "score", "value"]
 SITES: tuple[str, ...] = ("embedding", "qk", "bias", "score", "value")
 
-__all__ = ["Encoding", "Dims", "Site", "SITES", "ClippedTables", "RelativeKeys", "ScoreState"]
+__all__ = ["Encoding", "Dims", "Site", "SITES", "ClippedTables", "PiecewiseBias", "RelativeKeys", "ScoreState"]
 
 
 
@@ -91,6 +91,26 @@ class RelativeKeys:
     u: Tensor | None
     v: Tensor | None
     keys: Callable[[Tensor], Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class PiecewiseBias:
+    """Capability of a bias piecewise linear in a normalised distance (FIRE), see :meth:`Encoding.piecewise_bias`.
+
+    With query position ``i`` and key position ``j``, the scheme's bias must be exactly::
+
+        x = num(|i - j|) / den(i),   m = #{k : z[k] < x},   bias[h, i, j] = alpha[h, m] * x + beta[h, m]
+
+    Attributes:
+        num: maps int64 distances ``(L,)`` (``>= 0``) to float32 ``(L,)``, nondecreasing, with autograd.
+        den: maps int64 query positions ``(N,)`` to float32 ``(N,)``, positive, with autograd.
+        segments: returns the slopes and intercepts ``alpha, beta (H, K + 1)`` (with autograd) and the
+            sorted breakpoints ``z (K,)``.
+    """
+
+    num: Callable[[Tensor], Tensor]
+    den: Callable[[Tensor], Tensor]
+    segments: Callable[[], tuple[Tensor, Tensor, Tensor]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,6 +271,11 @@ class Encoding(nn.Module):
 
     def relative_keys(self) -> RelativeKeys | None:
         """The scheme's relative keys if its score has that form (:class:`RelativeKeys`)."""
+        return None
+
+    def piecewise_bias(self) -> PiecewiseBias | None:
+        """The scheme's bias as a piecewise-linear function of a normalised distance, if it has that form
+        (:class:`PiecewiseBias`, FIRE); None by default."""
         return None
 
     def key_bias(self, k: Tensor, kpos: Tensor) -> Tensor | None:

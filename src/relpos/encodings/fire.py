@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from relpos.offsets import contiguous_offsets, toeplitz
-from relpos.encodings.base import Encoding
+from relpos.encodings.base import Encoding, PiecewiseBias
 from relpos.first_order import first_order
 from relpos.validation import MAX_TABLE, check_float, check_int
 
@@ -190,6 +190,19 @@ class FIRE(Encoding):
             return out
         rest = self._piecewise(*self._segments(), self.normalized_distance(qpos[:, top:], kpos))
         return torch.cat([out, rest], dim=-2)  # (1, H, Nq, Nk)
+
+    def piecewise_bias(self) -> PiecewiseBias:
+        """The bias in the form a fused kernel walks: ``x = num(|i - j|) / den(i)`` with
+        ``num(d) = psi(d)``, ``den(i) = psi(max(L, i)) + eps``, then the MLP's segments (see :meth:`bias`)."""
+        return PiecewiseBias(num=self._num, den=self._den, segments=self._segments)
+
+    def _num(self, dist: Tensor) -> Tensor:
+        """``psi(d) = log(c d + 1)`` for int64 distances ``(L,)``, float32."""
+        return torch.log1p(self.c * dist.float())
+
+    def _den(self, qpos: Tensor) -> Tensor:
+        """The normaliser ``psi(max(L, i)) + eps`` for int64 query positions ``(N,)``, float32."""
+        return torch.log1p(self.c * torch.maximum(qpos.float(), self.threshold)) + self.eps
 
     def toeplitz_below(self) -> float:
         """Queries ``i < L`` all have the normaliser ``psi(L)``: below the threshold the bias is Toeplitz."""

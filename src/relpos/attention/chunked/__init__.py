@@ -24,6 +24,9 @@ its name:
   (:meth:`~relpos.encodings.base.Encoding.relative_keys`, Transformer-XL);
 * :mod:`~relpos.attention.chunked.keybias` -- a per-key score
   (:meth:`~relpos.encodings.base.Encoding.key_bias`, FoX);
+* :mod:`~relpos.attention.chunked.piecewise` -- a bias piecewise linear in a normalised
+  distance (:meth:`~relpos.encodings.base.Encoding.piecewise_bias`, FIRE past its
+  threshold), with the compiled kernel;
 * :mod:`~relpos.attention.chunked.blocks` -- everything else (always eligible), and
   every request with an ``attn_mask`` (it masks each block from it).
 
@@ -63,7 +66,7 @@ import torch
 from torch import Tensor
 
 from relpos.attention import Request
-from relpos.attention.chunked import blocks, clipped, keybias, regions, relkey, sdpa
+from relpos.attention.chunked import blocks, clipped, keybias, piecewise, regions, relkey, sdpa
 from relpos.attention.chunked.kernels import toeplitz_terms
 from relpos.attention.chunked.regions import saturation_distance
 from relpos.offsets import offsets_range
@@ -87,7 +90,7 @@ HANKEL_BLOCK_BYTES = 2 * 2**20
 FORCE_ROWS: int | None = None
 
 #: The engines, in the order they are tried (the last one serves everything).
-ENGINES: tuple[ModuleType, ...] = (sdpa, regions, clipped, relkey, keybias, blocks)
+ENGINES: tuple[ModuleType, ...] = (sdpa, regions, clipped, relkey, keybias, piecewise, blocks)
 
 #: Name of the engine the last call used (for tests, benchmarks and debugging).
 last_engine: str | None = None

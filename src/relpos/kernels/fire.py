@@ -1,0 +1,95 @@
+"""A bias piecewise linear in a normalised distance (FIRE), per block of query rows, through ``fire.cpp``.
+
+For block rows ``t`` at query positions ``i = i0 + t`` and keys at positions ``j = 0 .. C - 1``, with a
+per-distance table ``num (T,)`` (nondecreasing), a per-row factor ``inv (R,)`` (positive), per-head
+segment slopes and intercepts ``alpha, beta (H, K + 1)`` and sorted breakpoints ``z (K,)``::
+
+    x = num[|i - j|] * inv[t],   m = #{k : z[k] < x},   bias[h, t, j] = alpha[h, m] * x + beta[h, m]
+
+(causal rows see keys ``j <= i``). Three passes, each one walk over a block (see ``fire.cpp``):
+
+* :func:`bias_`: the bias into ``out (H, R, C)``, masked keys set to ``masked`` (the forward's mask);
+* :func:`logits_`: ``s = max(s + bias - lse, floor)`` in place over ``(B H, R, C)`` (masked keys: ``floor``);
+* :func:`ds_`: ``dS = p (dp - delta)`` in place of ``dp`` (masked keys: 0, and ``p`` zeroed there), with the
+  gradients of ``alpha``, ``beta``, ``num`` and ``inv`` added into float64 accumulators in the same pass.
+
+:func:`usable` says whether a call can run them; where the kernels are not built the functions refuse by
+name (:class:`KernelMissing`) and the ``"blocks"`` engine serves FIRE instead. :func:`bias_reference` is
+the same bias in plain PyTorch (``bucketize`` and ``gather``), the kernels' test oracle beside the
+scheme's float64 reference.
+
+Example:
+    >>> import torch
+    >>> num = torch.tensor([0., 1., 2., 3.]); inv = torch.tensor([0.5, 0.5])
+    >>> alpha = torch.tensor([[1., 2.]]); beta = torch.tensor([[0., -1.]]); z = torch.tensor([1.0])
+    >>> bias_reference(num, inv, alpha, beta, z, 2, 2, 4, causal=True)[0]   # rows at positions 2 and 3
+    tensor([[1.0000, 0.5000, 0.0000,   -inf],
+            [2.0000, 1.0000, 0.5000, 0.0000]])
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from relpos import kernels
+
+__all__ = ["KernelMissing", "bias_", "bias_reference", "ds_", "logits_", "usable"]
+
+
+class KernelMissing(RuntimeError):
+    """The compiled FIRE kernel is not loaded (not built, switched off, or failed to load)."""
+
+
+def usable(*tensors: Tensor) -> bool:
+    """Whether the kernel can take these tensors: built and switched on, CPU, one float32/float64 dtype."""
+    return (kernels.load() is not None and bool(tensors)
+            and all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) for t in tensors)
+            and len({t.dtype for t in tensors}) == 1)
+
+
+def _module():
+    mod = kernels.load()
+    if mod is None:
+        raise KernelMissing(f"relpos kernels: the FIRE kernel (fire.cpp) is not available: {kernels.status()}")
+    return mod
+
+
+def bias_reference(num: Tensor, inv: Tensor, alpha: Tensor, beta: Tensor, z: Tensor, i0: int, R: int, C: int,
+                   *, causal: bool, masked: float = -math.inf) -> Tensor:
+    """The bias ``(H, R, C)`` in plain PyTorch (an ``(R, C)`` segment index and two gathers)."""
+    i = torch.arange(i0, i0 + R)[:, None]
+    j = torch.arange(C)[None, :]
+    x = num[(i - j).abs()] * inv[:, None]  # (R, C)
+    seg = torch.bucketize(x, z)
+    H = alpha.shape[0]
+    idx = seg[None].expand(H, R, C).reshape(H, -1)
+    out = (alpha.gather(1, idx) * x.reshape(1, -1) + beta.gather(1, idx)).view(H, R, C)
+    if causal:
+        out = out.masked_fill(j > i, masked)
+    return out
+
+
+def bias_(out: Tensor, num: Tensor, inv: Tensor, alpha: Tensor, beta: Tensor, z: Tensor, i0: int, *,
+          causal: bool, masked: float = -math.inf) -> Tensor:
+    """:func:`bias_reference` written into ``out (H, R, C)`` (unit stride along its last dim); returns ``out``."""
+    _module().fire_bias(out, num, inv, alpha, beta, z, int(i0), bool(causal), float(masked))
+    return out
+
+
+def logits_(s: Tensor, lse: Tensor, num: Tensor, inv: Tensor, alpha: Tensor, beta: Tensor, z: Tensor, i0: int, *,
+            causal: bool, floor: float) -> Tensor:
+    """``s (M, R, C) = max(s + bias[m % H] - lse[m, t], floor)`` in place (``M`` = batch x heads); returns ``s``."""
+    _module().fire_logits(s, lse, num, inv, alpha, beta, z, int(i0), bool(causal), float(floor))
+    return s
+
+
+def ds_(dp: Tensor, p: Tensor, delta: Tensor, num: Tensor, inv: Tensor, alpha: Tensor, beta: Tensor, z: Tensor,
+        i0: int, *, causal: bool, grads: tuple[Tensor, Tensor, Tensor, Tensor]) -> Tensor:
+    """``dp (M, R, C) <- p (dp - delta[m, t])`` in place (masked keys: 0, ``p`` zeroed there); adds the
+    gradients of the summed ``dS * bias`` to ``alpha``, ``beta``, ``num`` and ``inv`` into ``grads`` (float64
+    tensors of their shapes, in that order). Returns ``dp``."""
+    _module().fire_ds(dp, p, delta, num, inv, alpha, beta, z, int(i0), bool(causal), *grads)
+    return dp
