@@ -133,6 +133,19 @@ struct Block {
   bool causal;
 };
 
+// Row t of a block: its query index i, its visible keys Cv and the n runs of keys (one segment each) that
+// row_runs writes into rb; every pass starts its row with this.
+struct Row {
+  int64_t i, Cv, n;
+};
+
+template <typename T>
+FIRE_INLINE Row row_setup(const Tabs<T>& tb_, const Block<T>& bk, RowBuf<T>& rb, int64_t t) {
+  const int64_t i = bk.i0 + t, Cv = visible(i, bk.C, bk.causal);
+  return {i, Cv, row_runs<T>(tb_.num, tb_.Tn, tb_.inv[t], tb_.z, tb_.K, i, Cv, rb.x.data(), rb.D.data(),
+                             rb.j0.data(), rb.j1.data(), rb.seg.data())};
+}
+
 // The three passes over rows [tb, te) of a block. They are compiled twice on x86-64 (the baseline and
 // AVX2 with FMA, picked at run time; the loops are plain C++ that the compiler vectorises), hence inline.
 template <typename T>
@@ -140,9 +153,8 @@ FIRE_INLINE void bias_rows(const Tabs<T>& tb_, const Block<T>& bk, T masked, int
   RowBuf<T> rb(bk.C, tb_.K);
   const int64_t K1 = tb_.K + 1;
   for (int64_t t = tb; t < te; ++t) {
-    const int64_t i = bk.i0 + t, Cv = visible(i, bk.C, bk.causal);
-    const int64_t n = row_runs<T>(tb_.num, tb_.Tn, tb_.inv[t], tb_.z, tb_.K, i, Cv, rb.x.data(), rb.D.data(),
-                                  rb.j0.data(), rb.j1.data(), rb.seg.data());
+    const Row row_ = row_setup(tb_, bk, rb, t);
+    const int64_t Cv = row_.Cv, n = row_.n;
     const T* xr = rb.x.data();
     for (int64_t h = 0; h < tb_.H; ++h) {
       T* row = bk.d + h * bk.s0 + t * bk.s1;
@@ -161,9 +173,8 @@ FIRE_INLINE void logits_rows(const Tabs<T>& tb_, const Block<T>& bk, const T* ld
   RowBuf<T> rb(bk.C, tb_.K);
   const int64_t K1 = tb_.K + 1;
   for (int64_t t = tb; t < te; ++t) {
-    const int64_t i = bk.i0 + t, Cv = visible(i, bk.C, bk.causal);
-    const int64_t n = row_runs<T>(tb_.num, tb_.Tn, tb_.inv[t], tb_.z, tb_.K, i, Cv, rb.x.data(), rb.D.data(),
-                                  rb.j0.data(), rb.j1.data(), rb.seg.data());
+    const Row row_ = row_setup(tb_, bk, rb, t);
+    const int64_t Cv = row_.Cv, n = row_.n;
     const T* xr = rb.x.data();
     for (int64_t m = 0; m < bk.M; ++m) {
       const int64_t h = m % tb_.H;
@@ -252,9 +263,8 @@ FIRE_INLINE void ds_rows(const Tabs<T>& tb_, const Block<T>& bk, T* pd, int64_t 
   std::vector<T> g(std::max<int64_t>(bk.C, 1));
   const int64_t H = tb_.H, K1 = tb_.K + 1;
   for (int64_t t = tb; t < te; ++t) {
-    const int64_t i = bk.i0 + t, Cv = visible(i, bk.C, bk.causal);
-    const int64_t n = row_runs<T>(tb_.num, tb_.Tn, tb_.inv[t], tb_.z, tb_.K, i, Cv, rb.x.data(), rb.D.data(),
-                                  rb.j0.data(), rb.j1.data(), rb.seg.data());
+    const Row row_ = row_setup(tb_, bk, rb, t);
+    const int64_t i = row_.i, Cv = row_.Cv, n = row_.n;
     const T* xr = rb.x.data();
     T* gr = g.data();
     for (int64_t j = 0; j < Cv; ++j) gr[j] = T(0);
