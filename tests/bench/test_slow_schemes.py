@@ -49,6 +49,28 @@ def test_table_and_bound(tmp_path):
         assert r["bounded"] == (r["floor_x"] > r["target_x"])
     md = (tmp_path / "slow_schemes.md").read_text()
     assert "| transformer-xl |" in md and "cost of the parts" in md
+    # Transformer-XL's relkey engine times its own steps; CoPE's engine names none (no engine case)
+    from relpos.kernels import relkey
+
+    if relkey.usable(torch.zeros(1)):  # the compiled passes: every step is named
+        txl = rows["transformer-xl"]
+        assert set(mod.BOUND_PARTS) | {"kernel passes", mod.OUTSIDE} == set(txl["engine_parts_ms"])
+        assert abs(txl["engine_bound_x"] - sum(txl["engine_parts_x"][k] for k in mod.BOUND_PARTS)) <= 0.03
+        assert txl["bounded_by_parts"] == (txl["engine_bound_x"] > txl["target_x"])
+        assert "the `chunked` engine's own steps" in md
+    assert "engine_parts_ms" not in rows["cope"]
+
+
+def test_engine_parts_bidirectional(tmp_path):
+    """Transformer-XL runs without the causal mask too; the engine's clock is off again after the run."""
+    from relpos.attention.chunked import parts
+
+    mod = load_script("slow_schemes")
+    assert mod.main(["--n", "48", "--rounds", "1", "--rows", "16", "--schemes", "transformer-xl",
+                     "--bidirectional", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "slow_schemes.json").read_text())
+    assert doc["causal"] is False and doc["rows"][0]["causal"] is False
+    assert parts.clock is None
 
 
 def test_schemes_are_checked(capsys):

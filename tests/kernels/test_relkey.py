@@ -85,13 +85,14 @@ def _grads(enc, q, k, v, impl, **kw):
 @pytest.mark.parametrize("causal, nq, nk, q_offset", [(True, 13, 13, 0), (False, 13, 11, 0), (True, 5, 17, 9),
                                                       (False, 1, 1, 0)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_transformer_xl_with_and_without_the_kernel(monkeypatch, causal, nq, nk, q_offset, dtype):
+@pytest.mark.parametrize("batch", [1, 2])  # B = 1 adds the position gradients in place (a separate branch)
+def test_transformer_xl_with_and_without_the_kernel(monkeypatch, causal, nq, nk, q_offset, dtype, batch):
     """Transformer-XL through the relkey engine (blocks of 4 rows, odd sizes): output and every gradient
     equal the float64 reference, with the kernel (which then runs once per block) and without it."""
     monkeypatch.setattr(chunked, "FORCE_ROWS", 4)
     enc = build("transformer-xl", n_heads=2, causal=causal)
     g = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(2, 2, n, 8, generator=g, dtype=dtype, requires_grad=True) for n in (nq, nk, nk))
+    q, k, v = (torch.randn(batch, 2, n, 8, generator=g, dtype=dtype, requires_grad=True) for n in (nq, nk, nk))
     want = _grads(enc, q, k, v, "reference", causal=causal, q_offset=q_offset)
     calls = []
     real = krel.ds_

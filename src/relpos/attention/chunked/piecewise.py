@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from relpos.attention import Request
+from relpos.attention.chunked import parts
 from relpos.attention.chunked.kernels import compute_dtype, cpu_flash_ok, flash_ops, rows_per_block
 from relpos.first_order import first_order
 from relpos.kernels import fire as fire_kernel
@@ -85,10 +86,14 @@ class _PiecewiseFn(torch.autograd.Function):
         buf = torch.empty(H * cfg.max_block(), dtype=cd, device=q.device)  # one buffer: no page faults per block
         for a, b, C in cfg.blocks():
             mask = buf[: H * (b - a) * C].view(H, b - a, C)
+            t = parts.now()
             fire_kernel.bias_(mask, nm, iv[a:b], al, be, zz, cfg.qo + a, causal=cfg.causal)
+            parts.add("kernel passes", t)
+            t = parts.now()
             o, l = flash(qc[:, :, a:b], kc[:, :, :C], vc[:, :, :C], 0.0, False, attn_mask=mask[None], scale=cfg.scale)
             out[:, :, a:b] = o
             lse[:, :, a:b] = l
+            parts.add("flash forward", t)
         ctx.cfg = cfg
         ctx.in_dtypes = tuple(t.dtype for t in (q, k, v, num, inv, alpha, beta))
         ctx.save_for_backward(qc, kc, vc, out, lse, *tabs)
@@ -115,16 +120,28 @@ class _PiecewiseFn(torch.autograd.Function):
             vb = vc[:, :, :C].reshape(M, C, Dv)
             gb = do[:, :, a:b].reshape(M, R, Dv)
             s = sbuf[: M * R * C].view(M, R, C)
+            t = parts.now()
             torch.baddbmm(s, qb, kb.transpose(1, 2), beta=0.0, alpha=cfg.scale, out=s)
+            parts.add("content matmuls", t)
+            t = parts.now()
             fire_kernel.logits_(s, lse[:, :, a:b].reshape(M, R), nm, iv[a:b], al, be, zz, cfg.qo + a,
                                 causal=cfg.causal, floor=floor)
+            parts.add("kernel passes", t)
+            t = parts.now()
             p = s.exp_()
+            parts.add("exp", t)
+            t = parts.now()
             dp = torch.bmm(gb, vb.transpose(1, 2), out=pbuf[: M * R * C].view(M, R, C))
+            parts.add("content matmuls", t)
+            t = parts.now()
             ds = fire_kernel.ds_(dp, p, delta[:, :, a:b].reshape(M, R), nm, iv[a:b], al, be, zz, cfg.qo + a,
                                  causal=cfg.causal, grads=(grads[0], grads[1], grads[2], grads[3][a:b]))
+            parts.add("kernel passes", t)
+            t = parts.now()
             dv3[:, :C].baddbmm_(p.transpose(1, 2), gb)  # p is zero on masked keys
             dq3[:, a:b].baddbmm_(ds, kb, alpha=cfg.scale)
             dk3[:, :C].baddbmm_(ds.transpose(1, 2), qb, alpha=cfg.scale)
+            parts.add("content matmuls", t)
         q_dt, k_dt, v_dt, n_dt, i_dt, a_dt, b_dt = ctx.in_dtypes
         ga, gbeta, gn, gi = grads
         return (None, dq.to(q_dt), dk.to(k_dt), dv.to(v_dt), gn.to(n_dt), gi.to(i_dt), ga.to(a_dt),

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from relpos.attention import Request
+from relpos.attention.chunked import parts
 from relpos.attention.chunked.kernels import block_backward, cpu_flash_ok, flash_ops, knob, skewed
 from relpos.kernels import relkey as relkey_kernel
 from relpos.offsets import offsets_range
@@ -77,7 +78,8 @@ class _RelKeyCfg:
         return min(self.Nk, self.qo + b) if self.causal else self.Nk
 
 
-def _relkey_pd(cfg: _RelKeyCfg, qvs: Tensor, rtab: Tensor, a: int, b: int, C: int) -> tuple[Tensor, Tensor, int]:
+def _relkey_pd(cfg: _RelKeyCfg, qvs: Tensor, rtab: Tensor, a: int, b: int, C: int,
+               buf: Tensor | None = None) -> tuple[Tensor, Tensor, int]:
     """Per-offset position logits of rows ``[a, b)``, their ``(rows, C)`` strided view and the visible width.
 
     ``pd[..., t, m] = qvs_t . r[d_min + m]`` (``qvs = scale (q + v)``) with ``d_min = -(qo + b - 1)``; the
@@ -85,14 +87,16 @@ def _relkey_pd(cfg: _RelKeyCfg, qvs: Tensor, rtab: Tensor, a: int, b: int, C: in
     the ``(R, C)`` term is ``pd`` read with row stride ``W - 1`` (no copy).
     Causal: columns ``m >= qo + b`` are the offsets ``d > 0``, never visible: they are set to -inf and
     not multiplied (``vis``, the number of columns computed, is ``W`` otherwise), so the matmul covers
-    ``(R, qo + b)`` instead of ``(R, R + C - 1)``.
+    ``(R, qo + b)`` instead of ``(R, R + C - 1)``. ``buf`` (flat, at least ``B H' R W`` entries): the storage
+    ``pd`` is written into, reused across blocks (no fresh pages per block); None allocates.
     """
     R = b - a
     W = R + C - 1
     d_min = -(cfg.qo + b - 1)
     seg = rtab[:, d_min - cfg.lo : d_min - cfg.lo + W]  # (H, W, D)
     vis = min(W, cfg.qo + b) if cfg.causal else W
-    pd = qvs.new_empty(qvs.shape[0], qvs.shape[1], R, W)  # (B, H', R, W)
+    shape = (qvs.shape[0], qvs.shape[1], R, W)
+    pd = qvs.new_empty(shape) if buf is None else buf[: shape[0] * shape[1] * R * W].view(shape)  # (B, H', R, W)
     torch.matmul(qvs, seg[:, :vis].transpose(-1, -2), out=pd[..., :vis])
     if vis < W:
         pd[..., vis:] = float("-inf")
@@ -102,22 +106,39 @@ def _relkey_pd(cfg: _RelKeyCfg, qvs: Tensor, rtab: Tensor, a: int, b: int, C: in
 
 
 def _block_backward_kernel(pd: Tensor, qb: Tensor, kb: Tensor, vb: Tensor, gb: Tensor, lse: Tensor, delta: Tensor,
-                           scale: float, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                           scale: float, z: Tensor, dqb: Tensor, dkb: Tensor, dvb: Tensor, sbuf: Tensor,
+                           pbuf: Tensor) -> None:
     """One block of the backward with the compiled passes: the logits ``scale q k^T + skew(pd) - lse`` in one
     pass, ``dS = P (dP - delta)`` and its skewed copy into ``z (M, R, vis)`` in another.
 
     ``pd (M, R, W)``: position logits by offset; ``qb, kb, vb, gb``: ``(M, R|C, D)``; ``lse, delta``: ``(M, R)``.
-    Returns ``(dq, dk, dv)`` of the block (as :func:`~relpos.attention.chunked.kernels.block_backward`).
+    The block's gradients are added in place to ``dqb (M, R, D)``, ``dkb (M, C, D)`` and ``dvb (M, C, Dv)``
+    (views of the call's gradients: no per-block result tensors and no separate additions). ``sbuf`` and
+    ``pbuf`` (flat, at least ``M R C`` entries each) hold the logits and ``dP``, reused across blocks.
     """
     M, R, C = qb.shape[0], qb.shape[1], kb.shape[1]
-    s = qb.new_empty(M, R, C)
+    s = sbuf[: M * R * C].view(M, R, C)
+    t = parts.now()
     torch.baddbmm(s, qb, kb.transpose(1, 2), beta=0.0, alpha=scale, out=s)
+    parts.add("content matmuls", t)
     floor = -708.0 if s.dtype == torch.float64 else -87.0  # as kernels.exp_: no subnormal exp
-    p = relkey_kernel.logits_(s, pd, lse, floor).exp_()
-    dv = torch.bmm(p.transpose(1, 2), gb)
-    dp = torch.bmm(gb, vb.transpose(1, 2))
+    t = parts.now()
+    relkey_kernel.logits_(s, pd, lse, floor)
+    parts.add("kernel passes", t)
+    t = parts.now()
+    p = s.exp_()
+    parts.add("exp", t)
+    t = parts.now()
+    dvb.baddbmm_(p.transpose(1, 2), gb)
+    dp = torch.bmm(gb, vb.transpose(1, 2), out=pbuf[: M * R * C].view(M, R, C))
+    parts.add("content matmuls", t)
+    t = parts.now()
     ds = relkey_kernel.ds_(dp, p, delta, z)
-    return torch.bmm(ds, kb).mul_(scale), torch.bmm(ds.transpose(1, 2), qb).mul_(scale), dv
+    parts.add("kernel passes", t)
+    t = parts.now()
+    dqb.baddbmm_(ds, kb, alpha=scale)
+    dkb.baddbmm_(ds.transpose(1, 2), qb, alpha=scale)
+    parts.add("content matmuls", t)
 
 
 class _RelKeyFn(torch.autograd.Function):
@@ -129,15 +150,21 @@ class _RelKeyFn(torch.autograd.Function):
         qvs = qv * cfg.scale  # the scale folded into (q + v): no (rows, W) pass per block
         out = torch.empty(B, H, Nq, v.shape[-1], dtype=qu.dtype, device=qu.device)
         lse = torch.empty(B, H, Nq, dtype=qu.dtype, device=qu.device)
+        rows = min(cfg.fwd_rows, Nq)
+        pdbuf = qu.new_empty(B * rows * (rows + cfg.keys(Nq) - 1))  # one buffer for every block's term
         for h in range(H):
             hs = slice(h, h + 1)
             for a in range(0, Nq, cfg.fwd_rows):
                 b = min(Nq, a + cfg.fwd_rows)
                 C = cfg.keys(b)
-                _, view, _ = _relkey_pd(cfg, qvs[:, hs, a:b], rt[hs], a, b, C)
+                t = parts.now()
+                _, view, _ = _relkey_pd(cfg, qvs[:, hs, a:b], rt[hs], a, b, C, pdbuf)
+                parts.add("position matmuls", t)
+                t = parts.now()
                 o, l = flash(qu[:, hs, a:b], k[:, hs, :C], v[:, hs, :C], 0.0, False, attn_mask=view, scale=cfg.scale)
                 out[:, hs, a:b] = o
                 lse[:, hs, a:b] = l
+                parts.add("flash forward", t)
         ctx.cfg = cfg
         ctx.rtab_dtype = rtab.dtype
         ctx.save_for_backward(qu, qvs, k, v, rt, out, lse)
@@ -159,7 +186,11 @@ class _RelKeyFn(torch.autograd.Function):
         # dS by offset: one buffer, re-zeroed only when a block's R changes or its C shrinks: while (R, C) grow,
         # each block overwrites every entry the previous one wrote (row t starts at column R - 1 - t), so the
         # rest stays zero. Before: a fresh (R, R + C - 1) zero buffer per block.
-        zbuf = qu.new_empty(B * G, min(cfg.rows, Nq), min(cfg.rows, Nq) + cfg.keys(Nq) - 1)
+        rows = min(cfg.rows, Nq)
+        zbuf = qu.new_empty(B * G, rows, rows + cfg.keys(Nq) - 1)
+        # the term, the logits and dP: one buffer each for every block (no fresh pages per block)
+        pdbuf, sbuf, pbuf = (qu.new_empty(B * G * rows * w) for w in (rows + cfg.keys(Nq) - 1, cfg.keys(Nq),
+                                                                       cfg.keys(Nq)))
         for h0 in range(0, H, G):
             hs = slice(h0, min(H, h0 + G))
             g = hs.stop - hs.start
@@ -169,16 +200,20 @@ class _RelKeyFn(torch.autograd.Function):
                 b = min(Nq, a + cfg.rows)
                 R, C = b - a, cfg.keys(b)
                 W = R + C - 1
-                pd, view, vis = _relkey_pd(cfg, qvs[:, hs, a:b], rth, a, b, C)
+                t = parts.now()
+                pd, view, vis = _relkey_pd(cfg, qvs[:, hs, a:b], rth, a, b, C, pdbuf)
+                parts.add("position matmuls", t)
                 qb = qu[:, hs, a:b].reshape(B * g, R, D)
                 kb = k[:, hs, :C].reshape(B * g, C, D)
                 vb = v[:, hs, :C].reshape(B * g, C, Dv)
                 gb = dout[:, hs, a:b].reshape(B * g, R, Dv)
                 if fused:  # the kernel writes every column of z's rows: no stale entries, no re-zeroing
                     z = zbuf[: B * g, :R, :vis]
-                    gq, gk, gv = _block_backward_kernel(pd.view(B * g, R, W), qb, kb, vb, gb,
-                                                        lse[:, hs, a:b].reshape(B * g, R),
-                                                        delta[:, hs, a:b].reshape(B * g, R), cfg.scale, z)
+                    # g == H (all heads per block), so the (B, H, rows, D) slices view as (B * H, rows, D)
+                    _block_backward_kernel(pd.view(B * g, R, W), qb, kb, vb, gb, lse[:, hs, a:b].reshape(B * g, R),
+                                           delta[:, hs, a:b].reshape(B * g, R), cfg.scale, z,
+                                           dqu[:, hs, a:b].view(B * g, R, D), dk[:, hs, :C].view(B * g, C, D),
+                                           dv[:, hs, :C].view(B * g, C, Dv), sbuf, pbuf)
                     z = zbuf[: B * g, :R, :W]
                 else:
                     if R != last[0] or C < last[1]:
@@ -190,13 +225,19 @@ class _RelKeyFn(torch.autograd.Function):
                     gq, gk, gv = block_backward(s.view(B * g, R, C), qb, kb, vb, gb,
                                                 delta[:, hs, a:b, None].reshape(B * g, R, 1), cfg.scale,
                                                 skewed(z, R, C, anti=False))
-                dv[:, hs, :C] += gv.view(B, g, C, Dv)
-                dqu[:, hs, a:b] += gq.view(B, g, R, D)
-                dk[:, hs, :C] += gk.view(B, g, C, D)
+                    dv[:, hs, :C] += gv.view(B, g, C, Dv)
+                    dqu[:, hs, a:b] += gq.view(B, g, R, D)
+                    dk[:, hs, :C] += gk.view(B, g, C, D)
                 d_min = -(cfg.qo + b - 1)
                 seg = rth[:, d_min - cfg.lo : d_min - cfg.lo + vis]  # (g, vis, D)
                 z4 = z.view(B, g, R, W)[..., :vis]  # dS is zero on the columns past vis (never visible)
-                dqv[:, hs, a:b] += torch.matmul(z4, seg).mul_(cfg.scale)
-                drt[hs, d_min - cfg.lo : d_min - cfg.lo + vis] += torch.matmul(
-                    z4.transpose(-1, -2), qvs[:, hs, a:b]).sum(0)
+                drs = drt[hs, d_min - cfg.lo : d_min - cfg.lo + vis]  # (g, vis, D)
+                t = parts.now()
+                if B == 1:  # both products added in place, as batched matmuls over the heads
+                    dqv[0, hs, a:b].baddbmm_(z4[0], seg, alpha=cfg.scale)
+                    drs.baddbmm_(z4[0].transpose(-1, -2), qvs[0, hs, a:b])
+                else:
+                    dqv[:, hs, a:b] += torch.matmul(z4, seg).mul_(cfg.scale)
+                    drs += torch.matmul(z4.transpose(-1, -2), qvs[:, hs, a:b]).sum(0)
+                parts.add("position matmuls", t)
         return None, dqu, dqv, dk, dv, drt.to(ctx.rtab_dtype)
