@@ -26,7 +26,12 @@ fused SDPA call that ``"chunked"`` would also make. With no table (or no row):
 ``"dense"`` below :data:`MID_PAIRS` pairs per head, ``"chunked"`` from it. Whatever
 the table says, ``"dense"`` is never picked where one ``(B, H, Nq, Nk)`` float32
 tensor would pass :data:`DENSE_MAX_BYTES` (the table's benchmark never times it
-there). FlexAttention is never picked on CPU (not fused there, no backward).
+there). Where that tensor would take at least :data:`LARGE_DENSE_BYTES` and the table's cell has ``"dense"``
+ahead by less than :data:`NEAR_TIE`, ``"chunked"`` is picked: its memory is linear in N, and dense's
+large buffers cost page faults inside a long process (a training loop) that the table's short
+measurement does not see (``benchmarks/README.md``, "Page faults": DeBERTa bidirectional at
+``(1, 8, 2048, 64)``, forward+backward, 4 % ahead in the table, 1.20-1.26x slower than ``"chunked"`` in
+the grid's long process). FlexAttention is never picked on CPU (not fused there, no backward).
 
 CUDA (no table measured on a GPU yet): ``"flex"`` for every scheme it can express,
 ``"dense"`` for schemes with no term inside attention, ``"dense"``/``"chunked"``
@@ -55,7 +60,7 @@ from torch import Tensor
 from relpos.attention import Request, UnsupportedError
 
 __all__ = ["supports", "run", "choose", "last_choice", "table", "table_for", "table_pick", "mode_of", "TABLE_PATH",
-           "MID_PAIRS", "DENSE_MAX_BYTES", "CUDA_DENSE_VALUE_PAIRS"]
+           "MID_PAIRS", "DENSE_MAX_BYTES", "LARGE_DENSE_BYTES", "NEAR_TIE", "CUDA_DENSE_VALUE_PAIRS"]
 
 log = logging.getLogger("relpos.attention")
 
@@ -66,6 +71,10 @@ MID_PAIRS = 768 * 768
 #: Never ``"dense"`` on CPU where one ``(B, H, Nq, Nk)`` float32 tensor would pass this many bytes
 #: (dense forms several; the table's benchmark does not time dense there either).
 DENSE_MAX_BYTES = 2**30
+#: Where one ``(B, H, Nq, Nk)`` float32 tensor takes at least this many bytes, a near tie goes to ``"chunked"``...
+LARGE_DENSE_BYTES = 64 * 2**20
+#: ... a near tie: the table's cell has ``"dense"`` ahead by less than this fraction of its time.
+NEAR_TIE = 0.10
 #: On CUDA, value-side schemes use ``"dense"`` up to this many pairs, else ``"chunked"``.
 CUDA_DENSE_VALUE_PAIRS = 2048 * 2048
 
@@ -149,6 +158,15 @@ def table_pick(req: Request, doc: dict | None = None) -> tuple[str, str] | None:
     return None
 
 
+def _near_tie(doc: dict | None, cell: str) -> bool:
+    """Whether the table's timings of ``cell`` (``"key@N"``) put ``"dense"`` ahead by less than :data:`NEAR_TIE`."""
+    key, _, n = cell.rpartition("@")
+    for r in (doc or {}).get("records", []):
+        if r.get("key") == key and str(r.get("N")) == n and r.get("dense_ms") and r.get("chunked_ms"):
+            return r["chunked_ms"] < r["dense_ms"] * (1 + NEAR_TIE)
+    return False  # no timings: the table's pick stands
+
+
 def choose(req: Request, *, device_type: str | None = None) -> str:
     """Name of the implementation :func:`run` uses for this request.
 
@@ -177,6 +195,8 @@ def choose(req: Request, *, device_type: str | None = None) -> str:
         return "chunked"
     hit = table_pick(req)
     if hit is not None:
+        if hit[0] == "dense" and _dense_bytes(req) >= LARGE_DENSE_BYTES and _near_tie(table_for(D), hit[1]):
+            return "chunked"
         return hit[0]
     return "dense" if pairs < MID_PAIRS else "chunked"
 
