@@ -3,8 +3,9 @@
 #   benchmarks/perf_all.sh OUT      (run from a clean export of the commit; 34 min of one core with settled timing, on quiet cores)
 # writes OUT/attention.{json,md} (every scheme x dense/chunked/auto, N = 256/1024/2048, causal and
 # bidirectional, fwd and fwd+bwd), OUT/attention-peers.{json,md} (every peer at N = 2048, both masks),
-# OUT/train_step.{json,md}, OUT/slow_schemes.{json,md} and OUT/memory.{json,md} (peak memory at N = 2048,
-# causal, fwd+bwd: README.md's table); OUT/perf_all.log has the commit and the times.
+# OUT/train_step.{json,md}, OUT/slow_schemes.{json,md} (causal) and OUT/slow_schemes-bidirectional.{json,md},
+# OUT/memory.{json,md} (peak memory at N = 2048, causal, fwd+bwd: README.md's table) and OUT/job_step.{json,md}
+# (the compare job step against a bare loop); OUT/perf_all.log has the commit and the times.
 set -euo pipefail
 OUT=${1:?usage: benchmarks/perf_all.sh OUT}
 mkdir -p "$OUT"
@@ -20,9 +21,15 @@ $PY -m relpos.cli bench --impls peers --lengths 2048 --masks causal,bidirectiona
   --name attention-peers --out "$OUT" > "$OUT/attention-peers.log" 2>&1
 log "slow schemes"
 $PY benchmarks/slow_schemes.py --out "$OUT" > "$OUT/slow_schemes.log" 2>&1
+log "slow schemes, bidirectional"
+$PY benchmarks/slow_schemes.py --bidirectional --name slow_schemes-bidirectional --out "$OUT" \
+  > "$OUT/slow_schemes-bidirectional.log" 2>&1
 log "train step"
 $PY benchmarks/train_step.py --no-compile --out "$OUT" > "$OUT/train_step.log" 2>&1
 log "memory (README.md's table)"
 $PY -m relpos.cli bench --lengths 2048 --masks causal --modes fwd+bwd --impls dense,chunked --repeats 1 \
   --memory-jobs 1 --name memory --out "$OUT" > "$OUT/memory.log" 2>&1
+log "job step (issue 52: the compare job step against a bare loop, every preset shape)"
+$PY benchmarks/job_step.py --rounds 5 --compile-cells default-lm --compile-schemes nope \
+  --predict docs/results/protocol3/full/results.sqlite --out "$OUT" > "$OUT/job_step.log" 2>&1
 log "done; load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -76,6 +76,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMES = ("transformer-xl", "fire", "deberta", "cope")
 TARGETS = {"transformer-xl": 1.5, "fire": 1.5, "deberta": 3.0, "cope": 3.0}
+#: Schemes defined for causal attention only (left out of ``--bidirectional`` runs).
+CAUSAL_ONLY = ("cope",)
 #: The engine's steps that no fusion of its elementwise work removes: its matmuls, the fused flash forward and
 #: ``exp`` (:mod:`relpos.attention.chunked.parts` names them); their sum is the engine's measured bound.
 BOUND_PARTS = ("content matmuls", "position matmuls", "flash forward", "exp")
@@ -375,8 +377,8 @@ def markdown(doc: dict) -> str:
              f"N = {doc['N']}, B = {doc.get('batch', 1)}, H = {doc.get('heads', 8)}, D = {doc.get('head_dim', 64)}, "
              f"float32, {'causal' if doc.get('causal', True) else 'bidirectional'}, forward+backward; blocks of "
              f"{doc['block_rows']} query rows. Load average at the start / end: {doc['load_start']} / {doc['load_end']}.",
-             "", "*floor* = position-free causal SDPA + the position term alone (forward and backward): *bounded* when "
-             "it is above the target. *cost of the parts* = the content attention once the logits' gradient dS is "
+             "", f"*floor* = position-free {'causal' if doc.get('causal', True) else 'bidirectional'} SDPA + the "
+             "position term alone (forward and backward): *bounded* when it is above the target. *cost of the parts* = the content attention once the logits' gradient dS is "
              "formed (the cheaper of SDPA + forming dS beside it, and SDPA's forward + a backward that forms dS "
              "itself) + the term + the term's forward again, as a backward with O(N) memory recomputes it; each "
              "part timed alone, so an estimate, not a limit (see the script's docstring). Multiples of SDPA.", "",
@@ -408,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=2048, help="sequence length (default 2048)")
     p.add_argument("--rounds", type=int, default=3, help="timed interleaved rounds (default 3)")
     p.add_argument("--rows", type=int, default=128, help="query rows per block of the floor's term (default 128)")
-    p.add_argument("--schemes", default=",".join(SCHEMES), help="comma-separated subset (default: all four)")
+    p.add_argument("--schemes", default=None, help="comma-separated subset (default: all four; with --bidirectional "
+                   "the three that are not causal-only)")
     p.add_argument("--batch", type=int, default=1, help="batch B (default 1)")
     p.add_argument("--heads", type=int, default=8, help="heads H (default 8)")
     p.add_argument("--head-dim", type=int, default=64, help="head width D (default 64; `small`/1024: --batch 4 "
@@ -417,9 +420,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="slow_schemes", help="output file stem (default slow_schemes)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="results folder")
     args = p.parse_args(argv)
-    schemes = tuple(x for x in args.schemes.split(",") if x)
+    if args.schemes is None:
+        schemes = tuple(x for x in SCHEMES if not (args.bidirectional and x in CAUSAL_ONLY))
+    else:
+        schemes = tuple(x for x in args.schemes.split(",") if x)
     if not schemes or set(schemes) - set(SCHEMES):
         print(f"slow_schemes.py: --schemes must be a subset of {','.join(SCHEMES)}", file=sys.stderr)
+        return 2
+    if args.bidirectional and set(schemes) & set(CAUSAL_ONLY):
+        print(f"slow_schemes.py: --bidirectional does not take {','.join(sorted(set(schemes) & set(CAUSAL_ONLY)))} "
+              "(defined for causal attention only)", file=sys.stderr)
         return 2
     if args.n < 16 or args.rounds < 1 or args.rows < 1 or min(args.batch, args.heads, args.head_dim) < 1:
         print("slow_schemes.py: --n must be >= 16, --rounds, --rows, --batch, --heads and --head-dim >= 1",

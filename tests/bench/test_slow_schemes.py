@@ -89,3 +89,12 @@ def test_other_shapes_and_names(tmp_path):
     assert [r["scheme"] for r in doc["rows"]] == ["fire", "deberta"]
     assert "N = 48, B = 2, H = 2, D = 8" in (tmp_path / "small.md").read_text()
     assert mod.main(["--batch", "0"]) == 2
+
+
+def test_bidirectional_leaves_out_causal_only_schemes(tmp_path, capsys):
+    mod = load_script("slow_schemes")
+    assert mod.main(["--bidirectional", "--schemes", "cope"]) == 2
+    assert "causal attention only" in capsys.readouterr().err
+    assert mod.main(["--n", "32", "--rounds", "1", "--rows", "16", "--bidirectional", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "slow_schemes.json").read_text())
+    assert [r["scheme"] for r in doc["rows"]] == [s for s in mod.SCHEMES if s not in mod.CAUSAL_ONLY]
