@@ -92,7 +92,9 @@ def test_transformer_xl_with_and_without_the_kernel(monkeypatch, causal, nq, nk,
     monkeypatch.setattr(chunked, "FORCE_ROWS", 4)
     enc = build("transformer-xl", n_heads=2, causal=causal)
     g = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(batch, 2, n, 8, generator=g, dtype=dtype, requires_grad=True) for n in (nq, nk, nk))
+    # (B, N, H, D) buffers seen as (B, H, N, D), as a model's projections give them: not contiguous
+    q, k, v = (torch.randn(batch, n, 2, 8, generator=g, dtype=dtype).transpose(1, 2).requires_grad_()
+               for n in (nq, nk, nk))
     want = _grads(enc, q, k, v, "reference", causal=causal, q_offset=q_offset)
     calls = []
     real = krel.ds_

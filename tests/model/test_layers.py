@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from relpos.model import DEFAULT_ATTN_IMPL, ModelConfig, MultiHeadAttention, TransformerLM
+from tests.helpers import attention_schemes, build
 
 
 def test_mha_default_impl_agrees_with_model_config():
@@ -80,3 +81,40 @@ def test_model_layers_are_relpos_nn_layers_with_unchanged_checkpoint_keys():
             "blocks.0.attn.proj.bias", "pos.0.table"} <= keys
     assert not any(".attn.encoding" in k for k in keys)
     assert m.blocks[0].attn.qkv.weight.shape == (3 * 32, 32)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", attention_schemes())
+def test_every_impl_serves_a_layers_strided_heads(name, causal):
+    """Inside a layer, q, k and v are (B, N, H, D) buffers seen as (B, H, N, D) (not contiguous): ``chunked``
+    (each scheme's engine, in blocks of 5 rows) and ``dense`` give the reference's output and gradients."""
+    from relpos.attention import chunked
+    from relpos.model.layers import RelativeSelfAttention
+
+    enc = build(name, n_heads=2, head_dim=8, causal=causal, max_len=32)
+    if enc.causal_only and not causal:
+        pytest.skip("causal-only scheme")
+    torch.manual_seed(0)
+    layer = RelativeSelfAttention(16, 2, enc, causal=causal, impl="reference").double()
+    x = torch.randn(2, 13, 16, dtype=torch.float64)
+
+    def run(impl):
+        layer.impl = impl
+        xi = x.clone().requires_grad_()
+        out = layer(xi)
+        out = out[0] if isinstance(out, tuple) else out
+        w = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
+        return [out.detach(), *torch.autograd.grad((out * w).sum(), [xi, *layer.parameters()], allow_unused=True)]
+
+    want = run("reference")
+    old = chunked.FORCE_ROWS
+    chunked.FORCE_ROWS = 5
+    try:
+        for impl in ("chunked", "dense"):
+            for i, (a, b) in enumerate(zip(run(impl), want)):
+                if b is None:
+                    assert a is None or not a.any()
+                    continue
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=lambda m, i=i: f"{impl} tensor {i}: {m}")
+    finally:
+        chunked.FORCE_ROWS = old

@@ -179,7 +179,9 @@ class _RelKeyFn(torch.autograd.Function):
         D, Dv = qu.shape[-1], v.shape[-1]
         dout = dout.contiguous()
         delta = (dout * out).sum(-1)  # (B, H, Nq)
-        dqu, dqv, dk, dv = (torch.zeros_like(x) for x in (qu, qvs, k, v))
+        # contiguous whatever the inputs' layout (a model's q is a (B, N, H, D) buffer seen as (B, H, N, D)): the
+        # blocks add into (B * H, rows, D) views of these
+        dqu, dqv, dk, dv = (torch.zeros(x.shape, dtype=x.dtype, device=x.device) for x in (qu, qvs, k, v))
         drt = torch.zeros_like(rt)
         G = max(1, min(H, cfg.heads_per_block))
         fused = relkey_kernel.usable(qu, qvs, k, v, rt, out, dout)  # the compiled elementwise passes
