@@ -18,7 +18,9 @@ MQAR, reverse and parity; the six scale cells) this times, side by side in one p
   model) for the schemes in ``--compile-schemes`` at the cells in ``--compile-cells``; its compile time
   (the first steps) is recorded.
 
-The clock is process CPU time with one thread; each variant gets warm-up steps first. Reported per cell:
+The clock is process CPU time with one thread; each variant gets warm-up steps first. ``--settle N`` runs N
+untimed steps of a variant right before each of its timed ones, so a timed step follows a step of the same
+model, as in a job, and not another variant's (whose weights and optimizer state it evicts from the caches). Reported per cell:
 medians, NoPE's job step against the bare loop (target <= 1.15x), each scheme's job step against NoPE's
 (target <= 1.3x; 2x for DeBERTa, CoPE and FoX), and the compiled step's speed-up.
 
@@ -77,6 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="schemes (default: each cell's preset's schemes; NoPE always runs)")
     p.add_argument("--rounds", type=int, default=7, help="timed interleaved rounds (default 7)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per variant first (default 2)")
+    p.add_argument("--settle", type=int, default=0,
+                   help="untimed steps of the same variant right before each timed one, as a job runs its steps one "
+                        "after another (default 0: each timed step follows another variant's)")
     p.add_argument("--compile-schemes", nargs="*", default=["nope", "rope", "alibi", "t5"],
                    help="schemes also timed compiled (default nope rope alibi t5; none: --no-compile)")
     p.add_argument("--compile-cells", nargs="*", default=["default-lm", "full-copy", "full-mqar", "scale-d256-n256"],
@@ -97,8 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.rounds, args.warmup = 1, 1
         if "--compile-schemes" not in (argv or sys.argv[1:]):
             args.compile = False
-    if args.rounds < 1 or args.warmup < 1:
-        p.error("--rounds and --warmup must be >= 1")
+    if args.rounds < 1 or args.warmup < 1 or args.settle < 0:
+        p.error("--rounds and --warmup must be >= 1, --settle >= 0")
     args.cells = args.cells or list(DEFAULT_CELLS)
     return args
 
@@ -244,8 +249,10 @@ class BareStep:
 # ------------------------------------------------------------------ timing
 
 
-def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, warmup: int, log) -> dict:
-    """Every variant of one cell, interleaved; medians and ratios."""
+def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, warmup: int, log,
+             settle: int = 0) -> dict:
+    """Every variant of one cell, interleaved (``settle`` untimed calls of a variant before each timed one);
+    medians and ratios."""
     import torch
 
     jobs = {s: JobStep(cell, s) for s in schemes}
@@ -278,6 +285,8 @@ def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, wa
     times: dict[tuple[str, str], list[float]] = {k: [] for k in keys}
     for r in range(rounds):
         for k in keys[r % len(keys):] + keys[: r % len(keys)]:
+            for _ in range(settle):
+                variants[k]()
             t0 = time.process_time()
             variants[k]()
             times[k].append(time.process_time() - t0)
@@ -299,7 +308,8 @@ def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, wa
                         "compile_wall_s": compile_s[s][1]})
         rows.append(row)
     mc, tc = nope.mcfg, nope.tcfg
-    return {"cell": cell, "what": CELLS[cell][0], "rounds": rounds, "warmup": warmup, "val_every": val_every,
+    return {"cell": cell, "what": CELLS[cell][0], "rounds": rounds, "warmup": warmup, "settle": settle,
+            "val_every": val_every,
             "model": {"d_model": mc.d_model, "n_layers": mc.n_layers, "n_heads": mc.n_heads, "d_ff": mc.d_ff,
                       "vocab_size": mc.vocab_size},
             "batch": tc.batch_size, "seq_len": tc.seq_len, "bare_step_ms": bare,
@@ -427,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         compiled = []
         if args.compile and cell in args.compile_cells:
             compiled = [s for s in args.compile_schemes if s in schemes]
-        cells.append(run_cell(cell, schemes, compiled, args.rounds, args.warmup, log))
+        cells.append(run_cell(cell, schemes, compiled, args.rounds, args.warmup, log, settle=args.settle))
         log(f"{cell}: done at {time.monotonic() - t0:.0f} s")
     doc = {"benchmark": "job_step", "command": "python benchmarks/job_step.py " + " ".join(argv or sys.argv[1:]),
            "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),

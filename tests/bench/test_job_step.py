@@ -34,6 +34,21 @@ def test_quick_run_writes_the_table(mod, tmp_path):
     assert cell["bare_met"] == (cell["nope_vs_bare"] <= 1.15)
     md = (tmp_path / "job_step.md").read_text()
     assert "**Provisional**" in md and "| ci-lm | 8 x 32 |" in md and "| alibi (1.3x) |" in md
+    assert cell["settle"] == 0
+
+
+def test_settled_steps(mod, tmp_path, monkeypatch):
+    """--settle runs that many untimed calls of a variant right before each of its timed ones."""
+    calls = []
+    real = mod.JobStep.step
+    monkeypatch.setattr(mod.JobStep, "step", lambda self: calls.append(1) or real(self))
+    assert mod.main(["--quick", "--settle", "2", "--warmup", "1", "--out", str(tmp_path)]) == 0
+    (cell,) = json.loads((tmp_path / "job_step.json").read_text())["cells"]
+    assert cell["settle"] == 2 and cell["rounds"] == 1
+    # 2 schemes x (1 warm-up + 2 settling + 1 timed) job steps
+    assert len(calls) == 2 * (1 + 2 + 1)
+    with pytest.raises(SystemExit):
+        mod.main(["--quick", "--settle", "-1"])
 
 
 def test_job_step_runs_the_jobs_configs(mod):
