@@ -20,8 +20,8 @@ MQAR, reverse and parity; the six scale cells) this times, side by side in one p
 
 The clock is process CPU time with one thread; each variant gets warm-up steps first. ``--settle N`` runs N
 untimed steps of a variant right before each of its timed ones, so a timed step follows a step of the same
-model, as in a job, and not another variant's (whose weights and optimizer state it evicts from the caches). Reported per cell:
-medians, NoPE's job step against the bare loop (target <= 1.15x), each scheme's job step against NoPE's
+model, as in a job, and not another variant's (whose weights and optimizer state it evicts from the caches).
+Reported per cell: medians, NoPE's job step against the bare loop (target <= 1.15x), each scheme's job step against NoPE's
 (target <= 1.3x; 2x for DeBERTa, CoPE and FoX), and the compiled step's speed-up.
 
 ``--predict STORE`` also predicts a finished sweep's training CPU-hours from this run's per-step figures:

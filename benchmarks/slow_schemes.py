@@ -378,9 +378,10 @@ def markdown(doc: dict) -> str:
              f"float32, {'causal' if doc.get('causal', True) else 'bidirectional'}, forward+backward; blocks of "
              f"{doc['block_rows']} query rows. Load average at the start / end: {doc['load_start']} / {doc['load_end']}.",
              "", f"*floor* = position-free {'causal' if doc.get('causal', True) else 'bidirectional'} SDPA + the "
-             "position term alone (forward and backward): *bounded* when it is above the target. *cost of the parts* = the content attention once the logits' gradient dS is "
-             "formed (the cheaper of SDPA + forming dS beside it, and SDPA's forward + a backward that forms dS "
-             "itself) + the term + the term's forward again, as a backward with O(N) memory recomputes it; each "
+             "position term alone (forward and backward): *bounded* when it is above the target. *cost of the "
+             "parts* = the content attention once the logits' gradient dS is formed (the cheaper of SDPA + "
+             "forming dS beside it, and SDPA's forward + a backward that forms dS itself) + the term + the term's "
+             "forward again, as a backward with O(N) memory recomputes it; each "
              "part timed alone, so an estimate, not a limit (see the script's docstring). Multiples of SDPA.", "",
              "| scheme | relpos | target | met | floor | cost of the parts | relpos / cost of the parts "
              "| result | SDPA ms | term ms | dS ms | own bwd ms | recompute ms | relpos ms |",

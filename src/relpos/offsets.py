@@ -144,14 +144,12 @@ class _SkewRowsPast(torch.autograd.Function):
     def forward(ctx, values: Tensor, q_len: int, k_len: int, fill: float) -> Tensor:
         W = values.shape[-1]
         ctx.shape = values.shape
+        view = _skew_view(values.contiguous(), q_len, k_len)  # (..., Nq, Nk), reading past W beyond the diagonal
+        past = torch.ones(q_len, k_len, dtype=torch.bool, device=values.device).triu_(W - q_len + 1)
         if fill == float("-inf"):  # the causal mask: one add of a (Nq, Nk) 0 / -inf table, no copy first
             # (4x faster than a strided copy and a broadcast masked_fill_ at (4, 4, 256, 256))
-            mask = values.new_zeros(q_len, k_len).masked_fill_(
-                torch.ones(q_len, k_len, dtype=torch.bool, device=values.device).triu_(W - q_len + 1), fill)
-            return torch.add(_skew_view(values.contiguous(), q_len, k_len), mask)  # (..., Nq, Nk)
-        out = _skew_view(values.contiguous(), q_len, k_len).clone()  # (..., Nq, Nk)
-        past = torch.ones(q_len, k_len, dtype=torch.bool, device=values.device).triu_(W - q_len + 1)
-        return out.masked_fill_(past, fill)
+            return torch.add(view, values.new_zeros(q_len, k_len).masked_fill_(past, fill))
+        return view.clone().masked_fill_(past, fill)
 
     @staticmethod
     def backward(ctx, g: Tensor):
