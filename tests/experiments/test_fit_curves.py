@@ -102,3 +102,68 @@ def test_results_json_carries_the_kept_tries_validation_curve_not_its_history():
     assert results_dict({}, "f", [run], [job])["runs"][0]["train"]["fit"]["val_curve"] == [[50, 1.2346]]
     view = {**run, "variant": "yarn"}  # a RoPE scaling of the same model: the curve is not repeated on it
     assert "val_curve" not in results_dict({}, "f", [view], [job])["runs"][0]["train"]["fit"]
+
+
+def _longer(fit_seeds=(), end=12000):
+    """The same ``rope`` rows trained again on twice the budget: ``fit_seeds`` fit there."""
+    runs = []
+    for seed in range(3):
+        r = algo_run("copy", "rope", seed, 0.9 if seed in fit_seeds else 0.2, fitted=seed in fit_seeds)
+        fit = r["train"]["fit"]
+        fit.update(budget=8000, target=0.95, lr=0.003, val_curve=_curve(end, 0.5 + 0.2 * (seed in fit_seeds)))
+        if seed in fit_seeds:
+            fit["first_pass_step"] = 5000 + 100 * seed
+        runs.append(r)
+    return results(runs)
+
+
+def test_longer_runs_say_whether_the_scheme_fits_on_twice_the_budget():
+    res = _res(2000)  # the ranked curves stop short of twice the gate step (2,400)
+    two = next(x for x in fit_curves_markdown(res, None, {"copy": _longer((0, 2))}) if x.startswith("- **copy, rope"))
+    assert "**On twice the budget** (8,000 steps, the same recipe at learning rate 0.003; not ranked): it fits 2 " \
+           "of 3 seeds there (seed 0 at step 5,000; seed 2 at step 5,200): the ranked budget was too short" in two
+    assert "stop short" not in two.split("On twice")[1]
+    none = next(x for x in fit_curves_markdown(res, None, {"copy": _longer(())}) if x.startswith("- **copy, rope"))
+    assert "it fits 0 of 3 seeds there: it does not fit this task at this size on twice the budget either" in none
+    assert "Every unfitted seed's curve there runs to at least twice the fitted schemes' gate step (2,400)" in none
+    short = next(x for x in fit_curves_markdown(res, None, {"copy": _longer((), end=2000)})
+                 if x.startswith("- **copy, rope"))
+    assert "Seed(s) 0, 1, 2 stop short of twice the fitted schemes' gate step (2,400)" in short
+    # longer runs of another task or scheme change nothing on this line
+    line = lambda md: [x for x in md if x.startswith("- **copy, rope")]  # noqa: E731
+    assert line(fit_curves_markdown(res, None, {"reverse": _longer((0, 1))})) == line(fit_curves_markdown(res))
+
+
+def test_the_figure_draws_longer_runs_even_without_ranked_curves(tmp_path):
+    assert not fit_curves_figure(_res(None), tmp_path / "a.png")
+    assert fit_curves_figure(_res(None), tmp_path / "b.png", {"copy": _longer((1,))})
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_page_ships_the_longer_runs_and_reads_them_back(tmp_path):
+    import json
+
+    from relpos.report.results_inputs import inputs_from_folders
+    from relpos.report.results_page import write_page
+
+    full, longer = tmp_path / "full", tmp_path / "longer"
+    full.mkdir()
+    (full / "results.json").write_text(json.dumps(_res(2000)))
+    (longer / "copy").mkdir(parents=True)
+    (longer / "copy" / "results.json").write_text(json.dumps(_longer((0,))))
+    inp, ship = inputs_from_folders(full, longer=longer)
+    assert set(inp.longer) == {"copy"} and "longer-copy-results.json" in ship
+    assert isinstance(ship["full-fit_curves.png"], bytes) and inp.fit_curves_plot == "full-fit_curves.png"
+    page = write_page(inp, ship, tmp_path / "results.md", tmp_path / "json").read_text()
+    assert "**On twice the budget** (8,000 steps" in page and "it fits 1 of 3 seeds there" in page
+    assert (tmp_path / "json" / "full-fit_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| copy on twice the budget, not ranked | 3 |" in page  # its store did not ship: no time typed in
+    # a subfolder named after one task holding another's runs is refused by name
+    (longer / "reverse").mkdir()
+    (longer / "reverse" / "results.json").write_text(json.dumps(_longer((0,))))
+    try:
+        inputs_from_folders(full, longer=longer)
+    except ValueError as e:
+        assert "--longer" in str(e) and "reverse/ holds runs of copy" in str(e)
+    else:
+        raise AssertionError("a mislabelled longer folder was read")

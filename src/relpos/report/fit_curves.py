@@ -7,6 +7,11 @@ that did fit first passed the gate (the median over their runs), and says in wor
 fit this task at this size, and whether its curves ran to at least twice that step (if not, the page cannot
 tell a scheme that never fits from one that fits late).
 
+Where the ranked runs' budget is too short for that, ``benchmarks/protocol3_longer.py`` trains every seed of
+such a scheme once more with the same recipe on twice the budget, in a folder of its own (``longer``: task ->
+that folder's ``results.json``). Those runs are never ranked; the page shows their curves (solid in the figure,
+the ranked runs' faded) and says whether they fit on the longer budget.
+
 The curves come from ``train.fit.val_curve`` of ``results.json`` (``[step, score]`` per check, written by
 :func:`relpos.report.results_doc.results_dict` from the stored fit history). Results made before it was
 written carry no curve: the page says "curves not recorded in this run" for them.
@@ -78,15 +83,23 @@ def seed_curves(results: dict, task: str, label: str) -> dict[int, list[list[flo
     return out
 
 
+def _longer_rows(longer: dict | None, task: str, label: str) -> list[dict]:
+    """The trained rows of ``label`` on ``task`` in the longer runs (``[]`` when there are none)."""
+    res = (longer or {}).get(task)
+    return [r for r in (res or {}).get("runs", []) if _trained(r) and r["task"] == task and r["label"] == label]
+
+
 def _score_name(task: str) -> str:
     return "validation loss at L (nats)" if task == "lm" else "validation exact match at L"
 
 
-def fit_curves_figure(results: dict, path: str | Path) -> bool:
+def fit_curves_figure(results: dict, path: str | Path, longer: dict | None = None) -> bool:
     """Write the figure (one panel per task with a scheme that does not fit, one line per seed of each such
-    scheme; dotted: the fitted schemes' median gate step and twice it; dashed: the gate's target). Returns
-    False, writing nothing, when no such scheme has a recorded curve."""
-    todo = {t: [lab for lab in labs if any(seed_curves(results, t, lab).values())]
+    scheme; dotted: the fitted schemes' median gate step and twice it; dashed: the gate's target; with
+    ``longer`` runs of a scheme, their curves solid and the ranked runs' faded). Returns False, writing
+    nothing, when no such scheme has a recorded curve."""
+    todo = {t: [lab for lab in labs if any(seed_curves(results, t, lab).values())
+                or any(_fit(r).get("val_curve") for r in _longer_rows(longer, t, lab))]
             for t, labs in never_fit(results).items()}
     todo = {t: labs for t, labs in todo.items() if labs}
     if not todo:
@@ -107,10 +120,17 @@ def fit_curves_figure(results: dict, path: str | Path) -> bool:
         ax.set_visible(False)
     for ax, (t, labs) in zip(axes.flat, todo.items()):
         for i, lab in enumerate(labs):
-            for j, (seed, c) in enumerate(seed_curves(results, t, lab).items()):
+            more = {r["seed"]: _fit(r).get("val_curve") for r in _longer_rows(longer, t, lab)}
+            ranked = seed_curves(results, t, lab)
+            for j, (seed, c) in enumerate(ranked.items()):
                 if c:
                     ax.plot([p[0] for p in c], [p[1] for p in c], color=cmap(i % 10), ls=styles[j % len(styles)],
-                            lw=1.1, label=lab if j == 0 else None)
+                            lw=1.1, alpha=0.35 if any(more.values()) else 1.0,
+                            label=(lab if not any(more.values()) else f"{lab} (ranked runs)") if j == 0 else None)
+            for j, (seed, c) in enumerate(more.items()):
+                if c:
+                    ax.plot([p[0] for p in c], [p[1] for p in c], color=cmap(i % 10), ls=styles[j % len(styles)],
+                            lw=1.3, label=f"{lab} (twice the budget)" if j == 0 else None)
         med, n = gate_step(results, t)
         if med is not None:
             ax.axvline(med, color="grey", lw=0.9, ls=":")
@@ -127,7 +147,9 @@ def fit_curves_figure(results: dict, path: str | Path) -> bool:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, loc="upper left")
     fig.suptitle("Schemes that do not fit: validation curves of every seed (line style: seed 0 solid, 1 dashed, "
-                 "2 dotted; grey dotted: the median gate step and twice it; dashed: the gate's target)", fontsize=8)
+                 "2 dotted; grey dotted: the median gate step and twice it; dashed: the gate's target"
+                 + ("; faded: the ranked runs, beside the same recipe on twice the budget" if longer else "") + ")",
+                 fontsize=8)
     fig.tight_layout()
     save_figure(fig, Path(path), dpi=100, pil_kwargs={"optimize": True})
     plt.close(fig)
@@ -143,11 +165,46 @@ def _size(results: dict, task: str, label: str) -> str:
     return f" ({', '.join(bits)})" if bits else ""
 
 
-def fit_curves_markdown(results: dict, figure: str | None = None) -> list[str]:
+def _longer_sentence(longer: dict | None, task: str, label: str, med: float | None) -> str:
+    """What the longer runs of one scheme show: how many seeds fitted on twice the budget, when they first
+    passed the gate, each seed's best score and how far its curve runs (``""`` without longer runs)."""
+    rows = sorted(_longer_rows(longer, task, label), key=lambda r: r["seed"])
+    if not rows:
+        return ""
+    k = sum(bool(_fit(r).get("fitted")) for r in rows)
+    budget = max((_fit(r).get("budget") or 0) for r in rows)
+    lrs = sorted({_fit(r).get("lr") for r in rows} - {None})
+    passed = [f"seed {r['seed']} at step {_fit(r)['first_pass_step']:,}" for r in rows
+              if _fit(r).get("fitted") and _fit(r).get("first_pass_step")]
+    best, short = [], []
+    for r in rows:
+        c = _fit(r).get("val_curve")
+        if c:
+            best.append(f"seed {r['seed']} {(min if task == 'lm' else max)(p[1] for p in c):.3f} "
+                        f"(to step {c[-1][0]:,.0f})")
+        if not _fit(r).get("fitted") and (not c or (med is not None and c[-1][0] < 2 * med)):
+            short.append(str(r["seed"]))
+    reach = ""
+    if med is not None and k < MIN_SEEDS:
+        reach = (f" Every unfitted seed's curve there runs to at least twice the fitted schemes' gate step "
+                 f"({2 * med:,.0f})." if not short else
+                 f" Seed(s) {', '.join(short)} stop short of twice the fitted schemes' gate step ({2 * med:,.0f}).")
+    verdict = (f"it fits {k} of {len(rows)} seeds there" + (f" ({'; '.join(passed)})" if passed else "")
+               + (": the ranked budget was too short for it, not the task too hard at this size"
+                  if k >= MIN_SEEDS else ": it does not fit this task at this size on twice the budget either"))
+    return (f" **On twice the budget** ({budget:,} steps, the same recipe"
+            + (f" at learning rate {', '.join(f'{x:g}' for x in lrs)}" if lrs else "")
+            + f"; not ranked): {verdict}." + (f" Best {_score_name(task)}: {'; '.join(best)}." if best else "")
+            + reach)
+
+
+def fit_curves_markdown(results: dict, figure: str | None = None, longer: dict | None = None) -> list[str]:
     """The page's section on the schemes that do not fit (``[]`` when every trained row fitted at least
     :data:`~relpos.report.stats.MIN_SEEDS` seeds): per task and scheme, the words "does not fit this task at
     this size", the fitted schemes' median gate step, and whether every seed's curve runs to at least twice
-    that step; ``figure``: the figure's link (None: no figure, e.g. no curve recorded)."""
+    that step; ``figure``: the figure's link (None: no figure, e.g. no curve recorded); ``longer``: task ->
+    ``results.json`` of the same recipe on twice the budget (``benchmarks/protocol3_longer.py``), whose
+    outcome each scheme's line adds."""
     nf = never_fit(results)
     if not nf:
         return []
@@ -156,7 +213,13 @@ def fit_curves_markdown(results: dict, figure: str | None = None) -> list[str]:
            "seed's validation curve (the score the fit gate reads, at every check of the learning-rate try the job "
            "kept) against the training step, beside the step at which the schemes that did fit first passed the "
            "gate (their median).", ""]
-    if figure and any(c for t, labs in nf.items() for lab in labs for c in seed_curves(results, t, lab).values()):
+    if longer:
+        out[2] += (" Where the ranked runs stop too early to tell, every seed of such a scheme was trained once "
+                   "more with the same recipe on twice the task's budget (`benchmarks/protocol3_longer.py`); those "
+                   "runs are not ranked.")
+    if figure and any(c for t, labs in nf.items() for lab in labs
+                      for c in [*seed_curves(results, t, lab).values(),
+                                *(x for r in _longer_rows(longer, t, lab) for x in [_fit(r).get("val_curve")])]):
         out += [f"![validation curves of the schemes that do not fit]({figure})", ""]
     for t, labs in nf.items():
         med, n = gate_step(results, t)
@@ -168,8 +231,9 @@ def fit_curves_markdown(results: dict, figure: str | None = None) -> list[str]:
                     f"{'s' if n != 1 else ''})." if med is not None else
                     " No scheme passed the gate on this task, so there is no step to compare with.")
             curves = seed_curves(results, t, lab)
+            more = _longer_sentence(longer, t, lab, med)
             if not any(curves.values()):
-                out.append(head + gate + f" Validation {NOT_RECORDED}.")
+                out.append(head + gate + f" Validation {NOT_RECORDED}." + more)
                 continue
             ends = {s: c[-1][0] for s, c in curves.items() if c}
             best = {s: (min if t == "lm" else max)(p[1] for p in c) for s, c in curves.items() if c}
@@ -190,5 +254,5 @@ def fit_curves_markdown(results: dict, figure: str | None = None) -> list[str]:
                        + (f" Seed(s) {', '.join(map(str, late))} reached the target ({target[late[0]]:g}) at some "
                           "check without being fitted: the gate read another check (the last one, in results made "
                           "before the best check was kept)." if late else "")
-                       + (f" Seed(s) {', '.join(map(str, missing))}: {NOT_RECORDED}." if missing else ""))
+                       + (f" Seed(s) {', '.join(map(str, missing))}: {NOT_RECORDED}." if missing else "") + more)
     return out + [""]

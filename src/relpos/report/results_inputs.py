@@ -41,6 +41,9 @@ class PageInputs:
     extend: dict | None = None  # the results.json of a `relpos extend --from` run (relpos.report.extension)
     extend_plot: str | None = None  # its figure, inside the JSON folder
     real_context: dict | None = None  # a real checkpoint past its context (relpos.report.real_context)
+    #: task -> results.json of the unfitted schemes trained again on twice the budget (never ranked;
+    #: benchmarks/protocol3_longer.py, one `relpos compare` folder per task)
+    longer: dict[str, dict] = dataclasses.field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ reading
@@ -133,16 +136,42 @@ def _real_context(path: str | Path) -> dict:
     return {k: v for k, v in data.items() if k != "summary"}  # the page recomputes the summary
 
 
+def _longer_folders(longer: str | Path) -> dict[str, Path]:
+    """task -> folder of ``--longer``'s subfolders (one `relpos compare` folder per task, named after it)."""
+    out = {}
+    for d in sorted(Path(longer).iterdir()):
+        res = _results(d) if d.is_dir() and not d.is_symlink() else None
+        if res is None:
+            continue
+        tasks = sorted({r["task"] for r in res["runs"]})
+        if tasks != [d.name]:
+            raise ValueError(f"--longer {longer}: {d.name}/ holds runs of {', '.join(tasks) or 'no task'}; each "
+                             "subfolder is the longer runs of the one task it is named after")
+        out[d.name] = d
+    if not out:
+        raise ValueError(f"--longer {longer}: no subfolder with a results.json (benchmarks/protocol3_longer.py "
+                         "writes one per task)")
+    return out
+
+
 def inputs_from_folders(full=None, scale=None, default=None, previous: dict | None = None, *, extend=None,
-                        real_context=None) -> tuple[PageInputs, dict]:
-    """The page's inputs from results folders, and ``{name in the JSON folder: source path or object}`` to ship.
+                        real_context=None, longer=None) -> tuple[PageInputs, dict]:
+    """The page's inputs from results folders, and ``{name in the JSON folder: source path, bytes or object}``
+    to ship.
 
     ``extend``: an extend run's ``--out`` folder; ``real_context``: the JSON of
-    ``benchmarks/smollm2_context_table.py``. A source not given is not shipped (what the JSON folder already
-    holds for it stays, and the page reads it)."""
+    ``benchmarks/smollm2_context_table.py``; ``longer``: the folder of ``benchmarks/protocol3_longer.py`` (the
+    unfitted schemes on twice the budget; the curves figure is then drawn here with them). A source not given
+    is not shipped (what the JSON folder already holds for it stays, and the page reads it)."""
     from relpos.compare.scale import cell_dir, cells, scale_summary
 
     inp, ship = PageInputs(previous=previous), {}
+    if longer is not None:
+        for task, d in _longer_folders(longer).items():
+            inp.longer[task] = json.loads((d / "results.json").read_text())
+            ship[f"longer-{task}-results.json"] = d / "results.json"
+            if (t := _cpu(d, inp.longer[task])) is not None:
+                inp.times[f"longer/{task}"] = t
     if extend is not None:
         inp.extend = _extend_results(extend)
         ship[EXTEND_RESULTS] = Path(extend) / "results.json"  # copied byte for byte (compact)
@@ -165,6 +194,15 @@ def inputs_from_folders(full=None, scale=None, default=None, previous: dict | No
         if inp.full is not None and (Path(full) / name).is_file():
             setattr(inp, attr, f"full-{name}")
             ship[f"full-{name}"] = Path(full) / name
+    if inp.full is not None and inp.longer:  # the curves figure with the longer runs drawn in
+        import tempfile
+
+        from relpos.report.fit_curves import fit_curves_figure
+
+        with tempfile.TemporaryDirectory() as tmp:
+            if fit_curves_figure(inp.full, Path(tmp) / FIT_CURVES_PLOT, inp.longer):
+                inp.fit_curves_plot = f"full-{FIT_CURVES_PLOT}"
+                ship[inp.fit_curves_plot] = (Path(tmp) / FIT_CURVES_PLOT).read_bytes()
     if scale is not None and Path(scale).is_dir():
         for d, L in cells():
             cd = cell_dir(scale, d, L)
@@ -202,8 +240,11 @@ def inputs_from_json_dir(json_dir: str | Path) -> PageInputs:
     order = [cell_dir("", a, b).name for a, b in all_cells()]
     cells = {k: cells[k] for k in sorted(cells, key=lambda k: order.index(k) if k in order else len(order))}
     full, default = read("full-results.json"), read("default-results.json")
+    longer = {f.name[len("longer-"):-len("-results.json")]: json.loads(f.read_text())
+              for f in sorted(d.glob("longer-*-results.json"))}
     times = {}  # from the stores shipped here only (times.json records them; the page re-derives them)
-    for key, res in (("full", full), ("default", default), *((f"scale/{k}", v) for k, v in cells.items())):
+    for key, res in (("full", full), ("default", default), *((f"scale/{k}", v) for k, v in cells.items()),
+                     *((f"longer/{k}", v) for k, v in longer.items())):
         if res and (t := _cpu(store_dir(d, key), res, shipped=True)) is not None:
             times[key] = t
     return PageInputs(full=full, default=default, scale_cells=cells,
@@ -213,4 +254,4 @@ def inputs_from_json_dir(json_dir: str | Path) -> PageInputs:
                       accuracy_plot=f"full-{ACCURACY_PLOT}" if (d / f"full-{ACCURACY_PLOT}").is_file() else None,
                       fit_curves_plot=f"full-{FIT_CURVES_PLOT}" if (d / f"full-{FIT_CURVES_PLOT}").is_file() else None,
                       extend=read(EXTEND_RESULTS), extend_plot=EXTEND_PLOT if (d / EXTEND_PLOT).is_file() else None,
-                      real_context=read(REAL_CONTEXT))
+                      real_context=read(REAL_CONTEXT), longer=longer)

@@ -256,7 +256,8 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
                 L += ["", f"![bits per byte by position at every evaluation length]({links}{inp.plot})", ""]
         if inp.accuracy_plot:
             L += ["### Accuracy against length", "", f"![exact match against length]({links}{inp.accuracy_plot})", ""]
-        L += fit_curves_markdown(full, f"{links}{inp.fit_curves_plot}" if inp.fit_curves_plot else None)
+        L += fit_curves_markdown(full, f"{links}{inp.fit_curves_plot}" if inp.fit_curves_plot else None,
+                                 inp.longer or None)
     else:
         L += ["No `full` results yet.", ""]
     L += ["## Scale check", ""] + _scale(inp)
@@ -276,6 +277,9 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
           ".venv/bin/python -m relpos.report.results_page --full runs/protocol3/full --scale "
           "runs/protocol3/scale --default runs/default --previous docs/results.md --out docs/results.md "
           "--json-dir docs/results/protocol3/   # this page",
+          "# the schemes that do not fit, on twice the budget (then: --longer runs/protocol3/longer)",
+          ".venv/bin/python benchmarks/protocol3_longer.py runs/protocol3/full runs/protocol3/longer copy "
+          "copy-distinct reverse mqar",
           "benchmarks/extend_run.sh runs/extend   # the extend section (then: --extend runs/extend/ext)",
           "# the real-checkpoint section: benchmarks/smollm2_context.py, then benchmarks/smollm2_context_table.py "
           "--json (then: --real-context that JSON)",
@@ -341,6 +345,8 @@ def write_page(inp: PageInputs, ship: dict, out: str | Path, json_dir: str | Pat
             if isinstance(src, Path):
                 with open(src, "rb") as f:
                     write_bytes_atomic(jd / name, f.read())
+            elif isinstance(src, bytes):  # drawn here (the curves figure with the longer runs)
+                write_bytes_atomic(jd / name, src)
             else:
                 write_text_atomic(jd / name, json.dumps(src, indent=1) + "\n")
         write_text_atomic(man_path, json.dumps(sorted(manifest | set(ship) | {MANIFEST}), indent=1) + "\n")
@@ -364,12 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--extend", help="folder of a `relpos extend --from` run (its results.json and extend.png)")
     p.add_argument("--real-context", help="JSON of benchmarks/smollm2_context_table.py (a real checkpoint past its "
                                           "context)")
+    p.add_argument("--longer", help="folder of benchmarks/protocol3_longer.py: the schemes that do not fit, trained "
+                                    "again on twice the budget (one subfolder per task; not ranked)")
     p.add_argument("--out", required=True, help="the page to write (docs/results.md)")
     p.add_argument("--json-dir", required=True, help="where the quoted JSON and plot files are copied")
     p.add_argument("--force", action="store_true", help="overwrite files relpos did not write")
     a = p.parse_args(argv)
     try:
-        for flag in ("full", "scale", "default", "extend"):
+        for flag in ("full", "scale", "default", "extend", "longer"):
             v = getattr(a, flag)
             if v is not None and not Path(v).is_dir():
                 raise Refused(f"--{flag} {v}: no such folder")
@@ -383,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 prev = claims.previous_from_page(text)
         inp, ship = inputs_from_folders(a.full, a.scale, a.default, prev, extend=a.extend,
-                                        real_context=a.real_context)
+                                        real_context=a.real_context, longer=a.longer)
         path = write_page(inp, ship, a.out, a.json_dir, force=a.force)
     except (Refused, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

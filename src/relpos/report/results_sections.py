@@ -98,6 +98,10 @@ def _time(inp: PageInputs) -> list[str]:
                     f"{sum(len(r['runs']) for r in inp.scale_cells.values())} | - | - | {_NO_STORE} |")
     else:
         rows.append("| scale | - | - | - | no results |")
+    for task, res in sorted(inp.longer.items()):  # the unfitted schemes on twice the budget (not ranked)
+        t = inp.times.get(f"longer/{task}")
+        rows.append(f"| {task} on twice the budget, not ranked | {len(res['runs'])} | " + (
+            f"{t['cpu_seconds'] / 3600:.2f} | - | `{t['fingerprint']}` |" if t else f"- | - | {_NO_STORE} |"))
     return ["Process CPU time of every job (each training try and its evaluation), summed from the store that "
             "ships beside this page (`full/results.sqlite` for the full preset; `cpu_seconds`, recorded in "
             "`times.json`); results whose store was not shipped show no time: none is typed in. Wall: the hours "
