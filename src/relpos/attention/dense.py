@@ -388,6 +388,30 @@ def _relative_key_term(req: Request, q: Tensor) -> tuple[Tensor, Tensor, bool] |
     return qu, skew_rows(per, Nq, Nk), False
 
 
+def _blocked_relative_keys(req: Request, q: Tensor, k: Tensor) -> Tensor | None:
+    """Training-time causal self-attention of a :class:`RelativeKeys` scheme by row blocks that form only their
+    slice of the term (:mod:`relpos.attention.dense_relkey`), where :class:`_CausalTermAttention` would run on
+    the whole skewed term; None elsewhere."""
+    from relpos.attention.dense_relkey import causal_relkey_attention
+
+    enc = req.encoding
+    B, H, Nq, Nk, _ = req.shape
+    if not (req.causal and req.contiguous and req.q_offset == 0 and Nq == Nk and Nq >= CAUSAL_BLOCK_ROWS
+            and req.groups == 1 and req.key_padding_mask is None and req.attn_mask is None and req.dropout_p == 0
+            and torch.is_grad_enabled() and q.dtype in (torch.float32, torch.float64)
+            and q.dtype == k.dtype == req.v.dtype and enc.acts_on - {"embedding", "qk"} == {"score"}):
+        return None
+    rk = enc.relative_keys()
+    if rk is None:
+        return None
+    keys = rk.keys(offsets_range(Nq, Nk, 0).to(q.device)[:Nq]).to(q.dtype) * req.scale  # (H, Nq, D): d <= 0
+    if not any(t.requires_grad for t in (q, k, req.v, keys)):
+        return None
+    qu = q if rk.u is None else q + rk.u.to(q.dtype)[None, :, None, :]
+    qv = q if rk.v is None else q + rk.v.to(q.dtype)[None, :, None, :]
+    return causal_relkey_attention(qu, qv, k, req.v, keys, req.scale, causal_blocks(Nq, Nk, 0))
+
+
 def run(req: Request) -> Tensor:
     check_finite(req)
     enc = req.encoding
@@ -396,6 +420,8 @@ def run(req: Request) -> Tensor:
     G = req.groups
     dtype = q.dtype
     toeplitz_causal = req.causal and req.toeplitz and req.contiguous
+    if (out := _blocked_relative_keys(req, q, k)) is not None:
+        return out
     rel = _relative_key_term(req, q)
     if rel is not None:  # Transformer-XL's form: the content bias u joins q for q . k
         q, add, causal_in_term = rel

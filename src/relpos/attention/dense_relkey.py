@@ -1,0 +1,120 @@
+"""Dense causal attention with a relative-key term (Transformer-XL's form), formed block by block.
+
+Paper: Dai et al. 2019, "Transformer-XL", https://arxiv.org/abs/1901.02860 (section 3.3, and appendix B's
+"relative shift").
+
+For a scheme with the :class:`~relpos.encodings.base.RelativeKeys` capability, the logit of query ``t`` and key
+``j <= t`` is::
+
+    s[t, j] = scale (q_t + u) . k_j  +  (q_t + v) . K[j - t + N - 1]
+
+with ``K`` the ``(H, N, D)`` relative keys of the past offsets ``d = j - t`` in ``-(N-1) .. 0`` (already
+scaled). :mod:`relpos.attention.dense` otherwise forms the whole ``(B, H, N, N)`` term (a product on the
+offsets, skewed with :func:`relpos.offsets.skew_rows_past`) and runs the row blocks of
+``_CausalTermAttention`` on it, so the forward and backward each write several ``N x N`` tensors (the
+product, the skewed term, the term's gradient, its unskewed copy). Here each row block ``t in [r0, r1)``, which
+sees keys ``j < r1``, forms only its own slice: the product ``(q + v)[r0:r1] . K[N - r1 :]`` is
+``(B H, R, r1)``, its skewed read view is added to the block's content logits (the future keys get -inf), and
+the backward unskews the block's ``dS`` the same way. No tensor of ``N x N`` per head is formed beyond the
+blocks' probabilities, which the backward needs.
+
+Equal to :class:`relpos.attention.dense._CausalTermAttention` on the skewed term (tested, gradients included,
+against the scheme's float64 reference).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from relpos.first_order import first_order
+from relpos.offsets import _skew_view
+
+__all__ = ["causal_relkey_attention"]
+
+
+def _future(R: int, e: int, r0: int, device, dtype) -> Tensor:
+    """``(R, e)`` additive mask of a row block: 0 where key ``j <= r0 + t'``, -inf after."""
+    t = torch.arange(R, device=device)[:, None] + r0
+    return torch.zeros(R, e, dtype=dtype, device=device).masked_fill_(torch.arange(e, device=device)[None] > t,
+                                                                       float("-inf"))
+
+
+class _CausalRelKeyAttention(torch.autograd.Function):
+    """``o = softmax(scale qu k^T + skew(qv K^T)) v`` over causal row blocks; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, qu: Tensor, qv: Tensor, k: Tensor, v: Tensor, keys: Tensor, scale: float,
+                blocks: tuple) -> Tensor:
+        B, H, N, D = qu.shape
+        Dv = v.shape[3]
+        qu3, qv3 = qu.reshape(B * H, N, D), qv.reshape(B * H, N, D)
+        k3, v3 = k.reshape(B * H, N, D), v.reshape(B * H, N, Dv)
+        o = qu3.new_empty(B * H, N, Dv)
+        ps = []
+        for r0, r1, e in blocks:  # e == r1: rows r0 .. r1 - 1 see keys 0 .. r1 - 1
+            R = r1 - r0
+            win = keys[:, N - e:].expand(B, H, e, D).reshape(B * H, e, D)  # offsets -(e-1) .. 0
+            pd = torch.bmm(qv3[:, r0:r1], win.transpose(1, 2))  # (B H, R, e): column c is offset c - (e - 1)
+            s = torch.baddbmm(_skew_view(pd, R, e), qu3[:, r0:r1], k3[:, :e].transpose(1, 2), alpha=scale)
+            s.add_(_future(R, e, r0, s.device, s.dtype))
+            p = torch.softmax(s, dim=-1)  # (B H, R, e)
+            o[:, r0:r1] = torch.bmm(p, v3[:, :e])
+            ps.append(p)
+        ctx.save_for_backward(qu3, qv3, k3, v3, keys, o, *ps)
+        ctx.scale, ctx.blocks, ctx.dims = scale, blocks, (B, H, N, D)
+        return o.view(B, H, N, Dv)
+
+    @staticmethod
+    @first_order
+    def backward(ctx, go: Tensor):
+        qu3, qv3, k3, v3, keys, o, *ps = ctx.saved_tensors
+        B, H, N, D = ctx.dims
+        go3 = go.reshape(B * H, N, -1)
+        dqu, dqv = torch.empty_like(qu3), torch.empty_like(qv3)
+        dk, dv = torch.zeros_like(k3), torch.zeros_like(v3)
+        dkeys = torch.zeros(H, N, D, dtype=keys.dtype, device=keys.device)
+        delta = (go3 * o).sum(-1, keepdim=True)  # rowsum(P dP) = rowsum(dO o)
+        for (r0, r1, e), p in zip(ctx.blocks, ps):
+            R = r1 - r0
+            g = go3[:, r0:r1]
+            dv[:, :e] += torch.bmm(p.transpose(1, 2), g)
+            # dS (B H, R, e), 0 after the diagonal, stored R - 1 elements into its buffer (see dpd below)
+            buf = go3.new_empty(R - 1 + B * H * R * e)
+            ds = torch.bmm(g, v3[:, :e].transpose(1, 2), out=buf[R - 1:].view(B * H, R, e))
+            ds.sub_(delta[:, r0:r1]).mul_(p)
+            dqu[:, r0:r1] = torch.bmm(ds, k3[:, :e]).mul_(ctx.scale)
+            dk[:, :e] += torch.bmm(ds.transpose(1, 2), qu3[:, r0:r1]).mul_(ctx.scale)
+            # dS back on the offsets, contiguous: dpd[t', c] = dS[t', c - (R - 1 - t')] for c >= R - 1 - t', else
+            # 0. Read through a view with row stride e + 1 that starts R - 1 elements early (into the previous
+            # matrix, or the buffer's front for the first); the columns left of a row's start are set to 0.
+            shifted = buf.as_strided((B * H, R, e), (R * e, e + 1, 1), buf.storage_offset())
+            tt = torch.arange(R, device=ds.device)[:, None]
+            dpd = torch.where(torch.arange(e, device=ds.device)[None] >= R - 1 - tt, shifted, ds.new_zeros(()))
+            win = keys[:, N - e:].expand(B, H, e, D).reshape(B * H, e, D)
+            dqv[:, r0:r1] = torch.bmm(dpd, win)
+            dkeys[:, N - e:] += torch.bmm(dpd.transpose(1, 2), qv3[:, r0:r1]).view(B, H, e, D).sum(0)
+        return (dqu.view(B, H, N, D), dqv.view(B, H, N, D), dk.view(B, H, N, D), dv.view(B, H, N, -1), dkeys,
+                None, None)
+
+
+def causal_relkey_attention(qu: Tensor, qv: Tensor, k: Tensor, v: Tensor, keys: Tensor, scale: float,
+                            blocks: tuple) -> Tensor:
+    """Causal self-attention (``Nq == Nk == N``, no offset) with a relative-key term, by row blocks.
+
+    Args:
+        qu: ``(B, H, N, D)`` queries plus the content bias ``u``.
+        qv: ``(B, H, N, D)`` queries plus the position bias ``v``.
+        k: ``(B, H, N, D)`` keys; v: ``(B, H, N, Dv)`` values.
+        keys: ``(H, N, D)`` relative keys of the offsets ``-(N-1) .. 0`` in that order, already scaled.
+        scale: the content logits' scale.
+        blocks: :func:`relpos.attention.dense.causal_blocks` of ``(N, N, 0)``.
+
+    Returns:
+        ``(B, H, N, Dv)``.
+    """
+    N = qu.shape[2]
+    if k.shape[2] != N or keys.shape[1] != N or any(e != r1 for _, r1, e in blocks):
+        raise ValueError(f"causal_relkey_attention needs Nq == Nk == keys' offsets and blocks without a query "
+                         f"offset, got Nq = {N}, Nk = {k.shape[2]}, {keys.shape[1]} offsets")
+    return _CausalRelKeyAttention.apply(qu, qv, k, v, keys, scale, blocks)

@@ -1,0 +1,75 @@
+"""``relpos.attention.dense_relkey``: causal attention with a relative-key term by row blocks, each forming its
+own slice of the term. Exact against the whole skewed term run through ``_CausalTermAttention`` and against
+Transformer-XL's float64 reference, gradients included; taken exactly where it applies."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import relpos
+from relpos.offsets import skew_rows_past
+from tests.helpers import build
+
+dense = importlib.import_module("relpos.attention.dense")
+rel = importlib.import_module("relpos.attention.dense_relkey")
+
+
+@settings(max_examples=30, deadline=None)
+@given(B=st.integers(1, 3), H=st.integers(1, 3), N=st.integers(1, 12), D=st.integers(1, 5), n=st.integers(1, 5),
+       seed=st.integers(0, 2**16))
+def test_blocks_equal_the_whole_skewed_term_with_gradients(B, H, N, D, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    qu, qv, k, v = (torch.randn(B, H, N, D, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(4))
+    keys = torch.randn(H, N, D, generator=g, dtype=torch.float64, requires_grad=True)  # offsets -(N-1) .. 0
+    blocks = dense.causal_blocks(N, N, 0, n)
+    out = rel.causal_relkey_attention(qu, qv, k, v, keys, 0.7, blocks)
+    term = skew_rows_past(qv @ keys.transpose(-1, -2), N, N)  # (B, H, N, N), -inf after the diagonal
+    ref = dense._CausalTermAttention.apply(qu, k, v, term, 0.7, blocks)
+    torch.testing.assert_close(out, ref)
+    w = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    for a, b in zip(torch.autograd.grad((out * w).sum(), (qu, qv, k, v, keys)),
+                    torch.autograd.grad((ref * w).sum(), (qu, qv, k, v, keys))):
+        torch.testing.assert_close(a, b)
+
+
+def test_it_refuses_an_offset_or_unequal_lengths():
+    x = torch.randn(1, 1, 4, 2)
+    with pytest.raises(ValueError, match="Nq == Nk"):
+        rel.causal_relkey_attention(x, x, torch.randn(1, 1, 5, 2), torch.randn(1, 1, 5, 2), torch.randn(1, 4, 2),
+                                    1.0, dense.causal_blocks(4, 5, 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_transformer_xl_takes_it_in_training_and_matches_its_reference(monkeypatch, dtype):
+    calls = []
+    orig = rel._CausalRelKeyAttention.apply
+    monkeypatch.setattr(rel._CausalRelKeyAttention, "apply", lambda *a: calls.append(1) or orig(*a))
+    enc = build("transformer-xl", n_heads=2, causal=True).to(dtype)
+    N = dense.CAUSAL_BLOCK_ROWS
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, N, 8, generator=g, dtype=dtype, requires_grad=True) for _ in range(3))
+    params = [p for p in enc.parameters() if p.requires_grad]
+    out = relpos.attention(q, k, v, enc, impl="dense", causal=True)
+    assert calls == [1]
+    ref = relpos.attention(q, k, v, enc, impl="reference", causal=True)  # float64 tables (relpos's: float32)
+    with monkeypatch.context() as m:  # the whole skewed term through _CausalTermAttention, as before
+        m.setattr(dense, "_blocked_relative_keys", lambda *a: None)
+        whole = relpos.attention(q, k, v, enc, impl="dense", causal=True)
+    w = torch.linspace(-1, 1, out.numel(), dtype=dtype).view_as(out)
+    grads = [torch.autograd.grad((x * w).sum(), [q, k, v, *params]) for x in (out, ref, whole)]
+    torch.testing.assert_close(out, ref.to(dtype), atol=2e-5, rtol=1e-4)
+    for a, b in zip(grads[0], grads[1]):
+        torch.testing.assert_close(a, b.to(dtype), atol=5e-5, rtol=1e-4)
+    tight = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(out, whole, **tight)
+    for a, b in zip(grads[0], grads[2]):
+        torch.testing.assert_close(a, b, **tight)
+    with torch.no_grad():  # inference keeps its own path
+        relpos.attention(q, k, v, enc, impl="dense", causal=True)
+    relpos.attention(q[:, :, : N - 1], k[:, :, : N - 1], v[:, :, : N - 1], enc, impl="dense", causal=True)  # short
+    assert calls == [1]
