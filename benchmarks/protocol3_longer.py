@@ -19,7 +19,9 @@ ranked runs' validation choice.
     python benchmarks/protocol3_longer.py FULL_FOLDER OUT TASK [TASK ...] [--workers 2] [--snapshot DIR] [--dry-run]
 
 Each task trains into ``OUT/<task>`` (resumable: rerun the same command, finished runs are kept); with
-``--snapshot DIR`` each store is copied to ``DIR/<task>`` after it finishes (benchmarks/store_snapshot.py).
+``--snapshot DIR`` a task whose folder has no store yet is first restored from ``DIR/<task>`` (a snapshot committed
+by an earlier session), and each store is copied back to ``DIR/<task>`` after it finishes
+(benchmarks/store_snapshot.py).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def unfitted(store: Path, task: str) -> tuple[dict[str, dict], int, list[float]]
     """``label -> {"fitted": k, "seeds": n, "lrs": {...}}`` of the labels of ``task`` that fitted fewer than
     MIN_SEEDS of SEEDS seeds, the task's step budget, and the learning-rate grid of its runs. Refuses a task
     whose runs are not all in (a label with fewer than SEEDS seeds)."""
+    if not store.is_file():
+        raise SystemExit(f"{store}: no such store (the full preset's folder holds results.sqlite)")
     con = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
     try:
         rows = con.execute("SELECT scheme, randomized, info FROM jobs WHERE task = ?", (task,)).fetchall()
@@ -100,12 +104,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{task}: {which}; {' '.join(cmd)}", flush=True)
         if a.dry_run:
             continue
+        snap = [sys.executable, str(Path(__file__).with_name("store_snapshot.py"))]
+        if a.snapshot and not (a.out / task / "results.sqlite").exists() and (a.snapshot / task / "results.sqlite").exists():
+            subprocess.check_call([*snap, "--restore", str(a.snapshot / task), str(a.out / task)])
         rc = subprocess.call(["nice", "-n", "19", *cmd], env={**os.environ, "OMP_NUM_THREADS": "1"})
         if rc:
             return rc
         if a.snapshot:
-            subprocess.check_call([sys.executable, str(Path(__file__).with_name("store_snapshot.py")),
-                                   str(a.out / task), str(a.snapshot / task)])
+            subprocess.check_call([*snap, str(a.out / task), str(a.snapshot / task)])
     return 0
 
 
