@@ -276,3 +276,28 @@ def test_steps_run_with_subnormals_flushed_and_the_callers_setting_comes_back():
           Recording())
     assert seen == [True, True]
     assert not flushing()
+
+
+def test_the_multi_tensor_optimizer_and_clipping_repeat_the_per_tensor_loop_bit_for_bit(corpus, monkeypatch):
+    # the trainer asks for AdamW's and clip_grad_norm_'s foreach implementations on CPU (fewer calls per step);
+    # they must give exactly the numbers of PyTorch's CPU default, the per-tensor loop
+    import relpos.training.loop as loop
+
+    assert loop._foreach("cpu") is True and loop._foreach("meta") is None
+    seen = []
+    orig = torch.optim.AdamW
+
+    def spy(*a, **k):
+        seen.append(k.get("foreach"))
+        return orig(*a, **k)
+
+    monkeypatch.setattr(torch.optim, "AdamW", spy)
+    kw = dict(steps=6, grad_clip=0.25, weight_decay=0.1)
+    fast = Trainer(mcfg("t5"), tcfg(**kw), corpus)
+    monkeypatch.setattr(loop, "_foreach", lambda device: False)
+    slow = Trainer(mcfg("t5"), tcfg(**kw), corpus)
+    assert seen == [True, False]
+    for _ in range(6):
+        assert fast.step() == slow.step()
+    for a, b in zip(fast.model.parameters(), slow.model.parameters()):
+        assert torch.equal(a, b)

@@ -118,7 +118,7 @@ class Trainer:
         self.model = TransformerLM(model_cfg).to(self.ctx.device)
         self.opt = torch.optim.AdamW(
             _param_groups(self.model, train_cfg.weight_decay, train_cfg.decay), lr=train_cfg.lr,
-            betas=(train_cfg.beta1, train_cfg.beta2),
+            betas=(train_cfg.beta1, train_cfg.beta2), foreach=_foreach(self.ctx.device),
         )
         self.step_count = 0
         self.cooldown: tuple[int, int] | None = None  # (first step, length) once a callback asked for one
@@ -269,11 +269,20 @@ class Trainer:
                 f"and the last good checkpoint is kept. Try a lower --lr, more --warmup or another scheme setting"
             )
         if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=_foreach(self.ctx.device))
         self.opt.step()
         self.step_count += 1
         self.losses.append(loss_val)
         return loss_val
+
+
+def _foreach(device) -> bool | None:
+    """AdamW's and the clipping's multi-tensor (``foreach``) implementation on CPU and CUDA: the same arithmetic
+    as the per-tensor loop PyTorch picks on CPU by default, bit for bit (tested), in fewer calls -- at the
+    compare presets' shapes the optimizer step takes about 0.75x the time (``benchmarks/job_step.py``). The
+    ``fused`` kernels are faster still but round differently, so a run would not repeat an earlier one's numbers.
+    None elsewhere (PyTorch's default)."""
+    return True if torch.device(device).type in ("cpu", "cuda") else None
 
 
 def _want_progress(flag: bool | None) -> bool:
