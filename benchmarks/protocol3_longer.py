@@ -4,7 +4,9 @@ Issue 49 asks that a scheme which fits fewer than 2 of its 3 seeds on a task sho
 to at least twice the step at which the other schemes fit. The ranked runs stop at the task's budget (6,000 steps
 for copy, copy-distinct and MQAR; 8,000 for reverse), which can be shorter than that. This script reads a
 finished task of the full preset's store, picks the schemes (plain or randomized) that fitted fewer than
-``MIN_SEEDS`` seeds, and trains every seed of them once more in a folder of its own, with
+``MIN_SEEDS`` seeds and whose ranked curves stop short of twice the fitted runs' median gate step (where they
+reach it, or no run fitted, the ranked runs already say what they can), and trains every seed of them once more
+in a folder of its own, with
 
 - the same preset, model, data, validation and gate as the ranked runs,
 - a budget of twice the task's (every such budget is at least twice the median gate step of the fitted runs,
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import sqlite3
+import statistics
 import subprocess
 import sys
 from collections import defaultdict
@@ -40,9 +43,11 @@ SEEDS = 3  # the full preset's seeds
 
 
 def unfitted(store: Path, task: str) -> tuple[dict[str, dict], int, list[float]]:
-    """``label -> {"fitted": k, "seeds": n, "lrs": {...}}`` of the labels of ``task`` that fitted fewer than
-    MIN_SEEDS of SEEDS seeds, the task's step budget, and the learning-rate grid of its runs. Refuses a task
-    whose runs are not all in (a label with fewer than SEEDS seeds)."""
+    """``label -> {"fitted": k, "seeds": n, "lrs": {...}, "end": e}`` of the labels of ``task`` that fitted fewer
+    than MIN_SEEDS of SEEDS seeds (``end``: the last step of their unfitted seeds' shortest curve), the task's step
+    budget, the learning-rate grid of its runs, and the median step at which its fitted runs first passed the gate
+    (None when none did). Refuses a task whose runs are not all in (a label with fewer than SEEDS
+    seeds)."""
     if not store.is_file():
         raise SystemExit(f"{store}: no such store (the full preset's folder holds results.sqlite)")
     con = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
@@ -52,14 +57,20 @@ def unfitted(store: Path, task: str) -> tuple[dict[str, dict], int, list[float]]
         con.close()
     if not rows:
         raise SystemExit(f"task {task!r}: no finished runs in {store}")
-    per: dict[str, dict] = defaultdict(lambda: {"fitted": 0, "seeds": 0, "lrs": set()})
+    per: dict[str, dict] = defaultdict(lambda: {"fitted": 0, "seeds": 0, "lrs": set(), "end": None})
     budgets, grid = set(), set()
     for scheme, randomized, info in rows:
-        fit = json.loads(info)["train"]["fit"]
+        train = json.loads(info)["train"]
+        fit = train["fit"]
         p = per[scheme + ("+rand" if randomized else "")]
         p["fitted"] += bool(fit.get("fitted"))
         p["seeds"] += 1
         p["lrs"].add(fit.get("lr"))
+        if fit.get("fitted") and fit.get("first_pass_step"):
+            p.setdefault("passes", []).append(fit["first_pass_step"])
+        if not fit.get("fitted"):  # a seed that fitted needs no longer curve
+            end = train.get("steps") or 0
+            p["end"] = end if p["end"] is None else min(p["end"], end)
         budgets.add(fit.get("budget"))
         grid.update(t["lr"] for t in fit.get("lr_tries") or [])
     short = [lab for lab, p in per.items() if p["seeds"] < SEEDS]
@@ -67,7 +78,15 @@ def unfitted(store: Path, task: str) -> tuple[dict[str, dict], int, list[float]]
         raise SystemExit(f"task {task!r} is not finished: {', '.join(sorted(short))} have fewer than {SEEDS} seeds")
     if len(budgets) != 1:
         raise SystemExit(f"task {task!r}: runs with different budgets {sorted(budgets)}")
-    return {lab: p for lab, p in per.items() if p["fitted"] < MIN_SEEDS}, budgets.pop(), sorted(grid)
+    passes = sorted(x for p in per.values() for x in p.pop("passes", []))
+    return ({lab: p for lab, p in per.items() if p["fitted"] < MIN_SEEDS}, budgets.pop(), sorted(grid),
+            statistics.median(passes) if passes else None)
+
+
+def short(labels: dict[str, dict], gate: float | None) -> dict[str, dict]:
+    """The unfitted labels whose shortest ranked curve stops before twice the median gate step (none when no
+    run fitted: there is no step to reach)."""
+    return {} if gate is None else {lab: p for lab, p in labels.items() if p["end"] < 2 * gate}
 
 
 def command(task: str, labels: dict[str, dict], budget: int, grid: list[float], out: Path, workers: int,
@@ -95,10 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print the commands, train nothing")
     a = ap.parse_args(argv)
     for task in a.tasks:
-        labels, budget, grid = unfitted(a.full / "results.sqlite", task)
+        labels, budget, grid, gate = unfitted(a.full / "results.sqlite", task)
         if not labels:
             print(f"{task}: every scheme fitted at least {MIN_SEEDS} of {SEEDS} seeds; nothing to run")
             continue
+        if not short(labels, gate):
+            print(f"{task}: the unfitted schemes' ranked curves already reach twice the median gate step"
+                  if gate is not None else f"{task}: no run fitted, no gate step to reach; nothing to run")
+            continue
+        labels = short(labels, gate)
         cmd = command(task, labels, budget, grid, a.out, a.workers, a.relpos)
         which = ", ".join(f"{k} ({p['fitted']}/{p['seeds']} fitted)" for k, p in labels.items())
         print(f"{task}: {which}; {' '.join(cmd)}", flush=True)

@@ -14,13 +14,16 @@ from tests.bench.scripts import load_script
 mod = load_script("protocol3_longer")
 
 
-def _store(path, rows):
-    """A store's ``jobs`` table with ``(task, scheme, randomized, fitted, lr)`` rows (seeds numbered per label)."""
+def _store(path, rows, gate=3700):
+    """A store's ``jobs`` table with ``(task, scheme, randomized, fitted, lr)`` rows (seeds numbered per label):
+    fitted runs first pass the gate at ``gate`` and stop at ``gate + 500``, the others run the budget (6,000)."""
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE jobs (task TEXT, scheme TEXT, randomized INTEGER, info TEXT)")
     for task, scheme, rnd, fitted, lr in rows:
-        fit = {"fitted": fitted, "lr": lr, "budget": 6000, "lr_tries": [{"lr": 1e-3}, {"lr": 3e-3}]}
-        con.execute("INSERT INTO jobs VALUES (?, ?, ?, ?)", (task, scheme, rnd, json.dumps({"train": {"fit": fit}})))
+        fit = {"fitted": fitted, "lr": lr, "budget": 6000, "lr_tries": [{"lr": 1e-3}, {"lr": 3e-3}],
+               **({"first_pass_step": gate} if fitted else {})}
+        info = {"train": {"fit": fit, "steps": gate + 500 if fitted else 6000}}
+        con.execute("INSERT INTO jobs VALUES (?, ?, ?, ?)", (task, scheme, rnd, json.dumps(info)))
     con.commit()
     con.close()
     return path
@@ -36,8 +39,9 @@ def test_it_picks_the_schemes_that_fit_fewer_than_two_seeds(tmp_path):
     rows += [("copy", "rope", 1, False, 3e-3) for _ in range(3)]
     rows += [("reverse", "nope", 0, False, 1e-3) for _ in range(3)]
     db = _store(tmp_path / "results.sqlite", rows)
-    labels, budget, grid = mod.unfitted(db, "copy")
-    assert sorted(labels) == ["nope", "rope+rand"] and budget == 6000 and grid == [1e-3, 3e-3]
+    labels, budget, grid, gate = mod.unfitted(db, "copy")
+    assert sorted(labels) == ["nope", "rope+rand"] and budget == 6000 and grid == [1e-3, 3e-3] and gate == 3700
+    assert mod.short(labels, gate) == labels and mod.short(labels, 3000) == {} and mod.short(labels, None) == {}
     cmd = mod.command("copy", labels, budget, grid, tmp_path / "out", 2, "relpos")
     assert cmd[cmd.index("--schemes") + 1] == "nope" and cmd[cmd.index("--randomized") + 1] == "rope"
     assert cmd[cmd.index("--steps") + 1] == "12000"
@@ -47,7 +51,8 @@ def test_it_picks_the_schemes_that_fit_fewer_than_two_seeds(tmp_path):
 
 def test_seeds_that_kept_different_rates_keep_the_grid(tmp_path):
     db = _store(tmp_path / "results.sqlite", [("copy", "nope", 0, False, lr) for lr in (1e-3, 3e-3, 3e-3)])
-    labels, budget, grid = mod.unfitted(db, "copy")
+    labels, budget, grid, gate = mod.unfitted(db, "copy")
+    assert gate is None  # no run fitted
     cmd = mod.command("copy", labels, budget, grid, tmp_path, 1, "relpos")
     assert "--lr" not in cmd and cmd[cmd.index("--lr-grid") + 1] == "0.001,0.003"
     assert cmd[cmd.index("--randomized") + 1] == "none"
@@ -67,3 +72,10 @@ def test_the_dry_run_prints_and_trains_nothing(tmp_path, capsys):
     _store(full / "results.sqlite", [("copy", "nope", 0, False, 3e-3)] * 3 + [("copy", "t5", 0, True, 3e-3)] * 3)
     assert mod.main([str(full), str(tmp_path / "longer"), "copy", "--dry-run", "--relpos", "/nonexistent"]) == 0
     assert "copy: nope (0/3 fitted);" in capsys.readouterr().out and not (tmp_path / "longer").exists()
+    # curves that already reach twice the gate step (a gate at 2,500: 6,000 >= 5,000): nothing to run
+    _store(tmp_path / "early.sqlite", [("copy", "nope", 0, False, 3e-3)] * 3 + [("copy", "t5", 0, True, 3e-3)] * 3,
+           gate=2500)
+    (tmp_path / "f2").mkdir()
+    (tmp_path / "early.sqlite").rename(tmp_path / "f2" / "results.sqlite")
+    assert mod.main([str(tmp_path / "f2"), str(tmp_path / "longer"), "copy", "--dry-run"]) == 0
+    assert "already reach twice the median gate step" in capsys.readouterr().out
