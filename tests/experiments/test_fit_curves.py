@@ -158,6 +158,7 @@ def test_the_page_ships_the_longer_runs_and_reads_them_back(tmp_path):
     assert "**On twice the budget** (8,000 steps" in page and "it fits 1 of 3 seeds there" in page
     assert (tmp_path / "json" / "full-fit_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert "| copy on twice the budget, not ranked | 3 |" in page  # its store did not ship: no time typed in
+    assert "benchmarks/protocol3_longer.py runs/protocol3/full" in page
     # a subfolder named after one task holding another's runs is refused by name
     (longer / "reverse").mkdir()
     (longer / "reverse" / "results.json").write_text(json.dumps(_longer((0,))))

@@ -277,9 +277,9 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
           ".venv/bin/python -m relpos.report.results_page --full runs/protocol3/full --scale "
           "runs/protocol3/scale --default runs/default --previous docs/results.md --out docs/results.md "
           "--json-dir docs/results/protocol3/   # this page",
-          "# the schemes that do not fit, on twice the budget (then: --longer runs/protocol3/longer)",
-          ".venv/bin/python benchmarks/protocol3_longer.py runs/protocol3/full runs/protocol3/longer copy "
-          "copy-distinct reverse mqar",
+          *(["# the schemes that do not fit, on twice the budget (then: --longer runs/protocol3/longer)",
+             ".venv/bin/python benchmarks/protocol3_longer.py runs/protocol3/full runs/protocol3/longer copy "
+             "copy-distinct reverse mqar"] if inp.longer else []),
           "benchmarks/extend_run.sh runs/extend   # the extend section (then: --extend runs/extend/ext)",
           "# the real-checkpoint section: benchmarks/smollm2_context.py, then benchmarks/smollm2_context_table.py "
           "--json (then: --real-context that JSON)",
