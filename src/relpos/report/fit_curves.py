@@ -51,16 +51,23 @@ def _fit(r: dict) -> dict:
 def never_fit(results: dict) -> dict[str, list[str]]:
     """``task -> [label]``: the trained rows (as trained, or with randomized positions) that fitted fewer than
     :data:`~relpos.report.stats.MIN_SEEDS` of their seeds by the fit gate (``train.fit.fitted``), in task and
-    label order."""
+    label order. While a folder is still filling, a row is named only once its seeds still to come (the
+    config's ``seeds``) could not bring it to ``MIN_SEEDS``.
+
+    >>> run = lambda seed, fitted: {"task": "copy", "label": "t5", "seed": seed, "train": {"fit": {"fitted": fitted}}}
+    >>> never_fit({"config": {"seeds": [0, 1, 2]}, "runs": [run(0, True)]}), never_fit({"runs": [run(0, True)]})
+    ({}, {'copy': ['t5']})
+    """
     count: dict = defaultdict(lambda: [0, 0])
     for r in results["runs"]:
         if _trained(r):
             c = count[(r["task"], r["label"])]
             c[0] += bool(_fit(r).get("fitted"))
             c[1] += 1
+    expected = len((results.get("config") or {}).get("seeds") or [])
     out: dict[str, list[str]] = {}
     for (t, lab), (k, n) in sorted(count.items(), key=lambda kv: ((kv[0][0] != "lm", kv[0][0]), kv[0][1])):
-        if k < MIN_SEEDS:
+        if k + max(0, expected - n) < MIN_SEEDS:
             out.setdefault(t, []).append(lab)
     return out
 
