@@ -168,3 +168,31 @@ def test_the_page_ships_the_longer_runs_and_reads_them_back(tmp_path):
         assert "--longer" in str(e) and "reverse/ holds runs of copy" in str(e)
     else:
         raise AssertionError("a mislabelled longer folder was read")
+
+
+def test_the_longer_runs_time_comes_from_their_shipped_store(tmp_path):
+    """Item 8: like every time on the page, the longer runs' CPU-hours come from their store shipped beside it
+    (``<json dir>/longer-<task>/results.sqlite``), never typed in."""
+    import json
+
+    from relpos.compare.store import Store
+    from relpos.report.results_inputs import inputs_from_json_dir, store_dir
+
+    jd = tmp_path / "json"
+    jd.mkdir()
+    (jd / "full-results.json").write_text(json.dumps(_res(2000)))
+    longer = _longer((0,))
+    (jd / "longer-copy-results.json").write_text(json.dumps(longer))
+    assert store_dir(jd, "longer/copy") == jd / "longer-copy"
+    (jd / "longer-copy").mkdir()
+    with Store(jd / "longer-copy" / "results.sqlite") as st:
+        st.bind(longer["fingerprint"], {})
+        for seed in range(3):
+            st.write_job(longer["fingerprint"], {"job": f"copy/rope/seed{seed}", "scheme": "rope", "task": "copy",
+                                                 "seed": seed, "train": {"seconds": 10.0}, "eval_seconds": 1.0,
+                                                 "cpu_seconds": 1200.0, "runs": []})
+    inp = inputs_from_json_dir(jd)
+    assert set(inp.longer) == {"copy"} and inp.times["longer/copy"]["cpu_seconds"] == 3600.0
+    page = page_markdown(inp)
+    assert f"| copy on twice the budget, not ranked | 3 | 1.00 | - | `{longer['fingerprint']}` |" in page
+    assert "**On twice the budget**" in page
