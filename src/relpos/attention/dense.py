@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from relpos.attention import Request, check_finite
+from relpos.attention.dense_relkey import causal_relkey_attention
 from relpos.offsets import offsets_range, skew_rows, skew_rows_past, toeplitz
 from relpos.first_order import first_order
 
@@ -356,6 +357,24 @@ def past_columns(req: Request) -> int | None:
     return min(Nq + req.q_offset, Nq + Nk - 1)
 
 
+def _relative_key_parts(req: Request, q: Tensor, W: int | None) -> tuple[Tensor, Tensor, Tensor] | None:
+    """``(q + u, q + v, keys)`` of a :class:`RelativeKeys` scheme on contiguous positions, ``keys`` ``(H, W, D)``
+    on the first ``W`` offset columns (all ``Nq + Nk - 1`` when None) with the scale folded in (on the keys, not
+    on their ``(B, H, Nq, W)`` product); None where the form does not apply (other schemes, explicit positions,
+    grouped heads)."""
+    enc = req.encoding
+    if not req.contiguous or req.groups != 1 or enc.acts_on - {"embedding", "qk"} != {"score"}:
+        return None
+    rk = enc.relative_keys()
+    if rk is None:
+        return None
+    offs = offsets_range(req.shape[2], req.shape[3], req.q_offset).to(q.device)
+    keys = rk.keys(offs if W is None else offs[:W]).to(q.dtype) * req.scale  # (H, W, D)
+    qu = q if rk.u is None else q + rk.u.to(q.dtype)[None, :, None, :]
+    qv = q if rk.v is None else q + rk.v.to(q.dtype)[None, :, None, :]
+    return qu, qv, keys
+
+
 def _relative_key_term(req: Request, q: Tensor) -> tuple[Tensor, Tensor, bool] | None:
     """For a score of the :class:`RelativeKeys` form on contiguous positions: ``(q + u, term, causal_in_term)``.
 
@@ -366,23 +385,13 @@ def _relative_key_term(req: Request, q: Tensor) -> tuple[Tensor, Tensor, bool] |
     mask is then in the term, ``causal_in_term``). None where the form does not apply (other schemes,
     explicit positions, grouped heads).
     """
-    enc = req.encoding
-    if not req.contiguous or req.groups != 1 or enc.acts_on - {"embedding", "qk"} != {"score"}:
-        return None
-    rk = enc.relative_keys()
-    if rk is None:
-        return None
     Nq, Nk = req.shape[2], req.shape[3]
-    dtype = q.dtype
-    offs = offsets_range(Nq, Nk, req.q_offset).to(q.device)
     W = past_columns(req)
-    if W is not None:
-        offs = offs[:W]
-    # the scale on the (H, W, D) keys, not on the (B, H, Nq, W) product
-    keys = rk.keys(offs).to(dtype) * req.scale  # (H, W, D)
-    qv = q if rk.v is None else q + rk.v.to(dtype)[None, :, None, :]
+    parts = _relative_key_parts(req, q, W)
+    if parts is None:
+        return None
+    qu, qv, keys = parts
     per = torch.matmul(qv, keys.transpose(-1, -2))  # (B, H, Nq, W)
-    qu = q if rk.u is None else q + rk.u.to(dtype)[None, :, None, :]
     if W is not None:
         return qu, skew_rows_past(per, Nq, Nk), True
     return qu, skew_rows(per, Nq, Nk), False
@@ -392,23 +401,16 @@ def _blocked_relative_keys(req: Request, q: Tensor, k: Tensor) -> Tensor | None:
     """Training-time causal self-attention of a :class:`RelativeKeys` scheme by row blocks that form only their
     slice of the term (:mod:`relpos.attention.dense_relkey`), where :class:`_CausalTermAttention` would run on
     the whole skewed term; None elsewhere."""
-    from relpos.attention.dense_relkey import causal_relkey_attention
-
-    enc = req.encoding
     B, H, Nq, Nk, _ = req.shape
-    if not (req.causal and req.contiguous and req.q_offset == 0 and Nq == Nk and Nq >= CAUSAL_BLOCK_ROWS
-            and req.groups == 1 and req.key_padding_mask is None and req.attn_mask is None and req.dropout_p == 0
+    if not (req.causal and req.q_offset == 0 and Nq == Nk and Nq >= CAUSAL_BLOCK_ROWS
+            and req.key_padding_mask is None and req.attn_mask is None and req.dropout_p == 0
             and torch.is_grad_enabled() and q.dtype in (torch.float32, torch.float64)
-            and q.dtype == k.dtype == req.v.dtype and enc.acts_on - {"embedding", "qk"} == {"score"}):
+            and q.dtype == k.dtype == req.v.dtype):
         return None
-    rk = enc.relative_keys()
-    if rk is None:
+    parts = _relative_key_parts(req, q, Nq)  # the past offsets d <= 0
+    if parts is None or not any(t.requires_grad for t in (q, k, req.v, parts[2])):
         return None
-    keys = rk.keys(offsets_range(Nq, Nk, 0).to(q.device)[:Nq]).to(q.dtype) * req.scale  # (H, Nq, D): d <= 0
-    if not any(t.requires_grad for t in (q, k, req.v, keys)):
-        return None
-    qu = q if rk.u is None else q + rk.u.to(q.dtype)[None, :, None, :]
-    qv = q if rk.v is None else q + rk.v.to(q.dtype)[None, :, None, :]
+    qu, qv, keys = parts
     return causal_relkey_attention(qu, qv, k, req.v, keys, req.scale, causal_blocks(Nq, Nk, 0))
 
 

@@ -96,6 +96,22 @@ def _longer_rows(longer: dict | None, task: str, label: str) -> list[dict]:
     return [r for r in (res or {}).get("runs", []) if _trained(r) and r["task"] == task and r["label"] == label]
 
 
+def _has_curve(results: dict, longer: dict | None, task: str, label: str) -> bool:
+    """Whether any seed of ``label`` on ``task`` has a recorded curve, ranked or in the longer runs."""
+    return (any(seed_curves(results, task, label).values())
+            or any(_fit(r).get("val_curve") for r in _longer_rows(longer, task, label)))
+
+
+def _bests(task: str, curves: dict[int, list | None]) -> dict[int, tuple[float, float]]:
+    """``seed -> (best score, last step)`` of the seeds with a curve (best: the lowest loss, the highest exact
+    match)."""
+    return {s: ((min if task == "lm" else max)(p[1] for p in c), c[-1][0]) for s, c in curves.items() if c}
+
+
+def _bests_text(bests: dict[int, tuple[float, float]]) -> str:
+    return "; ".join(f"seed {s} {b:.3f} (to step {e:,.0f})" for s, (b, e) in sorted(bests.items()))
+
+
 def _score_name(task: str) -> str:
     return "validation loss at L (nats)" if task == "lm" else "validation exact match at L"
 
@@ -105,9 +121,7 @@ def fit_curves_figure(results: dict, path: str | Path, longer: dict | None = Non
     scheme; dotted: the fitted schemes' median gate step and twice it; dashed: the gate's target; with
     ``longer`` runs of a scheme, their curves solid and the ranked runs' faded). Returns False, writing
     nothing, when no such scheme has a recorded curve."""
-    todo = {t: [lab for lab in labs if any(seed_curves(results, t, lab).values())
-                or any(_fit(r).get("val_curve") for r in _longer_rows(longer, t, lab))]
-            for t, labs in never_fit(results).items()}
+    todo = {t: [lab for lab in labs if _has_curve(results, longer, t, lab)] for t, labs in never_fit(results).items()}
     todo = {t: labs for t, labs in todo.items() if labs}
     if not todo:
         return False
@@ -183,14 +197,9 @@ def _longer_sentence(longer: dict | None, task: str, label: str, med: float | No
     lrs = sorted({_fit(r).get("lr") for r in rows} - {None})
     passed = [f"seed {r['seed']} at step {_fit(r)['first_pass_step']:,}" for r in rows
               if _fit(r).get("fitted") and _fit(r).get("first_pass_step")]
-    best, short = [], []
-    for r in rows:
-        c = _fit(r).get("val_curve")
-        if c:
-            best.append(f"seed {r['seed']} {(min if task == 'lm' else max)(p[1] for p in c):.3f} "
-                        f"(to step {c[-1][0]:,.0f})")
-        if not _fit(r).get("fitted") and (not c or (med is not None and c[-1][0] < 2 * med)):
-            short.append(str(r["seed"]))
+    bests = _bests(task, {r["seed"]: _fit(r).get("val_curve") for r in rows})
+    short = [str(r["seed"]) for r in rows if not _fit(r).get("fitted")
+             and (r["seed"] not in bests or (med is not None and bests[r["seed"]][1] < 2 * med))]
     reach = ""
     if med is not None and k < MIN_SEEDS:
         reach = (f" Every unfitted seed's curve there runs to at least twice the fitted schemes' gate step "
@@ -201,7 +210,7 @@ def _longer_sentence(longer: dict | None, task: str, label: str, med: float | No
                   if k >= MIN_SEEDS else ": it does not fit this task at this size on twice the budget either"))
     return (f" **On twice the budget** ({budget:,} steps, the same recipe"
             + (f" at learning rate {', '.join(f'{x:g}' for x in lrs)}" if lrs else "")
-            + f"; not ranked): {verdict}." + (f" Best {_score_name(task)}: {'; '.join(best)}." if best else "")
+            + f"; not ranked): {verdict}." + (f" Best {_score_name(task)}: {_bests_text(bests)}." if bests else "")
             + reach)
 
 
@@ -224,9 +233,7 @@ def fit_curves_markdown(results: dict, figure: str | None = None, longer: dict |
         out[2] += (" Where the ranked runs stop too early to tell, every seed of such a scheme was trained once "
                    "more with the same recipe on twice the task's budget (`benchmarks/protocol3_longer.py`); those "
                    "runs are not ranked.")
-    if figure and any(c for t, labs in nf.items() for lab in labs
-                      for c in [*seed_curves(results, t, lab).values(),
-                                *(x for r in _longer_rows(longer, t, lab) for x in [_fit(r).get("val_curve")])]):
+    if figure and any(_has_curve(results, longer, t, lab) for t, labs in nf.items() for lab in labs):
         out += [f"![validation curves of the schemes that do not fit]({figure})", ""]
     for t, labs in nf.items():
         med, n = gate_step(results, t)
@@ -242,8 +249,8 @@ def fit_curves_markdown(results: dict, figure: str | None = None, longer: dict |
             if not any(curves.values()):
                 out.append(head + gate + f" Validation {NOT_RECORDED}." + more)
                 continue
-            ends = {s: c[-1][0] for s, c in curves.items() if c}
-            best = {s: (min if t == "lm" else max)(p[1] for p in c) for s, c in curves.items() if c}
+            bests = _bests(t, curves)
+            ends, best = {s: e for s, (_, e) in bests.items()}, {s: b for s, (b, _) in bests.items()}
             reach = ""
             if med is not None:
                 short = [s for s, e in ends.items() if e < 2 * med]
@@ -254,10 +261,9 @@ def fit_curves_markdown(results: dict, figure: str | None = None, longer: dict |
                          f"{'' if len(short) > 1 else 's'} at step "
                          f"{', '.join(f'{ends[s]:,.0f}' for s in short)}, so a later fit is not ruled out.")
             missing = [s for s, c in curves.items() if not c]
-            best_s = "; ".join(f"seed {s} {best[s]:.3f} (to step {ends[s]:,.0f})" for s in sorted(best))
             target = {r["seed"]: _fit(r).get("target") for r in rows if not _fit(r).get("fitted")}
             late = [s for s in sorted(best) if t != "lm" and target.get(s) is not None and best[s] >= target[s]]
-            out.append(head + gate + reach + f" Best {_score_name(t)}: {best_s}."
+            out.append(head + gate + reach + f" Best {_score_name(t)}: {_bests_text(bests)}."
                        + (f" Seed(s) {', '.join(map(str, late))} reached the target ({target[late[0]]:g}) at some "
                           "check without being fitted: the gate read another check (the last one, in results made "
                           "before the best check was kept)." if late else "")

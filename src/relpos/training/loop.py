@@ -116,9 +116,10 @@ class Trainer:
         self.ctx = ctx if ctx is not None else D.setup(train_cfg.device)
         torch.manual_seed(train_cfg.seed)
         self.model = TransformerLM(model_cfg).to(self.ctx.device)
+        self._foreach = _foreach(self.ctx.device)
         self.opt = torch.optim.AdamW(
             _param_groups(self.model, train_cfg.weight_decay, train_cfg.decay), lr=train_cfg.lr,
-            betas=(train_cfg.beta1, train_cfg.beta2), foreach=_foreach(self.ctx.device),
+            betas=(train_cfg.beta1, train_cfg.beta2), foreach=self._foreach,
         )
         self.step_count = 0
         self.cooldown: tuple[int, int] | None = None  # (first step, length) once a callback asked for one
@@ -269,7 +270,7 @@ class Trainer:
                 f"and the last good checkpoint is kept. Try a lower --lr, more --warmup or another scheme setting"
             )
         if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=_foreach(self.ctx.device))
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=self._foreach)
         self.opt.step()
         self.step_count += 1
         self.losses.append(loss_val)
