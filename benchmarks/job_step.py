@@ -1,6 +1,6 @@
 """One training step of a ``relpos compare`` job, against a bare PyTorch loop, at every preset's shapes.
 
-For each cell (a preset's task at its shapes: the default preset's LM and copy; the full preset's copy,
+For each cell (a preset's task at its shapes: the default preset's LM and copy; the full preset's LM, copy,
 MQAR, reverse and parity; the six scale cells) this times, side by side in one process and interleaved
 (one step of every variant per round, the order rotated every round):
 
@@ -52,8 +52,9 @@ from pathlib import Path
 
 #: cell -> (what, preset, task, scale cell (d_model, train_len) or None).
 CELLS: dict[str, tuple[str, str, str, tuple[int, int] | None]] = {
-    "default-lm": ("`relpos compare` (default preset), LM; the full preset's LM has the same shapes, so its "
-                   "eleven schemes run here", "default", "lm", None),
+    "default-lm": ("`relpos compare` (default preset), LM", "default", "lm", None),
+    "full-lm": ("full preset, LM (default-lm's shapes; its validation reads 512 windows, 32 KB, not 32)", "full", "lm",
+                None),
     "default-copy": ("default preset, copy (L = 8)", "default", "copy", None),
     "full-copy": ("full preset, copy (L = 16; copy-distinct has the same shapes)", "full", "copy", None),
     "full-mqar": ("full preset, MQAR (3 layers, batch 256)", "full", "mqar", None),
@@ -65,7 +66,7 @@ CELLS: dict[str, tuple[str, str, str, tuple[int, int] | None]] = {
 }
 DEFAULT_CELLS = tuple(c for c in CELLS if c != "ci-lm")
 #: Which cell's per-step figures stand for a task of the full preset in ``--predict``.
-TASK_CELLS = {"lm": "default-lm", "copy": "full-copy", "copy-distinct": "full-copy", "reverse": "full-reverse",
+TASK_CELLS = {"lm": "full-lm", "copy": "full-copy", "copy-distinct": "full-copy", "reverse": "full-reverse",
               "parity": "full-parity", "mqar": "full-mqar"}
 #: Targets: NoPE's job step over the bare loop; a scheme's job step over NoPE's (2x for the content-dependent
 #: schemes the train-step benchmark names).
@@ -109,11 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def cell_schemes(cell: str) -> list[str]:
-    """The schemes a cell's preset trains (at ``default-lm``, the full preset's: its LM has these shapes)."""
-    from relpos.compare.presets import preset
-
-    cfg = preset("full") if cell == "default-lm" else cell_config(cell)[0]
-    return list(cfg.schemes)
+    """The schemes a cell's preset trains."""
+    return list(cell_config(cell)[0].schemes)
 
 
 def cell_config(cell: str):

@@ -78,7 +78,7 @@ def test_prediction_from_a_store(mod, tmp_path):
         con.execute("INSERT INTO jobs VALUES (?)", (json.dumps(info),))
     con.commit()
     con.close()
-    cells = [{"cell": "default-lm", "bare_step_ms": 5.0, "rows": [{"scheme": "nope", "job_step_ms": 10.0}]},
+    cells = [{"cell": "full-lm", "bare_step_ms": 5.0, "rows": [{"scheme": "nope", "job_step_ms": 10.0}]},
              {"cell": "full-mqar", "bare_step_ms": 50.0, "rows": [{"scheme": "rope", "job_step_ms": 72.0}]}]
     p = mod.predict(str(store), cells)
     lm, mq = p["tasks"]["lm"], p["tasks"]["mqar"]

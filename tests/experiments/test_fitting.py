@@ -401,3 +401,39 @@ def test_the_full_preset_validates_on_512_examples_at_L_and_32_kb_of_text():
     assert cfg.fit.keep_best
     assert all(cfg.train_settings(t)["steps"] >= 6000 for t in ("copy", "copy-distinct", "reverse", "mqar"))
     assert cfg.model_settings("mqar")["n_heads"] == cfg.n_heads  # the probe sets MQAR's heads, not this change
+
+
+@pytest.mark.parametrize("scheme", ["nope", "t5", "shaw", "transformer-xl", "rope"])
+def test_validation_in_chunks_reads_as_one_pass(scheme):
+    """The in-training validation runs in chunks of VALIDATION_TOKENS (cache-sized activations): the language
+    models' loss equals one pass over every window (float32 rounding), ignored targets included, and the
+    algorithmic scores are the same numbers, also when the last chunk is short."""
+    import torch
+    import torch.nn.functional as F
+
+    from relpos.compare.fitting import lm_validation_loss
+    from relpos.model import ModelConfig, TransformerLM
+    from relpos.tasks.algorithmic import validation_score
+
+    torch.manual_seed(0)
+    model = TransformerLM(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, scheme=scheme))
+    x = torch.randint(0, 11, (37, 12))
+    y = torch.randint(0, 11, (37, 12))
+    y[::3, :4] = -100
+    with torch.no_grad():
+        logits = model.eval()(x)
+        want = float(F.cross_entropy(logits.reshape(-1, 11).double(), y.reshape(-1)))
+    model.train()
+    for tokens in (12 * 5, 12 * 37, 10**6):  # 5 rows a chunk (the last has 2), one chunk, the default
+        got = lm_validation_loss(model, x, y, max_tokens=tokens) if tokens < 10**6 else lm_validation_loss(model, x, y)
+        assert got == pytest.approx(want, rel=1e-6)
+    assert model.training
+    # the algorithmic score: answer tokens where y is a target; chunking never changes a prediction
+    target = logits.argmax(-1).masked_fill(torch.rand(37, 12, generator=torch.Generator().manual_seed(1)) < 0.3, 3)
+    scored = torch.full_like(target, -100)
+    scored[:, 6:] = target[:, 6:]
+    one = validation_score(model, x, scored, max_tokens=10**6)
+    assert 0 < one[1] < 1
+    for tokens in (12, 12 * 5, None):
+        assert (validation_score(model, x, scored) if tokens is None
+                else validation_score(model, x, scored, max_tokens=tokens)) == one

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from relpos.tasks.base import IGNORE, Measurement, ModelFor, Task, greedy_decode, stable_seed
+from relpos.tasks.base import IGNORE, VALIDATION_TOKENS, Measurement, ModelFor, Task, greedy_decode, stable_seed
 
 __all__ = ["AlgorithmicTask", "AlgorithmicSource", "chance_accuracy", "teacher_forced_correct", "validation_score"]
 
@@ -349,7 +349,7 @@ def teacher_forced_correct(model, prompts: Tensor, answers: Tensor, *, max_token
 
 
 @torch.no_grad()
-def validation_score(model, x: Tensor, y: Tensor, *, max_tokens: int = 32768) -> tuple[float, float]:
+def validation_score(model, x: Tensor, y: Tensor, *, max_tokens: int = VALIDATION_TOKENS) -> tuple[float, float]:
     """``(exact match, token accuracy)`` of teacher-forced argmax predictions on a padded batch.
 
     ``y`` marks scored targets (``-100`` elsewhere). Teacher-forced exact match
