@@ -137,7 +137,9 @@ class JobStep:
         from relpos.compare.fitting import DEFAULT_COOLDOWN, FitMonitor
         from relpos.compare.job import Job, model_config_for, train_config_for
         from relpos.training.loop import Trainer
+        from relpos.training.malloc import keep_freed_memory
 
+        keep_freed_memory()  # as run_job does in a job's process
         cfg, task_name = cell_config(cell)
         task = cfg.make_task(task_name)
         job = Job(task_name, scheme, seed)

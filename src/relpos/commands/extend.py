@@ -123,6 +123,9 @@ def hf_spec(args):
 def main(args: argparse.Namespace) -> int:
     if bool(args.source) == bool(args.hf_model):
         raise ValueError("name exactly one of --from COMPARE_FOLDER (the benchmark) and --hf-model PATH")
+    from relpos.training.malloc import keep_freed_memory
+
+    keep_freed_memory()  # this process trains: keep freed buffers (relpos.training.malloc)
     if args.source:
         from relpos.extend.bench import run_extend
 

@@ -61,7 +61,9 @@ def main(args: argparse.Namespace) -> int:
     from relpos.data import ByteLMSource, stdlib_corpus
     from relpos.model import ModelConfig
     from relpos.training.loop import TrainConfig, evaluate_loss, train
+    from relpos.training.malloc import keep_freed_memory
 
+    keep_freed_memory()  # this process trains: keep freed buffers (relpos.training.malloc)
     overrides: dict = {"scheme": args.scheme, "scheme_options": dict(args.option)}
     if args.share_encoding != "default":
         overrides["share_encoding"] = args.share_encoding == "yes"
