@@ -73,6 +73,8 @@ def markdown(doc: dict) -> str:
              f"{doc['seconds']:.0f} s.", "",
              "| cell | scheme | default ms | set ms | default / set | kernel ms default / set | faults default / set |",
              "|---|---|---|---|---|---|---|"]
+    if doc.get("note"):
+        lines[4:4] = [f"**Note**: {doc['note']}", ""]
     for r in doc["rows"]:
         d, s = r["default"], r["set"]
         lines.append(f"| {r['cell']} | {r['scheme']} | {d['cpu_ms']:.1f} | {s['cpu_ms']:.1f} | "
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--out", default=str(HERE / "results"))
     p.add_argument("--name", default="malloc_faults")
+    p.add_argument("--note", default="", help="a line for the table's header (e.g. the host's state)")
     args = p.parse_args(argv)
     import torch
 
@@ -117,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
            "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
            "rounds": args.rounds, "warmup": args.warmup, "steps": args.steps,
            "seconds": round(time.monotonic() - t0, 1), "rows": rows}
+    if args.note:
+        doc["note"] = args.note
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
