@@ -372,12 +372,14 @@ def markdown(doc: dict) -> str:
               "(data, checks, schedule, monitor) plus 1/val_every of its validation; *bare*: a plain PyTorch loop "
               f"at the same shapes (SDPA, AdamW, the job's clipping). Targets: NoPE's job <= {BARE_TARGET}x the "
               f"bare loop; each scheme <= {TARGET}x NoPE (2x DeBERTa, CoPE, FoX).", "",
-              "| cell | batch x seq | bare ms | NoPE job ms | NoPE / bare | met |",
-              "|---|---|---|---|---|---|"]
+              "| cell | batch x seq | bare ms | NoPE job ms | of it, validation | NoPE / bare | without validation | met |",
+              "|---|---|---|---|---|---|---|---|"]
     for c in doc["cells"]:
         nope = c["rows"][0]
+        val = nope["validation_ms"] / c["val_every"]  # the monitor's validation, amortised over val_every steps
         lines.append(f"| {c['cell']} | {c['batch']} x {c['seq_len']} | {c['bare_step_ms']:.1f} | "
-                     f"{nope['job_step_ms']:.1f} | {c['nope_vs_bare']:.2f}x | {'yes' if c['bare_met'] else '**no**'} |")
+                     f"{nope['job_step_ms']:.1f} | {val:.2f} ms | {c['nope_vs_bare']:.2f}x | "
+                     f"{nope['step_ms'] / c['bare_step_ms']:.2f}x | {'yes' if c['bare_met'] else '**no**'} |")
     schemes = list(dict.fromkeys(r["scheme"] for c in doc["cells"] for r in c["rows"]))
     lines += ["", "Each scheme's job step as a multiple of NoPE's (target in brackets; **bold**: over it):", "",
               "| scheme | " + " | ".join(c["cell"] for c in doc["cells"]) + " |",

@@ -34,6 +34,10 @@ def test_quick_run_writes_the_table(mod, tmp_path):
     assert cell["bare_met"] == (cell["nope_vs_bare"] <= 1.15)
     md = (tmp_path / "job_step.md").read_text()
     assert "**Provisional**" in md and "| ci-lm | 8 x 32 |" in md and "| alibi (1.3x) |" in md
+    # the first table also splits the validation off NoPE's job step
+    n = rows["nope"]
+    assert (f"| {n['validation_ms'] / cell['val_every']:.2f} ms | {cell['nope_vs_bare']:.2f}x | "
+            f"{n['step_ms'] / cell['bare_step_ms']:.2f}x |") in md
     assert cell["settle"] == 0
 
 
