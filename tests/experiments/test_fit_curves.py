@@ -123,8 +123,12 @@ def test_longer_runs_say_whether_the_scheme_fits_on_twice_the_budget():
     assert "**On twice the budget** (8,000 steps, the same recipe at learning rate 0.003; not ranked): it fits 2 " \
            "of 3 seeds there (seed 0 at step 5,000; seed 2 at step 5,200): the ranked budget was too short" in two
     assert "stop short" not in two.split("On twice")[1]
+    # the line's head says so too: late, not "does not fit"
+    assert two.startswith("- **copy, rope** (0 of 3 seeds fitted): does not fit within the ranked budget; it fits on "
+                          "twice the budget (") and "does not fit this task at this size" not in two
     none = next(x for x in fit_curves_markdown(res, None, {"copy": _longer(())}) if x.startswith("- **copy, rope"))
     assert "it fits 0 of 3 seeds there: it does not fit this task at this size on twice the budget either" in none
+    assert none.startswith("- **copy, rope** (0 of 3 seeds fitted): does not fit this task at this size (")
     assert "Every unfitted seed's curve there runs to at least twice the fitted schemes' gate step (2,400)" in none
     short = next(x for x in fit_curves_markdown(res, None, {"copy": _longer((), end=2000)})
                  if x.startswith("- **copy, rope"))

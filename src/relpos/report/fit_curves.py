@@ -28,7 +28,7 @@ from pathlib import Path
 
 from relpos.report.stats import MIN_SEEDS
 
-__all__ = ["FIT_CURVES_PLOT", "NOT_RECORDED", "DOES_NOT_FIT", "never_fit", "gate_step", "seed_curves",
+__all__ = ["FIT_CURVES_PLOT", "NOT_RECORDED", "DOES_NOT_FIT", "FITS_LATER", "never_fit", "gate_step", "seed_curves",
            "fit_curves_figure", "fit_curves_markdown"]
 
 #: The figure's file name in a results folder (``full-fit_curves.png`` beside the page).
@@ -37,6 +37,8 @@ FIT_CURVES_PLOT = "fit_curves.png"
 NOT_RECORDED = "curves not recorded in this run"
 #: The words for a scheme that fits fewer than MIN_SEEDS seeds of a task.
 DOES_NOT_FIT = "does not fit this task at this size"
+#: ... and where its seeds fit on twice the budget (``benchmarks/protocol3_longer.py``): late, not never.
+FITS_LATER = "does not fit within the ranked budget; it fits on twice the budget"
 
 
 def _trained(r: dict) -> bool:
@@ -240,7 +242,9 @@ def fit_curves_markdown(results: dict, figure: str | None = None, longer: dict |
         for lab in labs:
             rows = [r for r in results["runs"] if _trained(r) and r["task"] == t and r["label"] == lab]
             k = sum(bool(_fit(r).get("fitted")) for r in rows)
-            head = f"- **{t}, {lab}** ({k} of {len(rows)} seeds fitted): {DOES_NOT_FIT}{_size(results, t, lab)}."
+            later = sum(bool(_fit(r).get("fitted")) for r in _longer_rows(longer, t, lab)) >= MIN_SEEDS
+            head = (f"- **{t}, {lab}** ({k} of {len(rows)} seeds fitted): {FITS_LATER if later else DOES_NOT_FIT}"
+                    f"{_size(results, t, lab)}.")
             gate = (f" The fitted schemes first passed the gate at step {med:,.0f} (median of {n} run"
                     f"{'s' if n != 1 else ''})." if med is not None else
                     " No scheme passed the gate on this task, so there is no step to compare with.")
