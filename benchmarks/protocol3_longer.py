@@ -22,7 +22,8 @@ ranked runs' validation choice.
 
 Each task trains into ``OUT/<task>`` (resumable: rerun the same command, finished runs are kept); with
 ``--snapshot DIR`` a task whose folder has no store yet is first restored from ``DIR/<task>`` (a snapshot committed
-by an earlier session), and each store is copied back to ``DIR/<task>`` after it finishes
+by an earlier session), and each store is copied back to ``DIR/<task>`` every ``--snapshot-every`` seconds while
+it trains (default 1,800: the finished runs travel with a session's commit) and after it finishes
 (benchmarks/store_snapshot.py).
 """
 
@@ -104,13 +105,27 @@ def command(task: str, labels: dict[str, dict], budget: int, grid: list[float], 
             "--workers", str(workers), "--no-progress", "--out", str(out / task)]
 
 
+def run_with_snapshots(cmd: list[str], env: dict, copy: list[str] | None, store: Path, every: float) -> int:
+    """Run ``cmd`` to its end; every ``every`` seconds meanwhile, run ``copy`` (a store snapshot) once ``store``
+    exists. Returns ``cmd``'s exit status."""
+    p = subprocess.Popen(cmd, env=env)
+    while True:
+        try:
+            return p.wait(timeout=every)
+        except subprocess.TimeoutExpired:
+            if copy and store.exists():
+                subprocess.call(copy)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("full", type=Path, help="the full preset's folder (its results.sqlite)")
     ap.add_argument("out", type=Path, help="folder of the longer runs, one subfolder per task")
     ap.add_argument("tasks", nargs="+")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--snapshot", type=Path, help="copy each task's store into SNAPSHOT/<task> when it finishes")
+    ap.add_argument("--snapshot", type=Path, help="copy each task's store into SNAPSHOT/<task> while it trains and "
+                                                  "when it finishes")
+    ap.add_argument("--snapshot-every", type=float, default=1800.0, help="seconds between those copies (default 1800)")
     ap.add_argument("--relpos", default=os.environ.get("RELPOS", ".venv/bin/relpos"))
     ap.add_argument("--dry-run", action="store_true", help="print the commands, train nothing")
     a = ap.parse_args(argv)
@@ -132,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         snap = [sys.executable, str(Path(__file__).with_name("store_snapshot.py"))]
         if a.snapshot and not (a.out / task / "results.sqlite").exists() and (a.snapshot / task / "results.sqlite").exists():
             subprocess.check_call([*snap, "--restore", str(a.snapshot / task), str(a.out / task)])
-        rc = subprocess.call(["nice", "-n", "19", *cmd], env={**os.environ, "OMP_NUM_THREADS": "1"})
+        copy = [*snap, str(a.out / task), str(a.snapshot / task)] if a.snapshot else None
+        rc = run_with_snapshots(["nice", "-n", "19", *cmd], {**os.environ, "OMP_NUM_THREADS": "1"}, copy,
+                                a.out / task / "results.sqlite", a.snapshot_every)
         if rc:
             return rc
         if a.snapshot:

@@ -4,6 +4,7 @@ with which command (nothing trains here)."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -79,3 +80,17 @@ def test_the_dry_run_prints_and_trains_nothing(tmp_path, capsys):
     (tmp_path / "early.sqlite").rename(tmp_path / "f2" / "results.sqlite")
     assert mod.main([str(tmp_path / "f2"), str(tmp_path / "longer"), "copy", "--dry-run"]) == 0
     assert "already reach twice the median gate step" in capsys.readouterr().out
+
+
+def test_the_store_is_copied_while_it_trains(tmp_path):
+    """--snapshot copies the live store every --snapshot-every seconds while the task trains, not only at its end."""
+    import sys
+
+    mod = load_script("protocol3_longer")
+    store, log = tmp_path / "results.sqlite", tmp_path / "copies"
+    train = [sys.executable, "-c", f"import time, pathlib; time.sleep(0.3); pathlib.Path({str(store)!r}).touch(); "
+             "time.sleep(1.2)"]
+    copy = [sys.executable, "-c", f"open({str(log)!r}, 'a').write('x')"]
+    assert mod.run_with_snapshots(train, dict(os.environ), copy, store, 0.2) == 0
+    assert 1 <= len(log.read_text()) <= 7  # only once the store exists (about 1.2 s of 0.2 s waits)
+    assert mod.run_with_snapshots([sys.executable, "-c", "raise SystemExit(3)"], dict(os.environ), None, store, 0.2) == 3
