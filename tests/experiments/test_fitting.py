@@ -428,6 +428,8 @@ def test_validation_in_chunks_reads_as_one_pass(scheme):
         got = lm_validation_loss(model, x, y, max_tokens=tokens) if tokens < 10**6 else lm_validation_loss(model, x, y)
         assert got == pytest.approx(want, rel=1e-6)
     assert model.training
+    with pytest.raises(ValueError, match="no target"):
+        lm_validation_loss(model, x, torch.full_like(y, -100))
     # the algorithmic score: answer tokens where y is a target; chunking never changes a prediction
     target = logits.argmax(-1).masked_fill(torch.rand(37, 12, generator=torch.Generator().manual_seed(1)) < 0.3, 3)
     scored = torch.full_like(target, -100)

@@ -235,7 +235,9 @@ def lm_validation_loss(model, x, y, *, max_tokens: int | None = None) -> float:
                 count += int((yb != -100).sum())
     finally:
         model.train(was)
-    return float(total / count) if count else float("nan")
+    if not count:
+        raise ValueError("lm_validation_loss: y has no target to score (every entry is -100)")
+    return float(total / count)
 
 
 class SampledPositions:

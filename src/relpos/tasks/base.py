@@ -163,8 +163,8 @@ def _param_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-#: Tokens per forward pass of the in-training validation (:func:`relpos.tasks.algorithmic.validation_score`, and the language models'
-#: :func:`relpos.compare.fitting.lm_validation_loss`). Chunks of this size keep every activation within a few MB:
+#: Tokens per forward pass of the in-training validation (:func:`relpos.tasks.algorithmic.validation_score`, and
+#: the language models' :func:`relpos.compare.fitting.lm_validation_loss`). Chunks of this size keep every activation within a few MB:
 #: at the full preset's 1,024 copy examples NoPE's validation took 122 ms in 2,048-token chunks against 211 ms
 #: in one 32,768-token chunk, Shaw's 165 ms against 669 ms (2026-12-06, one thread).
 VALIDATION_TOKENS = 2048
