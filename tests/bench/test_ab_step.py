@@ -1,0 +1,27 @@
+"""``benchmarks/ab_step.py``: both settings time the step off and on, and put the process's setting back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.bench.scripts import load_script
+
+
+@pytest.mark.parametrize("setting, off, on", [("causal-blocks", "whole", "blocks"), ("flush-denormal", "kept", "flushed")])
+def test_each_setting_is_timed_both_ways_and_restored(setting, off, on, tmp_path, monkeypatch):
+    mod = load_script("ab_step")
+    seen = []
+    real = mod.Setting.apply
+    monkeypatch.setattr(mod.Setting, "apply", lambda self, name, v: seen.append(v) or real(self, name, v))
+    rows_before = mod.dense.CAUSAL_BLOCK_ROWS
+    assert mod.main([setting, "--schemes", "t5", "--shapes", "2x16x16", "--steps", "1", "--warmup", "1",
+                     "--out", str(tmp_path)]) == 0
+    assert seen == [False, True, False, True]  # alternating, warm-up round included
+    assert mod.dense.CAUSAL_BLOCK_ROWS == rows_before and torch.set_flush_denormal(False) is not None
+    name = {"causal-blocks": "causal_blocks", "flush-denormal": "flush_denormal"}[setting]
+    (row,) = json.loads((tmp_path / f"{name}.json").read_text())["rows"]
+    assert row[f"{on}_ms"] > 0 and row[f"{off}_ms"] > 0
+    assert row["ratio"] == pytest.approx(row[f"{on}_ms"] / row[f"{off}_ms"], rel=0.02)
