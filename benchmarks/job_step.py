@@ -449,12 +449,8 @@ def main(argv: list[str] | None = None) -> int:
                               "committed measurement is to be rerun on quiet cores")
     if args.predict:
         doc["prediction"] = predict(args.predict, cells)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    md = markdown(doc)
-    (out / f"{args.name}.md").write_text(md + "\n")
-    print(md)
+    from relpos.bench.results import write_results
+    write_results(args.out, args.name, doc, markdown(doc))
     return 0
 
 

@@ -122,12 +122,8 @@ def main(argv: list[str] | None = None) -> int:
            "seconds": round(time.monotonic() - t0, 1), "rows": rows}
     if args.note:
         doc["note"] = args.note
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    md = markdown(doc)
-    (out / f"{args.name}.md").write_text(md + "\n")
-    print(md)
+    from relpos.bench.results import write_results
+    write_results(args.out, args.name, doc, markdown(doc))
     return 0
 
 

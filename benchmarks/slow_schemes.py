@@ -63,7 +63,6 @@ Writes ``benchmarks/results/slow_schemes.json`` and ``.md`` and prints the table
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -451,11 +450,8 @@ def main(argv: list[str] | None = None) -> int:
                 "N": args.n, "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim,
                 "causal": not args.bidirectional, "rounds": args.rounds, "block_rows": args.rows, "seconds": round(time.time() - t0, 1),
                 "load_start": load0, "load_end": [round(x, 2) for x in os.getloadavg()]})
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (out / f"{args.name}.md").write_text(markdown(doc))
-    print(markdown(doc))
+    from relpos.bench.results import write_results
+    write_results(args.out, args.name, doc, markdown(doc))
     return 0
 
 

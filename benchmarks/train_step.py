@@ -24,7 +24,6 @@ Writes ``benchmarks/results/train_step.json`` and ``.md`` and prints the table.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -219,12 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"benchmark": "train_step", "command": "python benchmarks/train_step.py " + " ".join(sys.argv[1:]),
            "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
            "relpos_kernels": kernels.status(), "threads": args.threads, "seconds": round(time.monotonic() - t0, 1), "shapes": shapes}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    md = markdown(doc)
-    (out / f"{args.name}.md").write_text(md + "\n")
-    print(md)
+    from relpos.bench.results import write_results
+    write_results(args.out, args.name, doc, markdown(doc))
     return 0
 
 
