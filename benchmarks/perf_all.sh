@@ -3,7 +3,8 @@
 #   benchmarks/perf_all.sh OUT      (run from a clean export of the commit; 34 min of one core with settled timing, on quiet cores)
 # writes OUT/attention.{json,md} (every scheme x dense/chunked/auto, N = 256/1024/2048, causal and
 # bidirectional, fwd and fwd+bwd), OUT/attention-peers.{json,md} (every peer at N = 2048, both masks),
-# OUT/train_step.{json,md}, OUT/slow_schemes.{json,md} (causal) and OUT/slow_schemes-bidirectional.{json,md},
+# OUT/train_step.{json,md}, OUT/slow_schemes.{json,md} (causal), OUT/slow_schemes-bidirectional.{json,md} and
+# OUT/slow_schemes-lm-shape.{json,md} (Transformer-XL at the compare presets' LM shape),
 # OUT/memory.{json,md} (peak memory at N = 2048, causal, fwd+bwd: README.md's table) and OUT/job_step.{json,md}
 # (the compare job step against a bare loop); OUT/perf_all.log has the commit and the times.
 set -euo pipefail
@@ -24,6 +25,9 @@ $PY benchmarks/slow_schemes.py --out "$OUT" > "$OUT/slow_schemes.log" 2>&1
 log "slow schemes, bidirectional"
 $PY benchmarks/slow_schemes.py --bidirectional --name slow_schemes-bidirectional --out "$OUT" \
   > "$OUT/slow_schemes-bidirectional.log" 2>&1
+log "slow schemes at the compare presets' LM shape (B = 16, H = 4, N = 64, D = 16): Transformer-XL's floor there"
+$PY benchmarks/slow_schemes.py --n 64 --batch 16 --heads 4 --head-dim 16 --rows 64 --rounds 15 \
+  --schemes transformer-xl --name slow_schemes-lm-shape --out "$OUT" > "$OUT/slow_schemes-lm-shape.log" 2>&1
 log "train step"
 $PY benchmarks/train_step.py --no-compile --out "$OUT" > "$OUT/train_step.log" 2>&1
 log "memory (README.md's table)"
