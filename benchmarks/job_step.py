@@ -26,7 +26,9 @@ untimed steps of a variant right before each of its timed ones, so a timed step 
 model, as in a job, and not another variant's (whose weights and optimizer state it evicts from the caches).
 Reported per cell: medians, NoPE's job step against the bare loop and against the bare loop plus the task's batch
 generation (the target, <= 1.15x, is read on the latter), each scheme's job step against NoPE's
-(target <= 1.3x; 2x for DeBERTa, CoPE and FoX), and the compiled step's speed-up.
+(target <= 1.3x; 2x for DeBERTa, CoPE and FoX), and the compiled step's speed-up. Times are medians over rounds;
+every ratio is the median over rounds of the ratio within one round, whose variants ran back to back, so a slower
+stretch of a shared host moves both sides of it (each round's times are kept in the JSON, ``round_ms``).
 
 ``--predict STORE`` also predicts a finished sweep's training CPU-hours from this run's per-step figures:
 for every job in the store, its steps (all learning-rate tries) times the job-step median of its task's cell
@@ -104,8 +106,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.cells = args.cells or ["ci-lm"]
         args.schemes = args.schemes or ["nope", "alibi"]
-        args.rounds, args.warmup = 1, 1
-        if "--compile-schemes" not in (argv or sys.argv[1:]):
+        given = argv or sys.argv[1:]
+        args.rounds = args.rounds if "--rounds" in given else 1
+        args.warmup = 1
+        if "--compile-schemes" not in given:
             args.compile = False
     if args.rounds < 1 or args.warmup < 1 or args.settle < 0:
         p.error("--rounds and --warmup must be >= 1, --settle >= 0")
@@ -253,6 +257,28 @@ class BareStep:
 # ------------------------------------------------------------------ timing
 
 
+def ratios(times: dict, schemes: list[str], val_every: int) -> dict:
+    """The cell's ratios from each round's times (``times[(kind, scheme)][r]``, seconds; round ``r`` ran every
+    variant back to back): each is the median over rounds of the ratio within a round, so a slower stretch of a
+    shared host moves both of its sides. A job's round counts ``1 / val_every`` of that round's validation."""
+
+    def med(num, den) -> float:
+        return statistics.median(a / b for a, b in zip(num, den, strict=True))
+
+    job = {s: [a + b / val_every for a, b in zip(times[("job", s)], times[("validate", s)], strict=True)]
+           for s in schemes}
+    bare = times[("bare", "nope")]
+    base = [a + b for a, b in zip(bare, times[("data", "nope")], strict=True)]
+    out = {"nope_vs_bare": med(job["nope"], bare), "nope_vs_bare_data": med(job["nope"], base),
+           "vs_nope": {s: med(job[s], job["nope"]) for s in schemes}, "vs_bare": {s: med(job[s], bare) for s in schemes},
+           "step_vs_bare_data": {s: med(times[("job", s)], base) for s in schemes}, "compile_speedup": {}}
+    for s in schemes:
+        if ("compiled", s) in times:
+            comp = [a + b / val_every for a, b in zip(times[("compiled", s)], times[("validate", s)], strict=True)]
+            out["compile_speedup"][s] = med(job[s], comp)
+    return out
+
+
 def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, warmup: int, log,
              settle: int = 0) -> dict:
     """Every variant of one cell, interleaved (``settle`` untimed calls of a variant before each timed one);
@@ -300,17 +326,19 @@ def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, wa
     val_every = nope.val_every
     job_ms = {s: med[("job", s)] + med[("validate", s)] / val_every for s in schemes}
     bare, data = med[("bare", "nope")], med[("data", "nope")]
+    r = ratios(times, schemes, val_every)
     rows = []
     for s in schemes:
         target = CONTENT_TARGETS.get(s, TARGET)
+        vs_nope = r["vs_nope"][s]
         row = {"scheme": s, "job_step_ms": job_ms[s], "step_ms": med[("job", s)],
-               "validation_ms": med[("validate", s)], "vs_nope": job_ms[s] / job_ms["nope"],
-               "vs_bare": job_ms[s] / bare, "target": target, "met": job_ms[s] / job_ms["nope"] <= target}
+               "validation_ms": med[("validate", s)], "vs_nope": vs_nope, "vs_bare": r["vs_bare"][s],
+               "step_vs_bare_data": r["step_vs_bare_data"][s], "target": target, "met": vs_nope <= target}
         if s in compile_errors:
             row["compile_error"] = compile_errors[s]
         if ("compiled", s) in med:
-            c = med[("compiled", s)] + med[("validate", s)] / val_every
-            row.update({"compiled_job_step_ms": c, "compile_speedup": job_ms[s] / c, "compile_cpu_s": compile_s[s][0],
+            row.update({"compiled_job_step_ms": med[("compiled", s)] + med[("validate", s)] / val_every,
+                        "compile_speedup": r["compile_speedup"][s], "compile_cpu_s": compile_s[s][0],
                         "compile_wall_s": compile_s[s][1]})
         rows.append(row)
     mc, tc = nope.mcfg, nope.tcfg
@@ -319,8 +347,9 @@ def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, wa
             "model": {"d_model": mc.d_model, "n_layers": mc.n_layers, "n_heads": mc.n_heads, "d_ff": mc.d_ff,
                       "vocab_size": mc.vocab_size},
             "batch": tc.batch_size, "seq_len": tc.seq_len, "bare_step_ms": bare, "data_ms": data,
-            "nope_vs_bare": job_ms["nope"] / bare, "nope_vs_bare_data": job_ms["nope"] / (bare + data),
-            "bare_target": BARE_TARGET, "bare_met": job_ms["nope"] / (bare + data) <= BARE_TARGET,
+            "nope_vs_bare": r["nope_vs_bare"], "nope_vs_bare_data": r["nope_vs_bare_data"],
+            "bare_target": BARE_TARGET, "bare_met": r["nope_vs_bare_data"] <= BARE_TARGET,
+            "round_ms": {f"{k[0]}/{k[1]}": [round(1000 * t, 4) for t in v] for k, v in times.items()},
             "torch_threads": torch.get_num_threads(),
             "bare_params": sum(p.numel() for p in bare_loop.model.parameters()),
             "job_params": nope.trainer.model.num_params(), "rows": rows}
@@ -375,7 +404,7 @@ def markdown(doc: dict) -> str:
         lines += [f"**Provisional**: {doc['provisional']}", ""]
     lines += [f"Command: `{doc['command']}`", "",
               f"CPU ({doc['machine']}), torch {doc['torch']}, 1 thread, process CPU time; medians of interleaved "
-              f"rounds after warm-up steps. Run took {doc['seconds']:.0f} s. *job*: the compare job's step "
+              "rounds after warm-up steps; ratios: medians of the ratios within each round. Run took {doc['seconds']:.0f} s. *job*: the compare job's step "
               "(data, checks, schedule, monitor) plus 1/val_every of its validation; *bare*: a plain PyTorch loop "
               "at the same shapes (SDPA, AdamW, the job's clipping) on pre-made batches; *data*: the task's own batch "
               "generator, which any loop training on the task runs (its random stream is the task's). Targets: NoPE's "
@@ -389,9 +418,11 @@ def markdown(doc: dict) -> str:
         data = c.get("data_ms")  # results written before the data column: the old table's cells
         with_data = "" if data is None else f"{c['nope_vs_bare_data']:.2f}x"
         base = c["bare_step_ms"] + (data or 0.0)
+        # per-round ratios where the run kept them; older results: the ratio of the medians
+        no_val = nope.get("step_vs_bare_data", nope["step_ms"] / base)
         lines.append(f"| {c['cell']} | {c['batch']} x {c['seq_len']} | {c['bare_step_ms']:.1f} | "
                      f"{'' if data is None else f'{data:.1f}'} | {nope['job_step_ms']:.1f} | {val:.2f} ms | "
-                     f"{c['nope_vs_bare']:.2f}x | {with_data} | {nope['step_ms'] / base:.2f}x | "
+                     f"{c['nope_vs_bare']:.2f}x | {with_data} | {no_val:.2f}x | "
                      f"{'yes' if c['bare_met'] else '**no**'} |")
     schemes = list(dict.fromkeys(r["scheme"] for c in doc["cells"] for r in c["rows"]))
     lines += ["", "Each scheme's job step as a multiple of NoPE's (target in brackets; **bold**: over it):", "",
