@@ -404,7 +404,8 @@ def markdown(doc: dict) -> str:
         lines += [f"**Provisional**: {doc['provisional']}", ""]
     lines += [f"Command: `{doc['command']}`", "",
               f"CPU ({doc['machine']}), torch {doc['torch']}, 1 thread, process CPU time; medians of interleaved "
-              "rounds after warm-up steps; ratios: medians of the ratios within each round. Run took {doc['seconds']:.0f} s. *job*: the compare job's step "
+              "rounds after warm-up steps; ratios: medians of the ratios within each round. "
+              f"Run took {doc['seconds']:.0f} s. *job*: the compare job's step "
               "(data, checks, schedule, monitor) plus 1/val_every of its validation; *bare*: a plain PyTorch loop "
               "at the same shapes (SDPA, AdamW, the job's clipping) on pre-made batches; *data*: the task's own batch "
               "generator, which any loop training on the task runs (its random stream is the task's). Targets: NoPE's "

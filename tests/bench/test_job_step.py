@@ -49,6 +49,7 @@ def test_quick_run_writes_the_table(mod, tmp_path):
     assert rows["alibi"]["vs_nope"] == pytest.approx(med_ratio(job("alibi"), job("nope")), rel=1e-3)
     md = (tmp_path / "job_step.md").read_text()
     assert "**Provisional**" in md and "| ci-lm | 8 x 32 |" in md and "| alibi (1.3x) |" in md
+    assert f"Run took {doc['seconds']:.0f} s." in md
     # the first table also splits the validation off NoPE's job step
     n = rows["nope"]
     assert (f"| {cell['data_ms']:.1f} | {n['job_step_ms']:.1f} | {n['validation_ms'] / cell['val_every']:.2f} ms | "
