@@ -382,12 +382,16 @@ def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
     the kept (result, monitor, lr, tries)."""
     from relpos.compare.fitting import DEFAULT_COOLDOWN, FitMonitor, choose_try
     from relpos.training.loop import train
+    from relpos.training.replay import ReplaySource
 
     settings = cfg.train_settings(j.task)
     tries, kept = [], []
+    sources: dict[int, ReplaySource] = {}  # by batch size: the tries replay the batches the first one drew
     for lr in cfg.lr_tries(j.task):
         tcfg = train_config_for(j, cfg, task, lr=lr)
         steps = tcfg.steps
+        if tcfg.batch_size not in sources:
+            sources[tcfg.batch_size] = ReplaySource(task.train_source(tcfg.batch_size, j.seed))
 
         def report(step, steps=steps):
             if progress is not None:
@@ -395,7 +399,7 @@ def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
 
         mon = FitMonitor(task, cfg.fit, steps, progress=report, cooldown_at=settings.get("cooldown_at"),
                          cooldown=settings.get("cooldown", DEFAULT_COOLDOWN))
-        res = train(mcfg, tcfg, task.train_source(tcfg.batch_size, j.seed), callback=mon)
+        res = train(mcfg, tcfg, sources[tcfg.batch_size], callback=mon)
         mon.restore_best(res.model)  # fit.keep_best: the model of the best validation check, as the gate reads
         score = mon.best_score()
         tries.append({"lr": lr, "steps": int(res.steps), "seconds": float(res.seconds),
