@@ -28,9 +28,8 @@ from torch import Tensor
 
 __all__ = ["ReplaySource", "REPLAY_MAX_BYTES"]
 
-#: The most bytes one :class:`ReplaySource` keeps; batches past it are drawn each time, not kept. The full
-#: preset's largest streams: MQAR's 6,000 steps of 256 x 17 tokens in int16, about 104 MB; reverse's 8,000 of
-#: 64 x 33 in int8, about 34 MB.
+#: The most bytes one :class:`ReplaySource` keeps; batches past it are drawn each time, not kept. Every full-preset
+#: task's tokens fit int8; its largest stream, MQAR's 6,000 steps of 256 x 17, takes about 50 MiB.
 REPLAY_MAX_BYTES = 256 * 2**20
 
 
