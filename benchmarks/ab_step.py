@@ -36,6 +36,7 @@ dense = importlib.import_module("relpos.attention.dense")
 
 
 class Setting(NamedTuple):
+    name: str  # the key of SETTINGS
     off: str  # the variant's name without the change (the ratio's denominator)
     on: str
     schemes: tuple[str, ...]
@@ -44,14 +45,14 @@ class Setting(NamedTuple):
     result: str  # the results file's stem
     how: str
 
-    def apply(self, name: str, on: bool) -> None:
-        if name == "causal-blocks":
+    def apply(self, on: bool) -> None:
+        if self.name == "causal-blocks":
             dense.CAUSAL_BLOCK_ROWS = _BLOCK_ROWS if on else 1 << 30
         else:
             torch.set_flush_denormal(on)
 
-    def restore(self, name: str) -> None:
-        if name == "causal-blocks":
+    def restore(self) -> None:
+        if self.name == "causal-blocks":
             dense.CAUSAL_BLOCK_ROWS = _BLOCK_ROWS
         else:
             torch.set_flush_denormal(False)
@@ -59,11 +60,11 @@ class Setting(NamedTuple):
 
 _BLOCK_ROWS = dense.CAUSAL_BLOCK_ROWS
 SETTINGS = {
-    "causal-blocks": Setting("whole", "blocks", ("t5", "kerple-log", "fire", "transformer-xl", "deberta"),
+    "causal-blocks": Setting("causal-blocks", "whole", "blocks", ("t5", "kerple-log", "fire", "transformer-xl", "deberta"),
                              ("4x256x64", "4x256x128"), 10, "causal_blocks",
                              "process CPU time per training step, medians, whole square and row blocks alternating "
                              "step by step"),
-    "flush-denormal": Setting("kept", "flushed", ("nope", "t5", "transformer-xl", "fire", "deberta", "cope"),
+    "flush-denormal": Setting("flush-denormal", "kept", "flushed", ("nope", "t5", "transformer-xl", "fire", "deberta", "cope"),
                               ("4x256x64", "16x64x64"), 8, "flush_denormal",
                               "process CPU time per training step at initialisation, medians, kept and flushed "
                               "alternating"),
@@ -83,7 +84,7 @@ def measure(setting: str, scheme: str, B: int, N: int, d: int, steps: int, warmu
     try:
         for r in range(warmup + steps):
             for on in (False, True):
-                st.apply(setting, on)
+                st.apply(on)
                 t = time.process_time()
                 loss = torch.nn.functional.cross_entropy(m(x).view(-1, 256), y.view(-1))
                 opt.zero_grad()
@@ -92,7 +93,7 @@ def measure(setting: str, scheme: str, B: int, N: int, d: int, steps: int, warmu
                 if r >= warmup:
                     times[on].append(time.process_time() - t)
     finally:
-        st.restore(setting)
+        st.restore()
     off, on = statistics.median(times[False]), statistics.median(times[True])
     return {"scheme": scheme, "batch": B, "seq": N, "d_model": d, f"{st.off}_ms": round(off * 1e3, 2),
             f"{st.on}_ms": round(on * 1e3, 2), "ratio": round(on / off, 3)}

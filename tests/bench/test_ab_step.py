@@ -15,7 +15,7 @@ def test_each_setting_is_timed_both_ways_and_restored(setting, off, on, tmp_path
     mod = load_script("ab_step")
     seen = []
     real = mod.Setting.apply
-    monkeypatch.setattr(mod.Setting, "apply", lambda self, name, v: seen.append(v) or real(self, name, v))
+    monkeypatch.setattr(mod.Setting, "apply", lambda self, v: seen.append(v) or real(self, v))
     rows_before = mod.dense.CAUSAL_BLOCK_ROWS
     assert mod.main([setting, "--schemes", "t5", "--shapes", "2x16x16", "--steps", "1", "--warmup", "1",
                      "--out", str(tmp_path)]) == 0
