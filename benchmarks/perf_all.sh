@@ -34,6 +34,6 @@ log "memory (README.md's table)"
 $PY -m relpos.cli bench --lengths 2048 --masks causal --modes fwd+bwd --impls dense,chunked --repeats 1 \
   --memory-jobs 1 --name memory --out "$OUT" > "$OUT/memory.log" 2>&1
 log "job step (issue 52: the compare job step against a bare loop, every preset shape)"
-$PY benchmarks/job_step.py --rounds 5 --settle 1 --compile-cells default-lm --compile-schemes nope \
+$PY benchmarks/job_step.py --rounds 9 --settle 1 --compile-cells default-lm --compile-schemes nope \
   --predict docs/results/protocol3/full/results.sqlite --out "$OUT" > "$OUT/job_step.log" 2>&1
 log "done; load $(cut -d' ' -f1-3 /proc/loadavg)"
