@@ -36,7 +36,7 @@ dense = importlib.import_module("relpos.attention.dense")
 
 
 class Setting(NamedTuple):
-    name: str  # the key of SETTINGS
+    name: str  # the command line's name for it (its key in SETTINGS)
     off: str  # the variant's name without the change (the ratio's denominator)
     on: str
     schemes: tuple[str, ...]
@@ -59,16 +59,14 @@ class Setting(NamedTuple):
 
 
 _BLOCK_ROWS = dense.CAUSAL_BLOCK_ROWS
-SETTINGS = {
-    "causal-blocks": Setting("causal-blocks", "whole", "blocks", ("t5", "kerple-log", "fire", "transformer-xl", "deberta"),
-                             ("4x256x64", "4x256x128"), 10, "causal_blocks",
-                             "process CPU time per training step, medians, whole square and row blocks alternating "
-                             "step by step"),
-    "flush-denormal": Setting("flush-denormal", "kept", "flushed", ("nope", "t5", "transformer-xl", "fire", "deberta", "cope"),
-                              ("4x256x64", "16x64x64"), 8, "flush_denormal",
-                              "process CPU time per training step at initialisation, medians, kept and flushed "
-                              "alternating"),
-}
+SETTINGS = {s.name: s for s in (
+    Setting("causal-blocks", "whole", "blocks", ("t5", "kerple-log", "fire", "transformer-xl", "deberta"),
+            ("4x256x64", "4x256x128"), 10, "causal_blocks",
+            "process CPU time per training step, medians, whole square and row blocks alternating step by step"),
+    Setting("flush-denormal", "kept", "flushed", ("nope", "t5", "transformer-xl", "fire", "deberta", "cope"),
+            ("4x256x64", "16x64x64"), 8, "flush_denormal",
+            "process CPU time per training step at initialisation, medians, kept and flushed alternating"),
+)}
 
 
 def measure(setting: str, scheme: str, B: int, N: int, d: int, steps: int, warmup: int) -> dict:
