@@ -41,61 +41,68 @@ def _future(R: int, e: int, r0: int, device, dtype) -> Tensor:
 
 
 class _CausalRelKeyAttention(torch.autograd.Function):
-    """``o = softmax(scale qu k^T + skew(qv K^T)) v`` over causal row blocks; see the module docstring."""
+    """``o = softmax(scale qu k^T + skew(qv K^T)) v`` over causal row blocks; see the module docstring.
+
+    The ``(B, H)`` pairs run head-major, as ``(H B, N, D)`` batches (the same one copy per input as ``(B H, N,
+    D)``): a block's product on the offsets is then ``H`` matmuls of ``B R`` query rows against that head's keys
+    (``(H, B R, D) x (H, D, e)``), not ``B H`` matmuls of ``R`` rows against keys copied ``B`` times, and the
+    keys' gradient is ``H`` matmuls over all ``B R`` rows, with no sum over the batch afterwards."""
 
     @staticmethod
     def forward(ctx, qu: Tensor, qv: Tensor, k: Tensor, v: Tensor, keys: Tensor, scale: float,
                 blocks: tuple) -> Tensor:
         B, H, N, D = qu.shape
         Dv = v.shape[3]
-        qu3, qv3 = qu.reshape(B * H, N, D), qv.reshape(B * H, N, D)
-        k3, v3 = k.reshape(B * H, N, D), v.reshape(B * H, N, Dv)
-        o = qu3.new_empty(B * H, N, Dv)
-        ps = []
+        qu3, k3, v3 = (t.transpose(0, 1).reshape(H * B, N, t.shape[-1]) for t in (qu, k, v))  # (H B, N, .)
+        qvh = qv.transpose(0, 1).contiguous()  # (H, B, N, D)
+        o = qu3.new_empty(H * B, N, Dv)
+        ps, qbs = [], []
         for r0, r1, e in blocks:  # e == r1: rows r0 .. r1 - 1 see keys 0 .. r1 - 1
             R = r1 - r0
-            win = keys[:, N - e:].expand(B, H, e, D).reshape(B * H, e, D)  # offsets -(e-1) .. 0
-            pd = torch.bmm(qv3[:, r0:r1], win.transpose(1, 2))  # (B H, R, e): column c is offset c - (e - 1)
+            qb = qvh[:, :, r0:r1].reshape(H, B * R, D)  # the block's rows of every batch entry, per head
+            pd = torch.bmm(qb, keys[:, N - e:].transpose(1, 2)).view(H * B, R, e)  # column c: offset c - (e - 1)
             s = torch.baddbmm(_skew_view(pd, R, e), qu3[:, r0:r1], k3[:, :e].transpose(1, 2), alpha=scale)
             s.add_(_future(R, e, r0, s.device, s.dtype))
-            p = torch.softmax(s, dim=-1)  # (B H, R, e)
+            p = torch.softmax(s, dim=-1)  # (H B, R, e)
             o[:, r0:r1] = torch.bmm(p, v3[:, :e])
             ps.append(p)
-        ctx.save_for_backward(qu3, qv3, k3, v3, keys, o, *ps)
+            qbs.append(qb)
+        ctx.save_for_backward(qu3, k3, v3, keys, o, *ps, *qbs)
         ctx.scale, ctx.blocks, ctx.dims = scale, blocks, (B, H, N, D)
-        return o.view(B, H, N, Dv)
+        return o.view(H, B, N, Dv).transpose(0, 1)
 
     @staticmethod
     @first_order
     def backward(ctx, go: Tensor):
-        qu3, qv3, k3, v3, keys, o, *ps = ctx.saved_tensors
+        qu3, k3, v3, keys, o, *saved = ctx.saved_tensors
+        ps, qbs = saved[: len(ctx.blocks)], saved[len(ctx.blocks):]
         B, H, N, D = ctx.dims
-        go3 = go.reshape(B * H, N, -1)
-        dqu, dqv = torch.empty_like(qu3), torch.empty_like(qv3)
+        go3 = go.transpose(0, 1).reshape(H * B, N, -1)
+        dqu, dqvh = torch.empty_like(qu3), qu3.new_empty(H, B, N, D)
         dk, dv = torch.zeros_like(k3), torch.zeros_like(v3)
         dkeys = torch.zeros(H, N, D, dtype=keys.dtype, device=keys.device)
         delta = (go3 * o).sum(-1, keepdim=True)  # rowsum(P dP) = rowsum(dO o)
-        for (r0, r1, e), p in zip(ctx.blocks, ps):
+        for (r0, r1, e), p, qb in zip(ctx.blocks, ps, qbs):
             R = r1 - r0
             g = go3[:, r0:r1]
             dv[:, :e] += torch.bmm(p.transpose(1, 2), g)
-            # dS (B H, R, e), 0 after the diagonal, stored R - 1 elements into its buffer (see dpd below)
-            buf = go3.new_empty(R - 1 + B * H * R * e)
-            ds = torch.bmm(g, v3[:, :e].transpose(1, 2), out=buf[R - 1:].view(B * H, R, e))
+            # dS (H B, R, e), 0 after the diagonal, stored R - 1 elements into its buffer (see dpd below)
+            buf = go3.new_empty(R - 1 + H * B * R * e)
+            ds = torch.bmm(g, v3[:, :e].transpose(1, 2), out=buf[R - 1:].view(H * B, R, e))
             ds.sub_(delta[:, r0:r1]).mul_(p)
             dqu[:, r0:r1] = torch.bmm(ds, k3[:, :e]).mul_(ctx.scale)
             dk[:, :e] += torch.bmm(ds.transpose(1, 2), qu3[:, r0:r1]).mul_(ctx.scale)
             # dS back on the offsets, contiguous: dpd[t', c] = dS[t', c - (R - 1 - t')] for c >= R - 1 - t', else
             # 0. Read through a view with row stride e + 1 that starts R - 1 elements early (into the previous
             # matrix, or the buffer's front for the first); the columns left of a row's start are set to 0.
-            shifted = buf.as_strided((B * H, R, e), (R * e, e + 1, 1), buf.storage_offset())
+            shifted = buf.as_strided((H * B, R, e), (R * e, e + 1, 1), buf.storage_offset())
             tt = torch.arange(R, device=ds.device)[:, None]
             dpd = torch.where(torch.arange(e, device=ds.device)[None] >= R - 1 - tt, shifted, ds.new_zeros(()))
-            win = keys[:, N - e:].expand(B, H, e, D).reshape(B * H, e, D)
-            dqv[:, r0:r1] = torch.bmm(dpd, win)
-            dkeys[:, N - e:] += torch.bmm(dpd.transpose(1, 2), qv3[:, r0:r1]).view(B, H, e, D).sum(0)
-        return (dqu.view(B, H, N, D), dqv.view(B, H, N, D), dk.view(B, H, N, D), dv.view(B, H, N, -1), dkeys,
-                None, None)
+            dpd = dpd.view(H, B * R, e)
+            dqvh[:, :, r0:r1] = torch.bmm(dpd, keys[:, N - e:]).view(H, B, R, D)
+            dkeys[:, N - e:] += torch.bmm(dpd.transpose(1, 2), qb)  # (H, e, D): summed over every row
+        back = lambda t: t.view(H, B, N, -1).transpose(0, 1)  # (B, H, N, .) views
+        return back(dqu), dqvh.transpose(0, 1), back(dk), back(dv), dkeys, None, None
 
 
 def causal_relkey_attention(qu: Tensor, qv: Tensor, k: Tensor, v: Tensor, keys: Tensor, scale: float,
