@@ -86,19 +86,17 @@ class _CausalRelKeyAttention(torch.autograd.Function):
             R = r1 - r0
             g = go3[:, r0:r1]
             dv[:, :e] += torch.bmm(p.transpose(1, 2), g)
-            # dS (H B, R, e), 0 after the diagonal, stored R - 1 elements into its buffer (see dpd below)
-            buf = go3.new_empty(R - 1 + H * B * R * e)
-            ds = torch.bmm(g, v3[:, :e].transpose(1, 2), out=buf[R - 1:].view(H * B, R, e))
+            ds = torch.bmm(g, v3[:, :e].transpose(1, 2))  # dP, then dS (H B, R, e): 0 after the diagonal
             ds.sub_(delta[:, r0:r1]).mul_(p)
             dqu[:, r0:r1] = torch.bmm(ds, k3[:, :e]).mul_(ctx.scale)
             dk[:, :e] += torch.bmm(ds.transpose(1, 2), qu3[:, r0:r1]).mul_(ctx.scale)
-            # dS back on the offsets, contiguous: dpd[t', c] = dS[t', c - (R - 1 - t')] for c >= R - 1 - t', else
-            # 0. Read through a view with row stride e + 1 that starts R - 1 elements early (into the previous
-            # matrix, or the buffer's front for the first); the columns left of a row's start are set to 0.
-            shifted = buf.as_strided((H * B, R, e), (R * e, e + 1, 1), buf.storage_offset())
-            tt = torch.arange(R, device=ds.device)[:, None]
-            dpd = torch.where(torch.arange(e, device=ds.device)[None] >= R - 1 - tt, shifted, ds.new_zeros(()))
-            dpd = dpd.view(H, B * R, e)
+            # dS back on the offsets: dpd[t', c] = dS[t', c - (R - 1 - t')] for c >= R - 1 - t', else 0 (the adjoint
+            # of the forward's skewed read). Row t' is written from column R - 1 - t' of a buffer R - 1 columns
+            # wider, whose left R - 1 columns are zeroed; the pairs after the diagonal (0) land past column e.
+            un = ds.new_empty(H * B, R, R - 1 + e)
+            un[..., : R - 1].zero_()
+            _skew_view(un, R, e).copy_(ds)
+            dpd = un[..., :e].view(H, B * R, e)  # rows of stride R - 1 + e
             dqvh[:, :, r0:r1] = torch.bmm(dpd, keys[:, N - e:]).view(H, B, R, D)
             dkeys[:, N - e:] += torch.bmm(dpd.transpose(1, 2), qb)  # (H, e, D): summed over every row
         back = lambda t: t.view(H, B, N, -1).transpose(0, 1)  # (B, H, N, .) views
