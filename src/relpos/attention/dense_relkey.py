@@ -14,9 +14,10 @@ offsets, skewed with :func:`relpos.offsets.skew_rows_past`) and runs the row blo
 ``_CausalTermAttention`` on it, so the forward and backward each write several ``N x N`` tensors (the
 product, the skewed term, the term's gradient, its unskewed copy). Here each row block ``t in [r0, r1)``, which
 sees keys ``j < r1``, forms only its own slice: the product ``(q + v)[r0:r1] . K[N - r1 :]`` is
-``(B H, R, r1)``, its skewed read view is added to the block's content logits (the future keys get -inf), and
-the backward unskews the block's ``dS`` the same way. No tensor of ``N x N`` per head is formed beyond the
-blocks' probabilities, which the backward needs.
+``(H B, R, r1)`` (head-major: one matmul per head over every batch entry's rows), its skewed read view is
+added to the block's content logits (the future keys get -inf), and the backward unskews the block's ``dS``
+the same way. No tensor of ``N x N`` per head is formed beyond the blocks' probabilities, which the
+backward needs.
 
 Equal to :class:`relpos.attention.dense._CausalTermAttention` on the skewed term (tested, gradients included,
 against the scheme's float64 reference).
