@@ -83,6 +83,7 @@ class _CausalRelKeyAttention(torch.autograd.Function):
         dk, dv = torch.zeros_like(k3), torch.zeros_like(v3)
         dkeys = torch.zeros(H, N, D, dtype=keys.dtype, device=keys.device)
         delta = (go3 * o).sum(-1, keepdim=True)  # rowsum(P dP) = rowsum(dO o)
+        un = None  # dS by offset, (H B, R, R - 1 + N): one buffer for the blocks of R rows
         for (r0, r1, e), p, qb in zip(ctx.blocks, ps, qbs):
             R = r1 - r0
             g = go3[:, r0:r1]
@@ -93,11 +94,13 @@ class _CausalRelKeyAttention(torch.autograd.Function):
             dk[:, :e] += torch.bmm(ds.transpose(1, 2), qu3[:, r0:r1]).mul_(ctx.scale)
             # dS back on the offsets: dpd[t', c] = dS[t', c - (R - 1 - t')] for c >= R - 1 - t', else 0 (the adjoint
             # of the forward's skewed read). Row t' is written from column R - 1 - t' of a buffer R - 1 columns
-            # wider, whose left R - 1 columns are zeroed; the pairs after the diagonal (0) land past column e.
-            un = ds.new_empty(H * B, R, R - 1 + e)
-            un[..., : R - 1].zero_()
-            _skew_view(un, R, e).copy_(ds)
-            dpd = un[..., :e].view(H, B * R, e)  # rows of stride R - 1 + e
+            # wider than the widest block; the pairs after the diagonal (0) land past column e. Left of a row's
+            # first column nothing is ever written: it is zeroed once per row count R.
+            if un is None or un.shape[1] != R:
+                un = ds.new_empty(H * B, R, R - 1 + N)
+                un[..., : R - 1].zero_()
+            _skew_view(un[..., : R - 1 + e], R, e).copy_(ds)
+            dpd = un[..., :e].view(H, B * R, e)  # rows of stride R - 1 + N
             dqvh[:, :, r0:r1] = torch.bmm(dpd, keys[:, N - e:]).view(H, B, R, D)
             dkeys[:, N - e:] += torch.bmm(dpd.transpose(1, 2), qb)  # (H, e, D): summed over every row
         back = lambda t: t.view(H, B, N, -1).transpose(0, 1)  # (B, H, N, .) views
