@@ -15,7 +15,8 @@ from torch import Tensor
 
 from relpos.validation import MAX_POSITIONS, check_int, check_tensor
 
-__all__ = ["offsets_range", "toeplitz", "skew_rows", "skew_rows_past", "unskew_rows", "contiguous_offsets"]
+__all__ = ["offsets_range", "toeplitz", "skew_rows", "skew_rows_past", "unskew_rows", "contiguous_offsets",
+           "future_table", "unskew_past_into"]
 
 
 def offsets_range(q_len: int, k_len: int, q_offset: int = 0) -> Tensor:
@@ -153,6 +154,34 @@ def skew_rows_past(values: Tensor, q_len: int, k_len: int, fill: float = float("
     return _SkewRows.apply(values, q_len, k_len)
 
 
+def future_table(q_len: int, k_len: int, first: int, dtype: torch.dtype, device) -> Tensor:
+    """``(Nq, Nk)`` additive table: 0 where ``j - t < first``, -inf from there on (a causal mask when ``first`` is
+    1 plus the query offset; the pairs a skewed read takes past its last column otherwise).
+
+    >>> future_table(2, 3, 1, torch.float32, "cpu")
+    tensor([[0., -inf, -inf],
+            [0., 0., -inf]])
+    """
+    past = torch.ones(q_len, k_len, dtype=torch.bool, device=device).triu_(first)
+    return torch.zeros(q_len, k_len, dtype=dtype, device=device).masked_fill_(past, float("-inf"))
+
+
+def unskew_past_into(out: Tensor, g: Tensor, W: int) -> Tensor:
+    """The gradient of :func:`skew_rows_past`'s read: ``g (..., Nq, Nk)`` back on the first ``W`` offset columns.
+
+    ``out`` (``(..., Nq, Nq - 1 + Nk)``, any contents, same leading shape as ``g``) receives row ``t`` of ``g`` on
+    its columns ``[Nq - 1 - t, Nq - 1 - t + Nk)``; what lies left of that, and right of it below ``W`` (columns
+    ``>= Nk``, only when ``W > Nk``), is zeroed. Returns the view ``out[..., :W]``: the pairs past ``W`` (those
+    the read took from the next row) are cut off.
+    """
+    q_len, k_len = g.shape[-2], g.shape[-1]
+    out[..., : q_len - 1].zero_()
+    if W > k_len:
+        out[..., k_len:W].zero_()
+    _skew_view(out, q_len, k_len).copy_(g)
+    return out[..., :W]
+
+
 class _SkewRowsPast(torch.autograd.Function):
     """:func:`skew_rows_past` when ``values`` has at least ``k_len`` columns: the strided copy reads ``values``
     itself (row ``t`` from its column ``Nq - 1 - t``), and the pairs past its last column, which that read takes
@@ -164,24 +193,17 @@ class _SkewRowsPast(torch.autograd.Function):
         W = values.shape[-1]
         ctx.shape = values.shape
         view = _skew_view(values.contiguous(), q_len, k_len)  # (..., Nq, Nk), reading past W beyond the diagonal
-        past = torch.ones(q_len, k_len, dtype=torch.bool, device=values.device).triu_(W - q_len + 1)
         if fill == float("-inf"):  # the causal mask: one add of a (Nq, Nk) 0 / -inf table, no copy first
             # (4x faster than a strided copy and a broadcast masked_fill_ at (4, 4, 256, 256))
-            return torch.add(view, values.new_zeros(q_len, k_len).masked_fill_(past, fill))
+            return torch.add(view, future_table(q_len, k_len, W - q_len + 1, values.dtype, values.device))
+        past = torch.ones(q_len, k_len, dtype=torch.bool, device=values.device).triu_(W - q_len + 1)
         return view.clone().masked_fill_(past, fill)
 
     @staticmethod
     def backward(ctx, g: Tensor):
         *lead, q_len, W = ctx.shape
         k_len = g.shape[-1]
-        out = g.new_empty(*lead, q_len, q_len + k_len - 1)
-        # row t is written on columns [q_len - 1 - t, q_len - 1 - t + k_len): zero what lies left of that, and
-        # right of it below W (columns >= k_len, only when W > k_len); the rest is cut off by [..., :W]
-        out[..., : q_len - 1].zero_()
-        if W > k_len:
-            out[..., k_len:W].zero_()
-        _skew_view(out, q_len, k_len).copy_(g)
-        return out[..., :W], None, None, None
+        return unskew_past_into(g.new_empty(*lead, q_len, q_len + k_len - 1), g, W), None, None, None
 
 
 class _UnskewRows(torch.autograd.Function):

@@ -29,16 +29,9 @@ import torch
 from torch import Tensor
 
 from relpos.first_order import first_order
-from relpos.offsets import _skew_view
+from relpos.offsets import _skew_view, future_table, unskew_past_into
 
 __all__ = ["causal_relkey_attention", "past_relkey_term"]
-
-
-def _future(R: int, e: int, r0: int, device, dtype) -> Tensor:
-    """``(R, e)`` additive mask of a row block: 0 where key ``j <= r0 + t'``, -inf after."""
-    t = torch.arange(R, device=device)[:, None] + r0
-    return torch.zeros(R, e, dtype=dtype, device=device).masked_fill_(torch.arange(e, device=device)[None] > t,
-                                                                       float("-inf"))
 
 
 class _CausalRelKeyAttention(torch.autograd.Function):
@@ -63,7 +56,7 @@ class _CausalRelKeyAttention(torch.autograd.Function):
             qb = qvh[:, :, r0:r1].reshape(H, B * R, D)  # the block's rows of every batch entry, per head
             pd = torch.bmm(qb, keys[:, N - e:].transpose(1, 2)).view(H * B, R, e)  # column c: offset c - (e - 1)
             s = torch.baddbmm(_skew_view(pd, R, e), qu3[:, r0:r1], k3[:, :e].transpose(1, 2), alpha=scale)
-            s.add_(_future(R, e, r0, s.device, s.dtype))
+            s.add_(future_table(R, e, r0 + 1, s.dtype, s.device))  # keys j > r0 + t' get -inf
             p = torch.softmax(s, dim=-1)  # (H B, R, e)
             o[:, r0:r1] = torch.bmm(p, v3[:, :e])
             ps.append(p)
@@ -138,9 +131,8 @@ class _PastRelKeyTerm(torch.autograd.Function):
         W = keys.shape[1]
         qh = qv.transpose(0, 1).reshape(H, B * Nq, D)  # (H, B Nq, D)
         per = torch.bmm(qh, keys.transpose(1, 2)).view(H, B, Nq, W)  # (H, B, Nq, W): one matmul per head
-        future = torch.zeros(Nq, Nk, dtype=qv.dtype, device=qv.device)
-        future.masked_fill_(torch.ones(Nq, Nk, dtype=torch.bool, device=qv.device).triu_(W - Nq + 1), float("-inf"))
-        term = torch.add(_skew_view(per, Nq, Nk), future)  # (H, B, Nq, Nk): row t reads per from column Nq - 1 - t
+        # (H, B, Nq, Nk): row t reads per from column Nq - 1 - t; the pairs past column W get -inf
+        term = torch.add(_skew_view(per, Nq, Nk), future_table(Nq, Nk, W - Nq + 1, qv.dtype, qv.device))
         ctx.save_for_backward(qh, keys)
         ctx.Nk = Nk
         return term.transpose(0, 1)
@@ -151,14 +143,9 @@ class _PastRelKeyTerm(torch.autograd.Function):
         qh, keys = ctx.saved_tensors
         H, W = keys.shape[0], keys.shape[1]
         B, Nq, Nk = g.shape[0], g.shape[2], ctx.Nk
-        # the term's gradient back on the offsets (the adjoint of the skewed read): row t from column Nq - 1 - t of
-        # a buffer Nq - 1 columns wider than Nk, zero where no pair lands below column W
-        un = g.new_empty(H, B, Nq, Nq - 1 + Nk)
-        un[..., : Nq - 1].zero_()
-        if W > Nk:
-            un[..., Nk:W].zero_()
-        _skew_view(un, Nq, Nk).copy_(g.transpose(0, 1))
-        dper = un[..., :W].view(H, B * Nq, W)  # rows of stride Nq - 1 + Nk
+        # the term's gradient back on the offsets (the adjoint of the skewed read), head-major
+        dper = unskew_past_into(g.new_empty(H, B, Nq, Nq - 1 + Nk), g.transpose(0, 1), W)
+        dper = dper.view(H, B * Nq, W)  # rows of stride Nq - 1 + Nk
         dqv = torch.bmm(dper, keys).view(H, B, Nq, -1).transpose(0, 1)
         return dqv, torch.bmm(dper.transpose(1, 2), qh), None
 
