@@ -6,7 +6,6 @@ here (make_encoding + the scheme's own methods, relpos.attention, the model).
 
 from __future__ import annotations
 
-import http.client
 import os
 import json
 import math
@@ -22,42 +21,12 @@ from relpos.encodings import scheme_names
 from relpos.explorer import ApiError, Explorer, Limits, export_html
 from relpos.explorer import api as api_mod
 from relpos.explorer.export import DEFAULT_SENTENCE, snapshot_key
-from relpos.explorer.server import make_server, serve_in_thread, static_text
 from tests.explorer.conftest import content_reference, make_results
 
 
 @pytest.fixture(scope="module")
 def ex(results_dir, checkpoint_dir):
     return Explorer(results=[results_dir], checkpoints=[checkpoint_dir])
-
-
-@pytest.fixture(scope="module")
-def server(ex):
-    srv = make_server(ex)
-    serve_in_thread(srv)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-def _raw(server, method: str, path: str, *, body: bytes | None = None, headers: dict | None = None):
-    host, port = server.server_address[:2]
-    conn = http.client.HTTPConnection(host, port, timeout=10)
-    try:
-        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-        hdrs = {"Host": f"127.0.0.1:{port}"}
-        hdrs.update(headers or {})
-        if body is not None:
-            hdrs.setdefault("Content-Length", str(len(body)))
-        for k, v in hdrs.items():
-            conn.putheader(k, v)
-        conn.endheaders()
-        if body is not None:
-            conn.send(body)
-        r = conn.getresponse()
-        return r.status, dict(r.getheaders()), r.read()
-    finally:
-        conn.close()
 
 
 def _build(name, *, n_heads=4, head_dim=64, causal=False, max_len=32, seed=0, **opts):
