@@ -6,10 +6,8 @@ here (make_encoding + the scheme's own methods, relpos.attention, the model).
 
 from __future__ import annotations
 
-import os
 import json
 import math
-import re
 from pathlib import Path
 
 import pytest
@@ -18,9 +16,8 @@ import torch
 import relpos
 from relpos import distance
 from relpos.encodings import scheme_names
-from relpos.explorer import ApiError, Explorer, Limits, export_html
+from relpos.explorer import ApiError, Explorer, Limits
 from relpos.explorer import api as api_mod
-from relpos.explorer.export import DEFAULT_SENTENCE, snapshot_key
 from tests.explorer.conftest import content_reference, make_results
 
 
