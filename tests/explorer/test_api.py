@@ -1,4 +1,4 @@
-"""The explorer's JSON API, HTTP server and export, without a browser.
+"""The explorer's JSON API, without a browser (its HTTP server: test_server.py; its export: test_export.py).
 
 Every number the API returns is checked against relpos computed independently
 here (make_encoding + the scheme's own methods, relpos.attention, the model).
