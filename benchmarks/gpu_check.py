@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -32,6 +33,18 @@ LONG_SCHEMES = "nope,alibi,t5,rope,kerple-log,sandwich,shaw"
 #: Relative tolerance of the flex check: max |flex - reference| <= TOL * max(1, max |reference|).
 TOL = {"float32": 2e-3}
 
+
+
+def finite_json(obj):
+    """``obj`` with every non-finite float as its name (``"nan"``, ``"inf"``, ``"-inf"``): a NaN from the GPU is a
+    result to keep, and relpos's JSON writers refuse NaN rather than write invalid JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    return obj
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="relpos GPU check (see benchmarks/gpu_check.sh)")
@@ -146,8 +159,10 @@ def ddp_worker(out: str) -> None:
     res = train(mc, tc, src)
     total = sum(float(p.double().sum()) for p in res.model.parameters())
     rank = int(os.environ.get("RANK", "0"))
-    Path(out, f"ddp-rank{rank}.json").write_text(json.dumps({"losses": res.losses, "checksum": total,
-                                                             "device": str(torch.cuda.current_device())}))
+    from relpos.outdir import write_json_atomic
+
+    write_json_atomic(Path(out, f"ddp-rank{rank}.json"), finite_json(
+        {"losses": res.losses, "checksum": total, "device": str(torch.cuda.current_device())}))
 
 
 def ddp_step(args, out: Path) -> dict:
@@ -222,9 +237,10 @@ def main(argv=None) -> int:
            "python": platform.python_version(), "flex": [], "bench": [], "ddp": {"status": "not run"}, "seconds": 0}
 
     def write() -> None:
+        from relpos.bench.results import write_results
+
         doc["seconds"] = round(time.monotonic() - t0, 1)
-        (out / "gpu_check.json").write_text(json.dumps(doc, indent=1))
-        (out / "gpu_check.md").write_text(markdown(doc))
+        write_results(out, "gpu_check", finite_json(doc), markdown(doc), echo=False)
 
     print("gpu_check: 1/3 flex against the reference", file=sys.stderr, flush=True)
     doc["flex"] = flex_check(device, grad=not args.dry_run)

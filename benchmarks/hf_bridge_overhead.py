@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import platform
 import statistics
 import time
@@ -98,9 +97,9 @@ def main(argv: list[str] | None = None) -> dict:
     table = "\n".join(lines) + "\n"
     print(table)
     if not args.no_write:
-        OUT.mkdir(exist_ok=True)
-        (OUT / "hf_bridge_overhead.json").write_text(json.dumps(doc, indent=1) + "\n")
-        (OUT / "hf_bridge_overhead.md").write_text(table)
+        from relpos.bench.results import write_results
+
+        write_results(OUT, "hf_bridge_overhead", doc, table, echo=False)
     return doc
 
 

@@ -17,7 +17,6 @@ Writes ``benchmarks/results/train_throughput.json`` and ``.md`` and prints the t
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -168,12 +167,9 @@ def markdown(res: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     res = run(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "train_throughput.json").write_text(json.dumps(res, indent=2) + "\n")
-    md = markdown(res)
-    (out / "train_throughput.md").write_text(md)
-    print(md)
+    from relpos.bench.results import write_results
+
+    write_results(args.out, "train_throughput", res, markdown(res))
     return 0
 
 
