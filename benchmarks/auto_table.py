@@ -104,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
             "cells": cells_from_records(allrecs),
             "records": allrecs,
         }
-        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+        from relpos.outdir import write_text_atomic  # a regular file, never through a link
+
+        write_text_atomic(args.out, json.dumps(doc, indent=1) + "\n")
         return doc
 
     if args.no_measure:

@@ -79,7 +79,9 @@ def main(argv=None) -> int:
         for k, vs in moved.items():
             print(f"| {k} | " + " | ".join(str(v) for v in vs) + " |")
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps({
+    from relpos.outdir import write_text_atomic  # a regular file, never through a link
+
+    write_text_atomic(a.json, json.dumps({
         "results": str(Path(a.results).resolve().relative_to(ROOT)) if Path(a.results).resolve().is_relative_to(ROOT)
         else a.results, "fingerprint": res.get("fingerprint"), "seeds": a.seeds, "n_boot": a.n_boot,
         "decisions": len(keys), "moved": moved, "borderline": near["n"], "intervals": near["of"],

@@ -73,8 +73,10 @@ def main() -> None:
         print(f"pretraining {P} steps: K grid {g}, 3 seeds: {steps:,} fine-tuning steps, {evals} evaluations, "
               f"about {totals[P]['cpu_hours']:.2f} CPU-hours")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"per_recipe": rows, "totals": {str(k): v for k, v in totals.items()}}, f, indent=1)
+        from relpos.outdir import write_text_atomic  # a regular file, never through a link
+
+        write_text_atomic(a.json, json.dumps({"per_recipe": rows, "totals": {str(k): v for k, v in totals.items()}},
+                                             indent=1))
 
 
 if __name__ == "__main__":

@@ -164,7 +164,9 @@ def main(argv=None) -> int:
                                                                      for x in ks]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "flex_profile.json").write_text(json.dumps(doc, indent=1))
+    from relpos.outdir import write_text_atomic  # a regular file, never through a link
+
+    write_text_atomic(out / "flex_profile.json", json.dumps(doc, indent=1))
     print("\n".join(lines))
     return 0
 

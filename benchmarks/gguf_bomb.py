@@ -127,7 +127,9 @@ def main(argv=None) -> int:
             pk = "-" if peak is None else f"{peak / 2**20:.0f}"
             print(f"{f.name:>16} {what:>6} {f.stat().st_size / 1e6:6.1f} {secs:8.1f} {pk:>9}  {out[:100]}", flush=True)
     if args.out:
-        Path(args.out).write_text(json.dumps({"src": args.src, "rows": rows}, indent=1))
+        from relpos.outdir import write_text_atomic  # a regular file, never through a link
+
+        write_text_atomic(args.out, json.dumps({"src": args.src, "rows": rows}, indent=1))
     return 0
 
 

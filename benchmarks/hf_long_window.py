@@ -217,7 +217,9 @@ def main(argv=None) -> int:
     print("\n".join(lines))
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        from relpos.outdir import write_text_atomic  # a regular file, never through a link
+
+        write_text_atomic(a.json, json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0
 
 

@@ -81,11 +81,13 @@ def main(argv=None) -> int:
     data = collect(Path(a.src))
     text = markdown(data)
     print(text)
+    from relpos.outdir import write_text_atomic  # a regular file, never through a link
+
     if a.json:
         out = {**data, "summary": summary(data)}
-        Path(a.json).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+        write_text_atomic(a.json, json.dumps(out, indent=1, sort_keys=True) + "\n")
     if a.md:
-        Path(a.md).write_text(text + "\n")
+        write_text_atomic(a.md, text + "\n")
     return 0
 
 
