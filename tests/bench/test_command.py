@@ -141,3 +141,17 @@ def test_merge_joins_runs_made_side_by_side(tmp_path):
     assert {r["causal"] for r in doc["records"]} == {True, False}
     assert len(doc["auto_vs_fastest"]) == 2 and len(doc["merged_from"]) == 2
     assert "## Bidirectional" in (tmp_path / "both.md").read_text()
+
+
+def test_a_link_at_an_output_file_is_refused_before_the_run(tmp_path, capsys):
+    """A symbolic link where the table goes: one line naming it, before any case runs; its target unchanged."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "t5.md").symlink_to(victim)
+    rc = cli_main(["bench", "--schemes", "t5", "--impls", "dense", "--lengths", "16", "--modes", "fwd", "--repeats",
+                   "1", "--masks", "causal", "--no-memory", "--out", str(out), "--name", "t5"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "t5.md is a symbolic link" in err and "relpos bench: 1 cases" not in err
+    assert victim.read_text() == "keep me\n" and not (out / "t5.json").exists()

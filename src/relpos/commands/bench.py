@@ -163,7 +163,11 @@ def main(args: argparse.Namespace) -> int:
 
     import dataclasses
 
+    from relpos.outdir import refuse_special_files, write_text_atomic  # regular files, never through a link
+
     spec = _spec(args)
+    stem = args.name or ("attention-quick" if args.quick else "attention")
+    refuse_special_files(args.out, [f"{stem}.json", f"{stem}.md"])  # before the run, not after it
     bench.apply_process_settings(spec)
     masks = _masks(args)
     plans = [(c, _cases(args, c)) for c in masks]
@@ -205,22 +209,19 @@ def main(args: argparse.Namespace) -> int:
     doc["auto_vs_fastest"] = auto_rows(doc["records"])
     doc["command"] = command
     md = bench.markdown(doc)
-    stem = args.name or ("attention-quick" if args.quick else "attention")
     os.makedirs(args.out, exist_ok=True)
     jpath = os.path.join(args.out, f"{stem}.json")
     mpath = os.path.join(args.out, f"{stem}.md")
-    with open(jpath, "w") as f:
-        json.dump(doc, f, indent=1)
-    with open(mpath, "w") as f:
-        f.write(f"# relpos bench\n\nCommand: `{doc['command'].strip()}`\n\n"
-                f"Machine: {doc['machine']['cpu']} ({doc['machine']['cpu_count']} CPUs), torch "
-                f"{doc['machine']['torch']}, {doc['machine']['torch_threads']} thread(s), relpos kernels "
-                f"{doc['machine'].get('relpos_kernels', 'not recorded')}; "
-                + (f"merged from {', '.join(m['command'] for m in doc['merged_from'])}; "
-                   if doc.get("merged_from") else "")
-                + f"run took {doc['total_seconds']:.0f} s; load average at the start of each mask's run: "
-                + ", ".join(f"{'causal' if m['causal'] else 'bidirectional'} {m['loadavg_start']}"
-                            for m in doc["masks"]) + f".\n\n{md}\n")
+    write_text_atomic(jpath, json.dumps(doc, indent=1))
+    write_text_atomic(mpath, f"# relpos bench\n\nCommand: `{doc['command'].strip()}`\n\n"
+                      f"Machine: {doc['machine']['cpu']} ({doc['machine']['cpu_count']} CPUs), torch "
+                      f"{doc['machine']['torch']}, {doc['machine']['torch_threads']} thread(s), relpos kernels "
+                      f"{doc['machine'].get('relpos_kernels', 'not recorded')}; "
+                      + (f"merged from {', '.join(m['command'] for m in doc['merged_from'])}; "
+                         if doc.get("merged_from") else "")
+                      + f"run took {doc['total_seconds']:.0f} s; load average at the start of each mask's run: "
+                      + ", ".join(f"{'causal' if m['causal'] else 'bidirectional'} {m['loadavg_start']}"
+                                  for m in doc["masks"]) + f".\n\n{md}\n")
     print(json.dumps(doc, indent=1) if args.json else md)
     log(f"wrote {jpath} and {mpath} in {time.monotonic() - t0:.0f} s")
     return 0

@@ -98,12 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--include-unfitted", action="store_true", help="also export runs that missed the fit gate")
     ap.add_argument("--results", metavar="RESULTS.json", help="also write the folder's results.json, slimmed")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    from relpos.outdir import write_text_atomic  # regular files, never written through a link
+
     doc = trained_positions(args.compare_dir, fitted_only=not args.include_unfitted)
-    Path(args.out).write_text(json.dumps(doc, separators=(",", ":")))
+    write_text_atomic(args.out, json.dumps(doc, separators=(",", ":")))
     print(f"wrote {args.out}: {', '.join(sorted(doc['schemes'])) or 'no scheme'}")
     if args.results:
         slim = slim_results(json.loads((Path(args.compare_dir) / "results.json").read_text()))
-        Path(args.results).write_text(json.dumps(slim, separators=(",", ":")))
+        write_text_atomic(args.results, json.dumps(slim, separators=(",", ":")))
         print(f"wrote {args.results}: {len(slim['runs'])} runs")
     return 0
 
