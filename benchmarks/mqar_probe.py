@@ -149,7 +149,13 @@ def run(args) -> list[tuple[int, float, float, float]]:
     if args.json:
         _write_json(args, history, time.time() - t0, done=True)
     if args.save:
-        torch.save(model.state_dict(), args.save)
+        import io
+
+        from relpos.outdir import write_bytes_atomic
+
+        buf = io.BytesIO()
+        torch.save(model.state_dict(), buf)
+        write_bytes_atomic(args.save, buf.getvalue())  # a regular file, never through a link
     return history
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from relpos.outdir import save_figure
 from relpos.report.extension import (FAILS, HOLDS, UNTESTABLE, analyse, claims, mean_loss, report_markdown,
                                      select, steps_to_match, tables)
 
@@ -66,7 +67,7 @@ def _plot(sel: dict, curves: dict, m: dict, path: Path) -> bool:
         ax.set_xlabel("fine-tuning steps K")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)  # never through a link
     plt.close(fig)
     return True
 
