@@ -164,3 +164,28 @@ def test_gguf_input(setup, tmp_path):
     shipped = data["rows"]["shipped"]["lengths"][str(L0)]["loss"]
     src = run_hf_extend(_spec(setup, tmp_path / "p", steps=0), log=_quiet, progress=False)
     assert shipped == pytest.approx(src["rows"]["shipped"]["lengths"][str(L0)]["loss"], abs=1e-4)
+
+
+@pytest.mark.parametrize("state", [{"dir": "../victim", "step": 2, "losses": []},
+                                   {"dir": "train-state-2/../../victim", "step": 2, "losses": []},
+                                   {"dir": "train-state-2", "step": "2", "losses": []}, "not json"])
+def test_a_training_state_naming_another_folder_is_refused(tmp_path, state):
+    """A train-state.json that names anything but a train-state-<step> folder of the run is refused by name, so
+    a resume never loads from it and a later save never removes it (the folder it names stays)."""
+    out, victim = tmp_path / "run", tmp_path / "victim"
+    out.mkdir()
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine\n")
+    (out / "train-state-2").mkdir()
+    (out / "train-state.json").write_text(state if isinstance(state, str) else json.dumps(state))
+    with pytest.raises(ValueError, match="train-state.json: not a training state of relpos extend"):
+        ext._state(out)
+    assert (victim / "keep.txt").read_text() == "mine\n"
+
+
+def test_a_training_state_of_the_run_is_read(tmp_path):
+    out = tmp_path / "run"
+    (out / "train-state-4").mkdir(parents=True)
+    (out / "train-state.json").write_text(json.dumps({"dir": "train-state-4", "step": 4, "losses": [1.0]}))
+    assert ext._state(out) == {"dir": "train-state-4", "step": 4, "losses": [1.0]}
+    assert ext._state(tmp_path / "nothing-here") is None

@@ -165,11 +165,26 @@ def _save_state(out: Path, hf, opt, step: int, losses: list) -> None:
 
 
 def _state(out: Path) -> dict | None:
+    """The last training checkpoint of this run (``train-state.json``), or None. Its folder must be one of ours,
+    ``train-state-<step>`` directly in ``out``: a state naming anything else (``../x``) is refused, never loaded
+    from nor removed."""
+    from relpos.outdir import read_regular_text
+
     p = out / "train-state.json"
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         return None
-    st = json.loads(p.read_text())
-    return st if isinstance(st, dict) and (out / str(st.get("dir"))).is_dir() else None
+    try:
+        st = json.loads(read_regular_text(p))
+    except ValueError:  # not JSON (or not a regular file): refused below, by name
+        st = None
+    name = st.get("dir") if isinstance(st, dict) else None
+    ok = (isinstance(name, str) and name.startswith("train-state-") and name[len("train-state-"):].isdigit()
+          and isinstance(st.get("step"), int) and st["step"] >= 0 and isinstance(st.get("losses"), list))
+    if not ok:
+        raise ValueError(f"{p}: not a training state of relpos extend (it must name a train-state-<step> folder of "
+                         f"this run, its step and losses); remove it to fine-tune from the start")
+    d = out / name
+    return st if d.is_dir() and not d.is_symlink() else None
 
 
 def _drop_state(out: Path) -> None:
