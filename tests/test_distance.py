@@ -23,6 +23,7 @@ from relpos.distance import (
     t5_bucket,
     toeplitz,
 )
+from relpos.offsets import past_product
 
 # --------------------------------------------------------------------- doctest-like values
 
@@ -199,6 +200,36 @@ def test_toeplitz_on_strided_views():
     torch.testing.assert_close(got, vals.contiguous()[:, delta + 3])
     vt = torch.arange(30.0).view(10, 3).T  # (3, 10), non-contiguous
     torch.testing.assert_close(toeplitz(vt, 4, 7), vt.contiguous()[:, delta + 3])
+
+
+@settings(max_examples=60, deadline=None)
+@given(B=st.integers(1, 3), H=st.integers(1, 3), Nq=st.integers(1, 9), extra=st.integers(0, 6),
+       wide=st.integers(0, 8), D=st.integers(1, 4), shared=st.booleans(), seed=st.integers(0, 2**16))
+def test_past_product_equals_the_skewed_product_with_gradients(B, H, Nq, extra, wide, D, shared, seed):
+    """``past_product`` equals ``skew_rows_past(q @ keys^T)``, -inf included, for per-head and shared keys and
+    every width W it serves (a causal call with q_offset = extra: Nk = Nq + extra)."""
+    Nk = Nq + extra
+    W = Nk + min(wide, Nq - 2) if Nq >= 2 else Nk
+    if not Nk <= W < Nq + Nk - 1:
+        return
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, Nq, D, generator=g, dtype=torch.float64, requires_grad=True)
+    keys = torch.randn(1 if shared else H, W, D, generator=g, dtype=torch.float64, requires_grad=True)
+    out = past_product(q, keys, Nk)
+    ref = skew_rows_past(q @ keys.transpose(-1, -2), Nq, Nk)
+    torch.testing.assert_close(out, ref)
+    w = torch.randn(out.shape, generator=g, dtype=torch.float64)  # nonzero on the -inf pairs too: they add nothing
+    for a, b in zip(torch.autograd.grad(out, (q, keys), w), torch.autograd.grad(ref, (q, keys), w)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("q, keys, nk, match", [
+    (torch.randn(1, 2, 4, 3), torch.randn(2, 3, 3), 4, "Nk <= W < Nq \\+ Nk - 1"),  # W = 3 < Nk
+    (torch.randn(1, 2, 4, 3), torch.randn(3, 4, 3), 4, "keys \\(H or 1, W, D\\)"),  # 3 key groups for 2 heads
+])
+def test_past_product_refuses_what_it_cannot_read(q, keys, nk, match):
+    with pytest.raises(ValueError, match=match):
+        past_product(q, keys, nk)
 
 
 # ------------------------------------------------------------------------------- errors

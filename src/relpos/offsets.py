@@ -16,7 +16,7 @@ from torch import Tensor
 from relpos.validation import MAX_POSITIONS, check_int, check_tensor
 
 __all__ = ["offsets_range", "toeplitz", "skew_rows", "skew_rows_past", "unskew_rows", "contiguous_offsets",
-           "future_table", "unskew_past_into"]
+           "future_table", "unskew_past_into", "past_product"]
 
 
 def offsets_range(q_len: int, k_len: int, q_offset: int = 0) -> Tensor:
@@ -204,6 +204,72 @@ class _SkewRowsPast(torch.autograd.Function):
         *lead, q_len, W = ctx.shape
         k_len = g.shape[-1]
         return unskew_past_into(g.new_empty(*lead, q_len, q_len + k_len - 1), g, W), None, None, None
+
+
+def past_product(q: Tensor, keys: Tensor, k_len: int) -> Tensor:
+    """``skew_rows_past(q @ keys^T, Nq, Nk)`` in one step: a content-dependent relative term on a causal call's
+    pairs (``q_t . keys[j - t + Nq - 1]``, Transformer-XL's ``(q + v) . W_R R``, Shaw's ``q . a^K``), -inf after
+    the visible columns.
+
+    Equal to that expression (tested, gradients included), but the product is one matmul per key group over
+    every query row of the batch (``(G, B H/G Nq, D) x (G, D, W)``: per-head keys run head-major, shared keys as
+    a single matmul), not ``B H`` small ones against keys copied ``B`` times, and the gradient is unskewed
+    straight into that layout.
+
+    Args:
+        q: ``(B, H, Nq, D)``.
+        keys: ``(H, W, D)`` per head or ``(1, W, D)`` shared: the first ``W`` offset columns,
+            ``Nk <= W < Nq + Nk - 1`` (a causal call's past offsets).
+        k_len: ``Nk``.
+
+    Returns:
+        ``(B, H, Nq, Nk)`` (a view; head-major in memory for per-head keys).
+    """
+    check_tensor("q", q)
+    check_tensor("keys", keys)
+    check_int("k_len", k_len, 1, MAX_POSITIONS)
+    if q.dim() != 4 or keys.dim() != 3 or keys.shape[0] not in (1, q.shape[1]) or keys.shape[2] != q.shape[3]:
+        raise ValueError(f"past_product needs q (B, H, Nq, D) and keys (H or 1, W, D), got q {tuple(q.shape)} and "
+                         f"keys {tuple(keys.shape)}")
+    Nq, W = q.shape[2], keys.shape[1]
+    if not k_len <= W < Nq + k_len - 1:
+        raise ValueError(f"past_product needs Nk <= W < Nq + Nk - 1, got W = {W} for Nq = {Nq} and Nk = {k_len}")
+    return _PastProduct.apply(q, keys, k_len)
+
+
+class _PastProduct(torch.autograd.Function):
+    """:func:`past_product`: ``(G, M, D) x (G, D, W)`` then the skewed read; the backward unskews into that
+    layout. ``lead`` puts the key groups first: ``(H, B, ...)`` for per-head keys, ``(1, B H, ...)`` shared."""
+
+    @staticmethod
+    def _grouped(x: Tensor, G: int) -> Tensor:
+        """``(B, H, N, C)`` -> ``(G, B H / G, N, C)`` (a view when possible)."""
+        B, H = x.shape[0], x.shape[1]
+        return x.transpose(0, 1) if G > 1 else x.reshape(1, B * H, *x.shape[2:])
+
+    @staticmethod
+    def forward(ctx, q: Tensor, keys: Tensor, k_len: int) -> Tensor:
+        B, H, Nq, D = q.shape
+        G, W = keys.shape[0], keys.shape[1]
+        qg = _PastProduct._grouped(q, G).reshape(G, -1, D)  # (G, B H / G Nq, D)
+        per = torch.bmm(qg, keys.transpose(1, 2)).view(G, B * H // G, Nq, W)  # one matmul per key group
+        # row t reads per from column Nq - 1 - t; the pairs past column W get -inf
+        term = torch.add(_skew_view(per, Nq, k_len), future_table(Nq, k_len, W - Nq + 1, q.dtype, q.device))
+        ctx.save_for_backward(qg, keys)
+        ctx.k_len, ctx.shape = k_len, (B, H)
+        return term.transpose(0, 1) if G > 1 else term.view(B, H, Nq, k_len)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        qg, keys = ctx.saved_tensors
+        (B, H), k_len = ctx.shape, ctx.k_len
+        G, W, D = keys.shape
+        Nq = g.shape[2]
+        un = g.new_empty(G, B * H // G, Nq, Nq - 1 + k_len)
+        dper = unskew_past_into(un, _PastProduct._grouped(g, G), W).view(G, -1, W)  # rows of stride Nq - 1 + Nk
+        dq = torch.bmm(dper, keys).view(G, B * H // G, Nq, D)
+        dq = dq.transpose(0, 1) if G > 1 else dq.view(B, H, Nq, D)
+        return dq, torch.bmm(dper.transpose(1, 2), qg), None
 
 
 class _UnskewRows(torch.autograd.Function):

@@ -37,31 +37,6 @@ def test_blocks_equal_the_whole_skewed_term_with_gradients(B, H, N, D, n, seed):
         torch.testing.assert_close(a, b)
 
 
-@settings(max_examples=40, deadline=None)
-@given(B=st.integers(1, 3), H=st.integers(1, 3), Nq=st.integers(1, 9), extra=st.integers(0, 6),
-       wide=st.integers(0, 8), D=st.integers(1, 4), seed=st.integers(0, 2**16))
-def test_past_term_equals_the_skewed_product_with_gradients(B, H, Nq, extra, wide, D, seed):
-    """The head-major term equals ``skew_rows_past(qv @ keys^T)``, -inf included, for every width W it serves."""
-    Nk = Nq + extra  # a causal call with q_offset = extra: W = Nq + extra columns (more with `wide`)
-    W = Nk + min(wide, Nq - 2) if Nq >= 2 else Nk
-    if not Nk <= W < Nq + Nk - 1:
-        return
-    g = torch.Generator().manual_seed(seed)
-    qv = torch.randn(B, H, Nq, D, generator=g, dtype=torch.float64, requires_grad=True)
-    keys = torch.randn(H, W, D, generator=g, dtype=torch.float64, requires_grad=True)
-    out = rel.past_relkey_term(qv, keys, Nk)
-    ref = skew_rows_past(qv @ keys.transpose(-1, -2), Nq, Nk)
-    torch.testing.assert_close(out, ref)
-    w = torch.randn(out.shape, generator=g, dtype=torch.float64)  # nonzero on the -inf pairs too: they add nothing
-    for a, b in zip(torch.autograd.grad(out, (qv, keys), w), torch.autograd.grad(ref, (qv, keys), w)):
-        torch.testing.assert_close(a, b)
-
-
-def test_past_term_refuses_a_width_it_cannot_read():
-    with pytest.raises(ValueError, match="Nk <= W < Nq \\+ Nk - 1"):
-        rel.past_relkey_term(torch.randn(1, 2, 4, 3), torch.randn(2, 3, 3), 4)  # W = 3 < Nk
-
-
 def test_it_refuses_an_offset_or_unequal_lengths():
     x = torch.randn(1, 1, 4, 2)
     with pytest.raises(ValueError, match="Nq == Nk"):

@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from relpos.attention import Request, check_finite
-from relpos.attention.dense_relkey import causal_relkey_attention, past_relkey_term
-from relpos.offsets import offsets_range, skew_rows, skew_rows_past, toeplitz
+from relpos.attention.dense_relkey import causal_relkey_attention
+from relpos.offsets import offsets_range, past_product, skew_rows, skew_rows_past, toeplitz
 from relpos.first_order import first_order
 
 __all__ = ["supports", "run", "position_bias", "rotated_qk", "additive_terms", "row_has_key", "group_rows",
@@ -391,8 +391,8 @@ def _relative_key_term(req: Request, q: Tensor) -> tuple[Tensor, Tensor, bool] |
     if parts is None:
         return None
     qu, qv, keys = parts
-    if W is not None and Nk <= W < Nq + Nk - 1:  # head-major, one matmul per head (dense_relkey)
-        return qu, past_relkey_term(qv, keys, Nk), True
+    if W is not None and Nk <= W < Nq + Nk - 1:  # one matmul per head over the batch's rows
+        return qu, past_product(qv, keys, Nk), True
     per = torch.matmul(qv, keys.transpose(-1, -2))  # (B, H, Nq, W)
     if W is not None:
         return qu, skew_rows_past(per, Nq, Nk), True

@@ -29,9 +29,9 @@ import torch
 from torch import Tensor
 
 from relpos.first_order import first_order
-from relpos.offsets import _skew_view, future_table, unskew_past_into
+from relpos.offsets import _skew_view, future_table
 
-__all__ = ["causal_relkey_attention", "past_relkey_term"]
+__all__ = ["causal_relkey_attention"]
 
 
 class _CausalRelKeyAttention(torch.autograd.Function):
@@ -120,54 +120,3 @@ def causal_relkey_attention(qu: Tensor, qv: Tensor, k: Tensor, v: Tensor, keys: 
         raise ValueError(f"causal_relkey_attention needs Nq == Nk == keys' offsets and blocks without a query "
                          f"offset, got Nq = {N}, Nk = {k.shape[2]}, {keys.shape[1]} offsets")
     return _CausalRelKeyAttention.apply(qu, qv, k, v, keys, scale, blocks)
-
-
-class _PastRelKeyTerm(torch.autograd.Function):
-    """``skew_rows_past(qv K^T, Nq, Nk)`` head-major: see :func:`past_relkey_term`."""
-
-    @staticmethod
-    def forward(ctx, qv: Tensor, keys: Tensor, Nk: int) -> Tensor:
-        B, H, Nq, D = qv.shape
-        W = keys.shape[1]
-        qh = qv.transpose(0, 1).reshape(H, B * Nq, D)  # (H, B Nq, D)
-        per = torch.bmm(qh, keys.transpose(1, 2)).view(H, B, Nq, W)  # (H, B, Nq, W): one matmul per head
-        # (H, B, Nq, Nk): row t reads per from column Nq - 1 - t; the pairs past column W get -inf
-        term = torch.add(_skew_view(per, Nq, Nk), future_table(Nq, Nk, W - Nq + 1, qv.dtype, qv.device))
-        ctx.save_for_backward(qh, keys)
-        ctx.Nk = Nk
-        return term.transpose(0, 1)
-
-    @staticmethod
-    @first_order
-    def backward(ctx, g: Tensor):
-        qh, keys = ctx.saved_tensors
-        H, W = keys.shape[0], keys.shape[1]
-        B, Nq, Nk = g.shape[0], g.shape[2], ctx.Nk
-        # the term's gradient back on the offsets (the adjoint of the skewed read), head-major
-        dper = unskew_past_into(g.new_empty(H, B, Nq, Nq - 1 + Nk), g.transpose(0, 1), W)
-        dper = dper.view(H, B * Nq, W)  # rows of stride Nq - 1 + Nk
-        dqv = torch.bmm(dper, keys).view(H, B, Nq, -1).transpose(0, 1)
-        return dqv, torch.bmm(dper.transpose(1, 2), qh), None
-
-
-def past_relkey_term(qv: Tensor, keys: Tensor, Nk: int) -> Tensor:
-    """A causal call's relative-key term ``(q + v) . K[j - t]`` on its pairs, -inf after the diagonal.
-
-    Equal to :func:`relpos.offsets.skew_rows_past` of ``qv @ keys^T`` (tested, gradients included); the
-    ``(B, H)`` pairs run head-major, so the product and both gradients are one matmul per head over every
-    batch entry's rows (``(H, B Nq, D) x (H, D, W)``), not ``B H`` small ones against keys copied ``B`` times,
-    and the term's gradient is unskewed straight into that layout.
-
-    Args:
-        qv: ``(B, H, Nq, D)`` queries plus the position bias ``v``.
-        keys: ``(H, W, D)`` relative keys of the first ``W`` offset columns (``Nk <= W < Nq + Nk - 1``), scaled.
-        Nk: keys.
-
-    Returns:
-        ``(B, H, Nq, Nk)`` (a head-major view).
-    """
-    Nq, W = qv.shape[2], keys.shape[1]
-    if not Nk <= W < Nq + Nk - 1 or keys.shape[0] != qv.shape[1] or keys.shape[2] != qv.shape[3]:
-        raise ValueError(f"past_relkey_term needs keys (H, W, D) with Nk <= W < Nq + Nk - 1, got keys "
-                         f"{tuple(keys.shape)} for qv {tuple(qv.shape)} and Nk = {Nk}")
-    return _PastRelKeyTerm.apply(qv, keys, Nk)
