@@ -38,6 +38,12 @@ from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 __all__ = ["Shaw"]
 
 
+def _against(x: Tensor, t: Tensor) -> Tensor:
+    """``x (B, H, N, C) @ t (H|1, C, E)``: a shared table (``1``) as one matrix, so the product is one matmul over
+    every row of the batch instead of ``B H`` small ones against copies of it."""
+    return torch.matmul(x, t[0] if t.shape[0] == 1 else t)
+
+
 class Shaw(Encoding):
     """Clipped relative position representations (Shaw et al. 2018).
 
@@ -162,9 +168,9 @@ class Shaw(Encoding):
         a = self._table(self.key_table, H, q.dtype)  # (H|1, R, D), R = 2k + 1
         rows = self._offset_rows(qpos, kpos, a)
         if rows is not None:  # q_i . aK[offset] on the Nq + Nk - 1 offsets, then the relative shift
-            per_offset = torch.matmul(q, (rows * scale).transpose(-1, -2))  # (B, H, Nq, Nq + Nk - 1)
+            per_offset = _against(q, (rows * scale).transpose(-1, -2))  # (B, H, Nq, Nq + Nk - 1)
             return skew_rows(per_offset, Nq, Nk)  # (B, H, Nq, Nk)
-        per_offset = torch.matmul(q, a.transpose(-1, -2))  # (B, H, Nq, R): q_i . aK[r] for every r
+        per_offset = _against(q, a.transpose(-1, -2))  # (B, H, Nq, R): q_i . aK[r] for every r
         idx = self.rel_index(qpos, kpos).to(q.device)  # (B|1, Nq, Nk)
         idx = idx[:, None].expand(B, H, Nq, Nk)
         return scale * torch.gather(per_offset, -1, idx)  # (B, H, Nq, Nk)
@@ -180,7 +186,7 @@ class Shaw(Encoding):
             return None
         if Nk <= rows.shape[1] < Nq + Nk - 1:  # one matmul over every query row (shared or per-head table)
             return past_product(q, rows * scale, Nk)  # (B, H, Nq, Nk), -inf past the diagonal
-        per_offset = torch.matmul(q, (rows * scale).transpose(-1, -2))  # (B, H, Nq, W), W <= Nq + Nk - 1
+        per_offset = _against(q, (rows * scale).transpose(-1, -2))  # (B, H, Nq, W), W <= Nq + Nk - 1
         return skew_rows_past(per_offset, Nq, Nk)  # (B, H, Nq, Nk), -inf past the diagonal
 
     def value(self, p: Tensor, qpos: Tensor, kpos: Tensor) -> Tensor:
@@ -191,11 +197,11 @@ class Shaw(Encoding):
         a = self._table(self.value_table, H, p.dtype)  # (H|1, R, D)
         rows = self._offset_rows(qpos, kpos, a)
         if rows is not None:  # weight per offset (a strided write), then against each offset's row
-            return torch.matmul(unskew_rows(p), rows)  # (B, H, Nq, D)
+            return _against(unskew_rows(p), rows)  # (B, H, Nq, D)
         R = 2 * self.k + 1
         idx = self.rel_index(qpos, kpos).to(p.device)[:, None].expand(B, H, Nq, Nk)  # (B, H, Nq, Nk)
         mass = p.new_zeros(B, H, Nq, R).scatter_add(-1, idx, p)  # (B, H, Nq, R): weight per clipped offset
-        return torch.matmul(mass, a)  # (B, H, Nq, D)
+        return _against(mass, a)  # (B, H, Nq, D)
 
     # ------------------------------------------------------------ references
 
