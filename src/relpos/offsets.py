@@ -225,10 +225,10 @@ def past_product(q: Tensor, keys: Tensor, k_len: int) -> Tensor:
     Returns:
         ``(B, H, Nq, Nk)`` (a view; head-major in memory for per-head keys).
     """
-    check_tensor("q", q)
-    check_tensor("keys", keys)
+    check_tensor("q", q, 4, floating=True)
+    check_tensor("keys", keys, 3, floating=True)
     check_int("k_len", k_len, 1, MAX_POSITIONS)
-    if q.dim() != 4 or keys.dim() != 3 or keys.shape[0] not in (1, q.shape[1]) or keys.shape[2] != q.shape[3]:
+    if keys.shape[0] not in (1, q.shape[1]) or keys.shape[2] != q.shape[3]:
         raise ValueError(f"past_product needs q (B, H, Nq, D) and keys (H or 1, W, D), got q {tuple(q.shape)} and "
                          f"keys {tuple(keys.shape)}")
     Nq, W = q.shape[2], keys.shape[1]
@@ -239,7 +239,7 @@ def past_product(q: Tensor, keys: Tensor, k_len: int) -> Tensor:
 
 class _PastProduct(torch.autograd.Function):
     """:func:`past_product`: ``(G, M, D) x (G, D, W)`` then the skewed read; the backward unskews into that
-    layout. ``lead`` puts the key groups first: ``(H, B, ...)`` for per-head keys, ``(1, B H, ...)`` shared."""
+    layout. The key groups come first: ``(H, B, ...)`` for per-head keys, ``(1, B H, ...)`` for shared ones."""
 
     @staticmethod
     def _grouped(x: Tensor, G: int) -> Tensor:
