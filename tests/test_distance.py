@@ -232,6 +232,21 @@ def test_past_product_refuses_what_it_cannot_read(q, keys, nk, match):
         past_product(q, keys, nk)
 
 
+def test_toeplitz_keeps_second_derivatives():
+    """Its own backward is built of differentiable ops: gradient penalties through a learned bias stay exact."""
+    v = torch.randn(2, 7, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x: toeplitz(x, 3, 5), (v,))
+
+
+def test_past_product_refuses_second_derivatives_by_name():
+    """Its backward reads a copy of q made in the forward: a second derivative would miss its q part, so it is
+    refused, never returned wrong."""
+    q = torch.randn(2, 3, 4, 2, dtype=torch.float64, requires_grad=True)
+    out = past_product(q, torch.randn(3, 5, 2, dtype=torch.float64, requires_grad=True), 5)
+    with pytest.raises(RuntimeError, match="second derivatives"):
+        torch.autograd.grad(out.masked_fill(torch.isinf(out), 0).sum(), q, create_graph=True)
+
+
 # ------------------------------------------------------------------------------- errors
 
 BAD_INPUTS = [

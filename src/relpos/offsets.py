@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from relpos.first_order import first_order
 from relpos.validation import MAX_POSITIONS, check_int, check_tensor
 
 __all__ = ["offsets_range", "toeplitz", "skew_rows", "skew_rows_past", "unskew_rows", "contiguous_offsets",
@@ -260,6 +261,7 @@ class _PastProduct(torch.autograd.Function):
         return term.transpose(0, 1) if G > 1 else term.view(B, H, Nq, k_len)
 
     @staticmethod
+    @first_order  # the saved (G, M, D) copy of q carries no graph back to q
     def backward(ctx, g: Tensor):
         qg, keys = ctx.saved_tensors
         (B, H), k_len = ctx.shape, ctx.k_len
