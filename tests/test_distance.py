@@ -23,7 +23,7 @@ from relpos.distance import (
     t5_bucket,
     toeplitz,
 )
-from relpos.offsets import past_product
+from relpos.offsets import skewed_product
 
 # --------------------------------------------------------------------- doctest-like values
 
@@ -202,34 +202,36 @@ def test_toeplitz_on_strided_views():
     torch.testing.assert_close(toeplitz(vt, 4, 7), vt.contiguous()[:, delta + 3])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(B=st.integers(1, 3), H=st.integers(1, 3), Nq=st.integers(1, 9), extra=st.integers(0, 6),
-       wide=st.integers(0, 8), D=st.integers(1, 4), shared=st.booleans(), seed=st.integers(0, 2**16))
-def test_past_product_equals_the_skewed_product_with_gradients(B, H, Nq, extra, wide, D, shared, seed):
-    """``past_product`` equals ``skew_rows_past(q @ keys^T)``, -inf included, for per-head and shared keys and
-    every width W it serves (a causal call with q_offset = extra: Nk = Nq + extra)."""
+       wide=st.integers(0, 9), D=st.integers(1, 4), shared=st.booleans(), seed=st.integers(0, 2**16))
+def test_skewed_product_equals_the_skewed_product_with_gradients(B, H, Nq, extra, wide, D, shared, seed):
+    """``skewed_product`` equals ``skew_rows_past(q @ keys^T)`` (-inf included; with all Nq + Nk - 1 columns that
+    is ``skew_rows``) for per-head and shared keys and every width W it serves (a causal call with q_offset =
+    extra has W = Nq + extra = Nk; ``wide`` adds columns up to all of them)."""
     Nk = Nq + extra
-    W = Nk + min(wide, Nq - 2) if Nq >= 2 else Nk
-    if not Nk <= W < Nq + Nk - 1:
-        return
+    W = min(Nk + wide, Nq + Nk - 1)
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, H, Nq, D, generator=g, dtype=torch.float64, requires_grad=True)
     keys = torch.randn(1 if shared else H, W, D, generator=g, dtype=torch.float64, requires_grad=True)
-    out = past_product(q, keys, Nk)
+    out = skewed_product(q, keys, Nk)
     ref = skew_rows_past(q @ keys.transpose(-1, -2), Nq, Nk)
     torch.testing.assert_close(out, ref)
+    if W == Nq + Nk - 1:
+        torch.testing.assert_close(out, skew_rows(q @ keys.transpose(-1, -2), Nq, Nk))
     w = torch.randn(out.shape, generator=g, dtype=torch.float64)  # nonzero on the -inf pairs too: they add nothing
     for a, b in zip(torch.autograd.grad(out, (q, keys), w), torch.autograd.grad(ref, (q, keys), w)):
         torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("q, keys, nk, match", [
-    (torch.randn(1, 2, 4, 3), torch.randn(2, 3, 3), 4, "Nk <= W < Nq \\+ Nk - 1"),  # W = 3 < Nk
+    (torch.randn(1, 2, 4, 3), torch.randn(2, 3, 3), 4, "Nk <= W <= Nq \\+ Nk - 1"),  # W = 3 < Nk
+    (torch.randn(1, 2, 4, 3), torch.randn(2, 8, 3), 4, "Nk <= W <= Nq \\+ Nk - 1"),  # W = 8 > Nq + Nk - 1
     (torch.randn(1, 2, 4, 3), torch.randn(3, 4, 3), 4, "keys \\(H or 1, W, D\\)"),  # 3 key groups for 2 heads
 ])
-def test_past_product_refuses_what_it_cannot_read(q, keys, nk, match):
+def test_skewed_product_refuses_what_it_cannot_read(q, keys, nk, match):
     with pytest.raises(ValueError, match=match):
-        past_product(q, keys, nk)
+        skewed_product(q, keys, nk)
 
 
 def test_toeplitz_keeps_second_derivatives():
@@ -238,11 +240,11 @@ def test_toeplitz_keeps_second_derivatives():
     assert torch.autograd.gradgradcheck(lambda x: toeplitz(x, 3, 5), (v,))
 
 
-def test_past_product_refuses_second_derivatives_by_name():
+def test_skewed_product_refuses_second_derivatives_by_name():
     """Its backward reads a copy of q made in the forward: a second derivative would miss its q part, so it is
     refused, never returned wrong."""
     q = torch.randn(2, 3, 4, 2, dtype=torch.float64, requires_grad=True)
-    out = past_product(q, torch.randn(3, 5, 2, dtype=torch.float64, requires_grad=True), 5)
+    out = skewed_product(q, torch.randn(3, 5, 2, dtype=torch.float64, requires_grad=True), 5)
     with pytest.raises(RuntimeError, match="second derivatives"):
         torch.autograd.grad(out.masked_fill(torch.isinf(out), 0).sum(), q, create_graph=True)
 

@@ -17,7 +17,7 @@ from relpos.first_order import first_order
 from relpos.validation import MAX_POSITIONS, check_int, check_tensor
 
 __all__ = ["offsets_range", "toeplitz", "skew_rows", "skew_rows_past", "unskew_rows", "contiguous_offsets",
-           "future_table", "unskew_past_into", "past_product"]
+           "future_table", "unskew_past_into", "skewed_product"]
 
 
 def offsets_range(q_len: int, k_len: int, q_offset: int = 0) -> Tensor:
@@ -207,20 +207,21 @@ class _SkewRowsPast(torch.autograd.Function):
         return unskew_past_into(g.new_empty(*lead, q_len, q_len + k_len - 1), g, W), None, None, None
 
 
-def past_product(q: Tensor, keys: Tensor, k_len: int) -> Tensor:
-    """``skew_rows_past(q @ keys^T, Nq, Nk)`` in one step: a content-dependent relative term on a causal call's
-    pairs (``q_t . keys[j - t + Nq - 1]``, Transformer-XL's ``(q + v) . W_R R``, Shaw's ``q . a^K``), -inf after
-    the visible columns.
+def skewed_product(q: Tensor, keys: Tensor, k_len: int) -> Tensor:
+    """``skew_rows_past(q @ keys^T, Nq, Nk)`` in one step: a content-dependent relative term on every pair
+    (``q_t . keys[j - t + Nq - 1]``: Transformer-XL's ``(q + v) . W_R R``, Shaw's ``q . a^K``), -inf past the
+    ``W`` offset columns given (a causal call's past offsets); with all ``Nq + Nk - 1`` columns, no -inf:
+    :func:`skew_rows` of the product.
 
     Equal to that expression (tested, gradients included), but the product is one matmul per key group over
     every query row of the batch (``(G, B H/G Nq, D) x (G, D, W)``: per-head keys run head-major, shared keys as
     a single matmul), not ``B H`` small ones against keys copied ``B`` times, and the gradient is unskewed
-    straight into that layout.
+    straight into that layout. First-order: second derivatives are refused by name.
 
     Args:
         q: ``(B, H, Nq, D)``.
-        keys: ``(H, W, D)`` per head or ``(1, W, D)`` shared: the first ``W`` offset columns,
-            ``Nk <= W < Nq + Nk - 1`` (a causal call's past offsets).
+        keys: ``(H, W, D)`` per head or ``(1, W, D)`` shared: the first ``W`` offset columns in
+            :func:`offsets_range` order, ``Nk <= W <= Nq + Nk - 1``.
         k_len: ``Nk``.
 
     Returns:
@@ -230,16 +231,16 @@ def past_product(q: Tensor, keys: Tensor, k_len: int) -> Tensor:
     check_tensor("keys", keys, 3, floating=True)
     check_int("k_len", k_len, 1, MAX_POSITIONS)
     if keys.shape[0] not in (1, q.shape[1]) or keys.shape[2] != q.shape[3]:
-        raise ValueError(f"past_product needs q (B, H, Nq, D) and keys (H or 1, W, D), got q {tuple(q.shape)} and "
-                         f"keys {tuple(keys.shape)}")
+        raise ValueError(f"skewed_product needs q (B, H, Nq, D) and keys (H or 1, W, D), got q {tuple(q.shape)} "
+                         f"and keys {tuple(keys.shape)}")
     Nq, W = q.shape[2], keys.shape[1]
-    if not k_len <= W < Nq + k_len - 1:
-        raise ValueError(f"past_product needs Nk <= W < Nq + Nk - 1, got W = {W} for Nq = {Nq} and Nk = {k_len}")
-    return _PastProduct.apply(q, keys, k_len)
+    if not k_len <= W <= Nq + k_len - 1:
+        raise ValueError(f"skewed_product needs Nk <= W <= Nq + Nk - 1, got W = {W} for Nq = {Nq} and Nk = {k_len}")
+    return _SkewedProduct.apply(q, keys, k_len)
 
 
-class _PastProduct(torch.autograd.Function):
-    """:func:`past_product`: ``(G, M, D) x (G, D, W)`` then the skewed read; the backward unskews into that
+class _SkewedProduct(torch.autograd.Function):
+    """:func:`skewed_product`: ``(G, M, D) x (G, D, W)`` then the skewed read; the backward unskews into that
     layout. The key groups come first: ``(H, B, ...)`` for per-head keys, ``(1, B H, ...)`` for shared ones."""
 
     @staticmethod
@@ -252,10 +253,13 @@ class _PastProduct(torch.autograd.Function):
     def forward(ctx, q: Tensor, keys: Tensor, k_len: int) -> Tensor:
         B, H, Nq, D = q.shape
         G, W = keys.shape[0], keys.shape[1]
-        qg = _PastProduct._grouped(q, G).reshape(G, -1, D)  # (G, B H / G Nq, D)
+        qg = _SkewedProduct._grouped(q, G).reshape(G, -1, D)  # (G, B H / G Nq, D)
         per = torch.bmm(qg, keys.transpose(1, 2)).view(G, B * H // G, Nq, W)  # one matmul per key group
-        # row t reads per from column Nq - 1 - t; the pairs past column W get -inf
-        term = torch.add(_skew_view(per, Nq, k_len), future_table(Nq, k_len, W - Nq + 1, q.dtype, q.device))
+        view = _skew_view(per, Nq, k_len)  # row t reads per from column Nq - 1 - t
+        if W < Nq + k_len - 1:  # the read runs past column W into the next row there: those pairs get -inf
+            term = torch.add(view, future_table(Nq, k_len, W - Nq + 1, q.dtype, q.device))
+        else:
+            term = view.contiguous()
         ctx.save_for_backward(qg, keys)
         ctx.k_len, ctx.shape = k_len, (B, H)
         return term.transpose(0, 1) if G > 1 else term.view(B, H, Nq, k_len)
@@ -268,7 +272,7 @@ class _PastProduct(torch.autograd.Function):
         G, W, D = keys.shape
         Nq = g.shape[2]
         un = g.new_empty(G, B * H // G, Nq, Nq - 1 + k_len)
-        dper = unskew_past_into(un, _PastProduct._grouped(g, G), W).view(G, -1, W)  # rows of stride Nq - 1 + Nk
+        dper = unskew_past_into(un, _SkewedProduct._grouped(g, G), W).view(G, -1, W)  # rows of stride Nq - 1 + Nk
         dq = torch.bmm(dper, keys).view(G, B * H // G, Nq, D)
         dq = dq.transpose(0, 1) if G > 1 else dq.view(B, H, Nq, D)
         return dq, torch.bmm(dper.transpose(1, 2), qg), None

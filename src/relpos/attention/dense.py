@@ -24,7 +24,7 @@ from torch import Tensor
 
 from relpos.attention import Request, check_finite
 from relpos.attention.dense_relkey import causal_relkey_attention
-from relpos.offsets import offsets_range, past_product, skew_rows, skew_rows_past, toeplitz
+from relpos.offsets import offsets_range, skew_rows, skew_rows_past, skewed_product, toeplitz
 from relpos.first_order import first_order
 
 __all__ = ["supports", "run", "position_bias", "rotated_qk", "additive_terms", "row_has_key", "group_rows",
@@ -391,11 +391,12 @@ def _relative_key_term(req: Request, q: Tensor) -> tuple[Tensor, Tensor, bool] |
     if parts is None:
         return None
     qu, qv, keys = parts
-    if W is not None and Nk <= W < Nq + Nk - 1:  # one matmul per head over the batch's rows
-        return qu, past_product(qv, keys, Nk), True
+    if W is not None and W >= Nk:  # causal: one matmul per head over the batch's rows (measured faster)
+        return qu, skewed_product(qv, keys, Nk), True
     per = torch.matmul(qv, keys.transpose(-1, -2))  # (B, H, Nq, W)
-    if W is not None:
+    if W is not None:  # W < Nk: keys past every query's reach
         return qu, skew_rows_past(per, Nq, Nk), True
+    # all Nq + Nk - 1 offsets (bidirectional): skewed_product measured 0.95-1.07x of this here
     return qu, skew_rows(per, Nq, Nk), False
 
 

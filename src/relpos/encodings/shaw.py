@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from relpos.offsets import contiguous_offsets, past_product, skew_rows, skew_rows_past, unskew_rows
+from relpos.offsets import contiguous_offsets, skew_rows, skew_rows_past, skewed_product, unskew_rows
 from relpos.encodings.base import ClippedTables, Encoding
 from relpos.validation import MAX_TABLE, check_bool, check_float, check_int
 
@@ -184,8 +184,8 @@ class Shaw(Encoding):
         rows = self._offset_rows(qpos, kpos, self._table(self.key_table, H, q.dtype), past=True)
         if rows is None:
             return None
-        if Nk <= rows.shape[1] < Nq + Nk - 1:  # one matmul over every query row (shared or per-head table)
-            return past_product(q, rows * scale, Nk)  # (B, H, Nq, Nk), -inf past the diagonal
+        if rows.shape[1] >= Nk:  # one matmul over every query row (shared or per-head table)
+            return skewed_product(q, rows * scale, Nk)  # (B, H, Nq, Nk), -inf past the diagonal
         per_offset = _against(q, (rows * scale).transpose(-1, -2))  # (B, H, Nq, W), W <= Nq + Nk - 1
         return skew_rows_past(per_offset, Nq, Nk)  # (B, H, Nq, Nk), -inf past the diagonal
 
