@@ -34,7 +34,6 @@ LONG_SCHEMES = "nope,alibi,t5,rope,kerple-log,sandwich,shaw"
 TOL = {"float32": 2e-3}
 
 
-
 def finite_json(obj):
     """``obj`` with every non-finite float as its name (``"nan"``, ``"inf"``, ``"-inf"``): a NaN from the GPU is a
     result to keep, and relpos's JSON writers refuse NaN rather than write invalid JSON."""
@@ -45,6 +44,7 @@ def finite_json(obj):
     if isinstance(obj, (list, tuple)):
         return [finite_json(v) for v in obj]
     return obj
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="relpos GPU check (see benchmarks/gpu_check.sh)")
