@@ -48,12 +48,11 @@ class _CausalRelKeyAttention(torch.autograd.Function):
         B, H, N, D = qu.shape
         Dv = v.shape[3]
         qu3, k3, v3 = (t.transpose(0, 1).reshape(H * B, N, t.shape[-1]) for t in (qu, k, v))  # (H B, N, .)
-        qvh = qv.transpose(0, 1).contiguous()  # (H, B, N, D)
         o = qu3.new_empty(H * B, N, Dv)
         ps, qbs = [], []
         for r0, r1, e in blocks:  # e == r1: rows r0 .. r1 - 1 see keys 0 .. r1 - 1
             R = r1 - r0
-            qb = qvh[:, :, r0:r1].reshape(H, B * R, D)  # the block's rows of every batch entry, per head
+            qb = qv[:, :, r0:r1].transpose(0, 1).reshape(H, B * R, D)  # the block's rows of every batch entry
             pd = torch.bmm(qb, keys[:, N - e:].transpose(1, 2)).view(H * B, R, e)  # column c: offset c - (e - 1)
             s = torch.baddbmm(_skew_view(pd, R, e), qu3[:, r0:r1], k3[:, :e].transpose(1, 2), alpha=scale)
             s.add_(future_table(R, e, r0 + 1, s.dtype, s.device))  # keys j > r0 + t' get -inf
