@@ -15,6 +15,7 @@ after warm-up rounds, and the ratio on / off.
 
     python benchmarks/ab_step.py causal-blocks --out benchmarks/results     # results/causal_blocks.json
     python benchmarks/ab_step.py flush-denormal --out benchmarks/results    # results/flush_denormal.json
+    python benchmarks/ab_step.py relkey-blocks --out benchmarks/results     # results/relkey_blocks_step.json
 """
 
 from __future__ import annotations
@@ -48,21 +49,29 @@ class Setting(NamedTuple):
     def apply(self, on: bool) -> None:
         if self.name == "causal-blocks":
             dense.CAUSAL_BLOCK_ROWS = _BLOCK_ROWS if on else 1 << 30
+        elif self.name == "relkey-blocks":
+            dense.RELKEY_BLOCK_ROWS = _RELKEY_ROWS if on else _BLOCK_ROWS
         else:
             torch.set_flush_denormal(on)
 
     def restore(self) -> None:
         if self.name == "causal-blocks":
             dense.CAUSAL_BLOCK_ROWS = _BLOCK_ROWS
+        elif self.name == "relkey-blocks":
+            dense.RELKEY_BLOCK_ROWS = _RELKEY_ROWS
         else:
             torch.set_flush_denormal(False)
 
 
 _BLOCK_ROWS = dense.CAUSAL_BLOCK_ROWS
+_RELKEY_ROWS = dense.RELKEY_BLOCK_ROWS
 SETTINGS = {s.name: s for s in (
     Setting("causal-blocks", "whole", "blocks", ("t5", "kerple-log", "fire", "transformer-xl", "deberta"),
             ("4x256x64", "4x256x128"), 10, "causal_blocks",
             "process CPU time per training step, medians, whole square and row blocks alternating step by step"),
+    Setting("relkey-blocks", "whole", "picked", ("transformer-xl",),
+            ("16x64x64", "16x64x128", "16x64x256", "8x128x64"), 30, "relkey_blocks_step",
+            "process CPU time per training step, medians, whole square and picked row blocks alternating step by step"),
     Setting("flush-denormal", "kept", "flushed", ("nope", "t5", "transformer-xl", "fire", "deberta", "cope"),
             ("4x256x64", "16x64x64"), 8, "flush_denormal",
             "process CPU time per training step at initialisation, medians, kept and flushed alternating"),

@@ -71,5 +71,26 @@ def test_transformer_xl_takes_it_in_training_and_matches_its_reference(monkeypat
         torch.testing.assert_close(a, b, **tight)
     with torch.no_grad():  # inference keeps its own path
         relpos.attention(q, k, v, enc, impl="dense", causal=True)
-    relpos.attention(q[:, :, : N - 1], k[:, :, : N - 1], v[:, :, : N - 1], enc, impl="dense", causal=True)  # short
     assert calls == [1]
+
+
+@pytest.mark.parametrize("B, N, D, blocks", [(16, 64, 8, 2), (12, 80, 8, 2), (16, 96, 8, 2), (4, 128, 8, 4), (4, 63, 8, 0),
+                                              (16, 64, 32, 0), (8, 64, 8, 0)])
+def test_the_picked_blocks_run_and_equal_the_whole_square(monkeypatch, B, N, D, blocks):
+    """With ``H = 4``: ``relkey_blocks``'s pick is what runs, and it equals the whole skewed term."""
+    seen = []
+    orig = dense.causal_blocks
+    monkeypatch.setattr(dense, "causal_blocks", lambda *a: seen.append(a) or orig(*a))
+    assert dense.relkey_blocks(B, 4, N, D) == blocks
+    enc = build("transformer-xl", n_heads=4, head_dim=D, causal=True)
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(B, 4, N, D, generator=g, requires_grad=True) for _ in range(3))
+    out = relpos.attention(q, k, v, enc, impl="dense", causal=True)
+    assert seen == ([(N, N, 0, blocks)] if blocks else [])
+    with monkeypatch.context() as m:
+        m.setattr(dense, "_blocked_relative_keys", lambda *a: None)
+        whole = relpos.attention(q, k, v, enc, impl="dense", causal=True)
+    w = torch.linspace(-1, 1, out.numel()).view_as(out)
+    torch.testing.assert_close(out, whole, atol=1e-5, rtol=1e-5)
+    for a, b in zip(torch.autograd.grad((out * w).sum(), [q, k, v]), torch.autograd.grad((whole * w).sum(), [q, k, v])):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
