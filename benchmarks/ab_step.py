@@ -6,6 +6,10 @@ Two settings, each a change whose effect on the step this measured:
   Transformer-XL, DeBERTa) of at least ``CAUSAL_BLOCK_ROWS`` query rows by row blocks that skip the keys no
   row of the block sees (``_CausalTermAttention``); *whole*: the threshold raised out of reach, so one ``bmm``
   covers the whole square; *blocks*: as shipped. Default shapes: the scale preset's ``4 x 256`` cells.
+* ``relkey-blocks`` -- Transformer-XL's causal self-attention (:mod:`relpos.attention.dense_relkey`) runs by
+  row blocks from its ``RELKEY_BLOCK_ROWS`` (64) query rows on, as many as its ``relkey_blocks`` picks; *whole*:
+  that threshold at ``CAUSAL_BLOCK_ROWS`` (256), as before; *picked*: as shipped. Default shapes: the LM
+  presets' ``16 x 64`` at d_model 64, 128 and 256, and ``8 x 128``.
 * ``flush-denormal`` -- ``relpos.training.loop.Trainer.step`` runs with ``torch.set_flush_denormal(True)``
   (:mod:`relpos.training.denormals`); *kept*: subnormal floats kept, *flushed*: flushed to zero. Default
   shapes: a scale cell's and the default preset's.
@@ -34,6 +38,7 @@ import torch
 from relpos.model import ModelConfig, TransformerLM
 
 dense = importlib.import_module("relpos.attention.dense")
+relkey = importlib.import_module("relpos.attention.dense_relkey")
 
 
 class Setting(NamedTuple):
@@ -50,7 +55,7 @@ class Setting(NamedTuple):
         if self.name == "causal-blocks":
             dense.CAUSAL_BLOCK_ROWS = _BLOCK_ROWS if on else 1 << 30
         elif self.name == "relkey-blocks":
-            dense.RELKEY_BLOCK_ROWS = _RELKEY_ROWS if on else _BLOCK_ROWS
+            relkey.RELKEY_BLOCK_ROWS = _RELKEY_ROWS if on else _BLOCK_ROWS
         else:
             torch.set_flush_denormal(on)
 
@@ -58,13 +63,13 @@ class Setting(NamedTuple):
         if self.name == "causal-blocks":
             dense.CAUSAL_BLOCK_ROWS = _BLOCK_ROWS
         elif self.name == "relkey-blocks":
-            dense.RELKEY_BLOCK_ROWS = _RELKEY_ROWS
+            relkey.RELKEY_BLOCK_ROWS = _RELKEY_ROWS
         else:
             torch.set_flush_denormal(False)
 
 
 _BLOCK_ROWS = dense.CAUSAL_BLOCK_ROWS
-_RELKEY_ROWS = dense.RELKEY_BLOCK_ROWS
+_RELKEY_ROWS = relkey.RELKEY_BLOCK_ROWS
 SETTINGS = {s.name: s for s in (
     Setting("causal-blocks", "whole", "blocks", ("t5", "kerple-log", "fire", "transformer-xl", "deberta"),
             ("4x256x64", "4x256x128"), 10, "causal_blocks",

@@ -1,6 +1,6 @@
 """Transformer-XL's causal attention call, forward and backward, by 2, 3 or 4 row blocks against the whole square.
 
-The measurement behind :func:`relpos.attention.dense.relkey_blocks`, which picks how many row blocks
+The measurement behind :func:`relpos.attention.dense_relkey.relkey_blocks`, which picks how many row blocks
 :mod:`relpos.attention.dense_relkey` runs (0: the whole skewed term through ``_TermAttention``). Each variant is
 the same ``relpos.attention(..., impl="dense", causal=True)`` call with the pick forced; NoPE's causal SDPA call
 is timed beside them as a yardstick. Process CPU time, one thread, variants interleaved round by round; medians,
@@ -25,7 +25,7 @@ import torch
 import relpos
 from relpos.encodings.transformer_xl import TransformerXL
 
-dense = importlib.import_module("relpos.attention.dense")
+relkey = importlib.import_module("relpos.attention.dense_relkey")
 
 #: (B, H, N, D): the compare presets' causal shapes and the sizes between them and 256 rows
 SHAPES = ((32, 4, 32, 16), (21, 4, 48, 16), (4, 4, 64, 16), (16, 4, 64, 16), (64, 4, 64, 16), (4, 4, 64, 32),
@@ -43,10 +43,10 @@ def measure(B: int, H: int, N: int, D: int, rounds: int, warmup: int = 3) -> dic
     enc = TransformerXL(n_heads=H, head_dim=D)
     x = torch.randn(B, N, 3, H, D, requires_grad=True)  # (B, N, 3, H, D): q, k, v as a projection makes them
     gout = torch.randn(B, H, N, D)
-    rule = dense.relkey_blocks
+    rule = relkey.relkey_blocks
 
     def call(kind: str) -> None:
-        dense.relkey_blocks = _forced(0 if kind == "whole" else int(kind[1:])) if kind != "nope" else rule
+        relkey.relkey_blocks = _forced(0 if kind == "whole" else int(kind[1:])) if kind != "nope" else rule
         q, k, v = (t.transpose(1, 2) for t in x.unbind(2))  # (B, H, N, D)
         if kind == "nope":
             o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -63,7 +63,7 @@ def measure(B: int, H: int, N: int, D: int, rounds: int, warmup: int = 3) -> dic
                 if r >= warmup:
                     times[kind].append(time.process_time() - t)
     finally:
-        dense.relkey_blocks = rule
+        relkey.relkey_blocks = rule
     row = {"B": B, "H": H, "N": N, "D": D, "rule_picks": rule(B, H, N, D)}
     for kind in VARIANTS:
         row[f"{kind}_ms"] = round(statistics.median(times[kind]) * 1e3, 3)

@@ -81,7 +81,7 @@ def test_the_picked_blocks_run_and_equal_the_whole_square(monkeypatch, B, N, D, 
     seen = []
     orig = dense.causal_blocks
     monkeypatch.setattr(dense, "causal_blocks", lambda *a: seen.append(a) or orig(*a))
-    assert dense.relkey_blocks(B, 4, N, D) == blocks
+    assert rel.relkey_blocks(B, 4, N, D) == blocks
     enc = build("transformer-xl", n_heads=4, head_dim=D, causal=True)
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(B, 4, N, D, generator=g, requires_grad=True) for _ in range(3))

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from relpos.attention import Request, check_finite
+from relpos.attention import dense_relkey
 from relpos.attention.dense_relkey import causal_relkey_attention
 from relpos.offsets import offsets_range, skew_rows, skew_rows_past, skewed_product, toeplitz
 from relpos.first_order import first_order
@@ -224,36 +225,6 @@ CAUSAL_BLOCK_ROWS = 256
 CAUSAL_BLOCKS = 4
 
 
-#: causal self-attention of a :class:`RelativeKeys` scheme (Transformer-XL) may run by row blocks from this many
-#: query rows on (:func:`relkey_blocks`); its blocks form only their own slice of the term, so they pay off sooner
-#: than :class:`_CausalTermAttention`'s
-RELKEY_BLOCK_ROWS = 64
-
-
-def relkey_blocks(B: int, H: int, N: int, D: int) -> int:
-    """How many row blocks :mod:`relpos.attention.dense_relkey` runs for causal self-attention of ``(B, H, N, D)``
-    in training; 0: none (the whole skewed term through :class:`_TermAttention`).
-
-    Measured by ``benchmarks/relkey_blocks.py`` (the attention call's forward and backward, blocks against the
-    whole square; ``results/relkey_blocks.md``) and ``benchmarks/ab_step.py relkey-blocks`` (the training step):
-    from 96 rows the blocks win at every ``D`` measured; from 64 rows they win with ``D = 16`` once the batch holds
-    ``B H N^2 >= 2^18`` pairs, and lose with fewer pairs or a wider head (the blocks' own calls then cost more than
-    the quarter of the square they skip); below 64 rows they win by little or lose.
-
-    >>> [relkey_blocks(16, 4, n, 16) for n in (48, 64, 96, 128, 256)]
-    [0, 2, 2, 4, 4]
-    >>> relkey_blocks(16, 4, 64, 32), relkey_blocks(4, 4, 64, 16)
-    (0, 0)
-    """
-    if N < max(RELKEY_BLOCK_ROWS, 1):
-        return 0
-    if N >= 128:
-        return CAUSAL_BLOCKS
-    if N >= 96:
-        return 2
-    return 2 if D <= 16 and B * H * N * N >= 1 << 18 else 0
-
-
 def causal_blocks(Nq: int, Nk: int, q_offset: int, n: int = CAUSAL_BLOCKS) -> tuple[tuple[int, int, int], ...]:
     """``(r0, r1, e)`` row blocks of a causal call: rows ``r0 .. r1 - 1`` see keys ``0 .. e - 1`` only
     (query ``i`` sees key ``j <= i + q_offset``).
@@ -433,10 +404,10 @@ def _relative_key_term(req: Request, q: Tensor) -> tuple[Tensor, Tensor, bool] |
 def _blocked_relative_keys(req: Request, q: Tensor, k: Tensor) -> Tensor | None:
     """Training-time causal self-attention of a :class:`RelativeKeys` scheme by row blocks that form only their
     slice of the term (:mod:`relpos.attention.dense_relkey`), in place of the whole skewed term through
-    :class:`_TermAttention` or :class:`_CausalTermAttention`, at the sizes :func:`relkey_blocks` picks; None
+    :class:`_TermAttention` or :class:`_CausalTermAttention`, at the sizes its ``relkey_blocks`` picks; None
     elsewhere."""
     B, H, Nq, Nk, _ = req.shape
-    n = relkey_blocks(B, H, Nq, q.shape[-1])
+    n = dense_relkey.relkey_blocks(B, H, Nq, q.shape[-1])  # 0: the whole square
     if not (req.causal and req.q_offset == 0 and Nq == Nk and n > 0
             and req.key_padding_mask is None and req.attn_mask is None and req.dropout_p == 0
             and torch.is_grad_enabled() and q.dtype in (torch.float32, torch.float64)

@@ -31,7 +31,37 @@ from torch import Tensor
 from relpos.first_order import first_order
 from relpos.offsets import _skew_view, future_table
 
-__all__ = ["causal_relkey_attention"]
+__all__ = ["causal_relkey_attention", "relkey_blocks"]
+
+
+#: causal self-attention of a :class:`RelativeKeys` scheme (Transformer-XL) may run by row blocks from this many
+#: query rows on (:func:`relkey_blocks`); its blocks form only their own slice of the term, so they pay off sooner
+#: than ``relpos.attention.dense._CausalTermAttention``'s (from 256 rows)
+RELKEY_BLOCK_ROWS = 64
+
+
+def relkey_blocks(B: int, H: int, N: int, D: int) -> int:
+    """How many row blocks this kernel runs for causal self-attention of ``(B, H, N, D)``
+    in training; 0: none (the whole skewed term through ``relpos.attention.dense._TermAttention``).
+
+    Measured by ``benchmarks/relkey_blocks.py`` (the attention call's forward and backward, blocks against the
+    whole square; ``results/relkey_blocks.md``) and ``benchmarks/ab_step.py relkey-blocks`` (the training step):
+    from 96 rows the blocks win at every ``D`` measured; from 64 rows they win with ``D = 16`` once the batch holds
+    ``B H N^2 >= 2^18`` pairs, and lose with fewer pairs or a wider head (the blocks' own calls then cost more than
+    the quarter of the square they skip); below 64 rows they win by little or lose.
+
+    >>> [relkey_blocks(16, 4, n, 16) for n in (48, 64, 96, 128, 256)]
+    [0, 2, 2, 4, 4]
+    >>> relkey_blocks(16, 4, 64, 32), relkey_blocks(4, 4, 64, 16)
+    (0, 0)
+    """
+    if N < max(RELKEY_BLOCK_ROWS, 1):
+        return 0
+    if N >= 128:
+        return 4
+    if N >= 96:
+        return 2
+    return 2 if D <= 16 and B * H * N * N >= 1 << 18 else 0
 
 
 class _CausalRelKeyAttention(torch.autograd.Function):
