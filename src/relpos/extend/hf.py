@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 from relpos.extend.hf_spec import HFExtendSpec
 from relpos.outdir import write_text_atomic
+from relpos.training.denormals import flushed
 
 __all__ = ["run_hf_extend", "load_extended", "hf_dry_run_lines", "MANIFEST", "ROWS"]
 
@@ -220,25 +221,26 @@ def _train(hf, spec: HFExtendSpec, source, out: Path, progress: bool | None, log
     chunk = max(1, (64 << 20) // (4 * int(hf.config.vocab_size) * spec.batch_size))
     t0 = time.perf_counter()
     try:
-        for step in range(start, spec.steps):
-            lr = spec.lr * min(1.0, (step + 1) / spec.warmup_steps) if spec.warmup_steps else spec.lr
-            for g in opt.param_groups:
-                g["lr"] = lr
-            x, y = source.batch(step, 0)
-            loss = _chunked_loss(hf, x.to(dev), y.to(dev), chunk)
-            lv = float(loss.detach())
-            if not math.isfinite(lv):
-                raise ValueError(f"fine-tuning diverged at step {step + 1} (loss {lv}); try a lower --lr")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            losses.append(round(lv, 6))
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{lv:.4f}")
-            if (step + 1) % spec.ckpt_steps == 0 or step + 1 == spec.steps:
-                _save_state(out, hf, opt, step + 1, losses)
+        with flushed():  # subnormal floats flushed to zero, as relpos's own trainer runs its steps
+            for step in range(start, spec.steps):
+                lr = spec.lr * min(1.0, (step + 1) / spec.warmup_steps) if spec.warmup_steps else spec.lr
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                x, y = source.batch(step, 0)
+                loss = _chunked_loss(hf, x.to(dev), y.to(dev), chunk)
+                lv = float(loss.detach())
+                if not math.isfinite(lv):
+                    raise ValueError(f"fine-tuning diverged at step {step + 1} (loss {lv}); try a lower --lr")
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                opt.step()
+                losses.append(round(lv, 6))
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{lv:.4f}")
+                if (step + 1) % spec.ckpt_steps == 0 or step + 1 == spec.steps:
+                    _save_state(out, hf, opt, step + 1, losses)
     finally:
         if bar is not None:
             bar.close()
