@@ -46,9 +46,10 @@ def relkey_blocks(B: int, H: int, N: int, D: int) -> int:
 
     Measured by ``benchmarks/relkey_blocks.py`` (the attention call's forward and backward, blocks against the
     whole square; ``results/relkey_blocks.md``) and ``benchmarks/ab_step.py relkey-blocks`` (the training step):
-    from 96 rows the blocks win at every ``D`` measured; from 64 rows they win with ``D = 16`` once the batch holds
-    ``B H N^2 >= 2^18`` pairs, and lose with fewer pairs or a wider head (the blocks' own calls then cost more than
-    the quarter of the square they skip); below 64 rows they win by little or lose.
+    from 96 rows the blocks win at every ``D`` measured (0.62-0.95x of the whole square); from 64 rows they win with
+    ``D = 16`` once the batch holds ``B H N^2 >= 2^18`` pairs (0.70-0.91x), and gain little or lose with fewer pairs
+    or a wider head (0.97-1.09x: the blocks' own calls then cost about what the quarter of the square they skip
+    saves); below 64 rows 2 blocks read 0.91-1.07x between runs.
 
     >>> [relkey_blocks(16, 4, n, 16) for n in (48, 64, 96, 128, 256)]
     [0, 2, 2, 4, 4]
