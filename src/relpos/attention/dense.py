@@ -24,7 +24,6 @@ from torch import Tensor
 
 from relpos.attention import Request, check_finite
 from relpos.attention import dense_relkey
-from relpos.attention.dense_relkey import causal_relkey_attention
 from relpos.offsets import offsets_range, skew_rows, skew_rows_past, skewed_product, toeplitz
 from relpos.first_order import first_order
 
@@ -407,17 +406,19 @@ def _blocked_relative_keys(req: Request, q: Tensor, k: Tensor) -> Tensor | None:
     :class:`_TermAttention` or :class:`_CausalTermAttention`, at the sizes its ``relkey_blocks`` picks; None
     elsewhere."""
     B, H, Nq, Nk, _ = req.shape
-    n = dense_relkey.relkey_blocks(B, H, Nq, q.shape[-1])  # 0: the whole square
-    if not (req.causal and req.q_offset == 0 and Nq == Nk and n > 0
+    if not (req.causal and req.q_offset == 0 and Nq == Nk
             and req.key_padding_mask is None and req.attn_mask is None and req.dropout_p == 0
             and torch.is_grad_enabled() and q.dtype in (torch.float32, torch.float64)
             and q.dtype == k.dtype == req.v.dtype):
+        return None
+    n = dense_relkey.relkey_blocks(B, H, Nq, q.shape[-1])  # 0: the whole square
+    if n == 0:
         return None
     parts = _relative_key_parts(req, q, Nq)  # the past offsets d <= 0
     if parts is None or not any(t.requires_grad for t in (q, k, req.v, parts[2])):
         return None
     qu, qv, keys = parts
-    return causal_relkey_attention(qu, qv, k, req.v, keys, req.scale, causal_blocks(Nq, Nk, 0, n))
+    return dense_relkey.causal_relkey_attention(qu, qv, k, req.v, keys, req.scale, causal_blocks(Nq, Nk, 0, n))
 
 
 def run(req: Request) -> Tensor:

@@ -56,10 +56,10 @@ def relkey_blocks(B: int, H: int, N: int, D: int) -> int:
     >>> relkey_blocks(16, 4, 64, 32), relkey_blocks(4, 4, 64, 16)
     (0, 0)
     """
-    if N < max(RELKEY_BLOCK_ROWS, 1):
+    if N < RELKEY_BLOCK_ROWS:
         return 0
     if N >= 128:
-        return 4
+        return 4  # dense.CAUSAL_BLOCKS, as from 256 rows before
     if N >= 96:
         return 2
     return 2 if D <= 16 and B * H * N * N >= 1 << 18 else 0
