@@ -94,3 +94,36 @@ def test_the_picked_blocks_run_and_equal_the_whole_square(monkeypatch, B, N, D, 
     torch.testing.assert_close(out, whole, atol=1e-5, rtol=1e-5)
     for a, b in zip(torch.autograd.grad((out * w).sum(), [q, k, v]), torch.autograd.grad((whole * w).sum(), [q, k, v])):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_compiled_ds_pass_and_the_plain_one_agree_with_the_whole_term(monkeypatch, dtype):
+    """The backward forms dS and lays it out by offset with ``relpos.kernels.relkey.ds_`` when the kernel is built
+    (once per block), and with plain PyTorch otherwise; both equal the whole skewed term, gradients included."""
+    from relpos import kernels
+    from relpos.kernels import relkey as krel
+
+    B, H, N, D, n = 3, 2, 11, 4, 3
+    g = torch.Generator().manual_seed(11)
+    qu, qv, k, v = (torch.randn(B, H, N, D, generator=g, dtype=dtype, requires_grad=True) for _ in range(4))
+    keys = torch.randn(H, N, D, generator=g, dtype=dtype, requires_grad=True)
+    blocks = dense.causal_blocks(N, N, 0, n)
+    term = skew_rows_past(qv @ keys.transpose(-1, -2), N, N)
+    ref = dense._CausalTermAttention.apply(qu, k, v, term, 0.6, blocks)
+    w = torch.randn(ref.shape, generator=g, dtype=dtype)
+    want = torch.autograd.grad((ref * w).sum(), (qu, qv, k, v, keys))
+    calls = []
+    real = krel.ds_
+    monkeypatch.setattr(krel, "ds_", lambda *a: calls.append(1) or real(*a))
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-12, rtol=1e-10)
+    for on in (True, False):
+        if on and kernels.load() is None:
+            continue
+        monkeypatch.setattr(kernels, "ENABLED", on)
+        calls.clear()
+        out = rel.causal_relkey_attention(qu, qv, k, v, keys, 0.6, blocks)
+        got = torch.autograd.grad((out * w).sum(), (qu, qv, k, v, keys))
+        assert len(calls) == (len(blocks) if on else 0)
+        torch.testing.assert_close(out, ref, **tol)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, **tol)
