@@ -97,9 +97,9 @@ def test_the_picked_blocks_run_and_equal_the_whole_square(monkeypatch, B, N, D, 
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_the_compiled_ds_pass_and_the_plain_one_agree_with_the_whole_term(monkeypatch, dtype):
-    """The backward forms dS and lays it out by offset with ``relpos.kernels.relkey.ds_`` when the kernel is built
-    (once per block), and with plain PyTorch otherwise; both equal the whole skewed term, gradients included."""
+def test_the_compiled_loops_and_the_pytorch_ones_agree_with_the_whole_term(monkeypatch, dtype):
+    """Where the kernels are built the block loops run from C++ (``relkey.cpp``), else in PyTorch; both equal the
+    whole skewed term, gradients included."""
     from relpos import kernels
     from relpos.kernels import relkey as krel
 
@@ -113,8 +113,9 @@ def test_the_compiled_ds_pass_and_the_plain_one_agree_with_the_whole_term(monkey
     w = torch.randn(ref.shape, generator=g, dtype=dtype)
     want = torch.autograd.grad((ref * w).sum(), (qu, qv, k, v, keys))
     calls = []
-    real = krel.ds_
-    monkeypatch.setattr(krel, "ds_", lambda *a: calls.append(1) or real(*a))
+    for name in ("blocks_forward", "blocks_backward"):
+        real = getattr(krel, name)
+        monkeypatch.setattr(krel, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
     tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-12, rtol=1e-10)
     for on in (True, False):
         if on and kernels.load() is None:
@@ -123,7 +124,7 @@ def test_the_compiled_ds_pass_and_the_plain_one_agree_with_the_whole_term(monkey
         calls.clear()
         out = rel.causal_relkey_attention(qu, qv, k, v, keys, 0.6, blocks)
         got = torch.autograd.grad((out * w).sum(), (qu, qv, k, v, keys))
-        assert len(calls) == (len(blocks) if on else 0)
+        assert calls == (["blocks_forward", "blocks_backward"] if on else [])
         torch.testing.assert_close(out, ref, **tol)
         for a, b in zip(got, want):
             torch.testing.assert_close(a, b, **tol)

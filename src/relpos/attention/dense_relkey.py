@@ -16,8 +16,9 @@ product, the skewed term, the term's gradient, its unskewed copy). Here each row
 sees keys ``j < r1``, forms only its own slice: the product ``(q + v)[r0:r1] . K[N - r1 :]`` is
 ``(H B, R, r1)`` (head-major: one matmul per head over every batch entry's rows), its skewed read view is
 added to the block's content logits (the future keys get -inf), and the backward unskews the block's ``dS``
-the same way (with :func:`relpos.kernels.relkey.ds_`, one compiled pass that also forms ``dS``, when the kernels
-are built). No tensor of ``N x N`` per head is formed beyond the blocks' probabilities, which the
+the same way. Where the kernels are built, ``relpos/kernels/relkey.cpp`` runs the same block loops from C++ (the
+backward forming ``dS`` and its layout by offset in one pass); ``_forward_blocks`` and ``_backward_blocks`` are
+the PyTorch loops, taken otherwise. No tensor of ``N x N`` per head is formed beyond the blocks' probabilities, which the
 backward needs.
 
 Equal to :class:`relpos.attention.dense._CausalTermAttention` on the skewed term (tested, gradients included,
@@ -82,19 +83,12 @@ class _CausalRelKeyAttention(torch.autograd.Function):
         Dv = v.shape[3]
         qus = torch.mul(qu.transpose(0, 1), scale, out=qu.new_empty(H, B, N, D)).view(H * B, N, D)  # scale (q + u)
         k3, v3 = (t.transpose(0, 1).reshape(H * B, N, t.shape[-1]) for t in (k, v))  # (H B, N, .)
-        o = k3.new_empty(H * B, N, Dv)
         future = future_table(N, N, 1, k3.dtype, k3.device)  # (N, N): -inf for the keys j > t
-        ps, qbs = [], []
-        for r0, r1, e in blocks:  # e == r1: rows r0 .. r1 - 1 see keys 0 .. r1 - 1
-            R = r1 - r0
-            qb = qv[:, :, r0:r1].transpose(0, 1).reshape(H, B * R, D)  # the block's rows of every batch entry
-            pd = torch.bmm(qb, keys[:, N - e:].transpose(1, 2)).view(H * B, R, e)  # column c: offset c - (e - 1)
-            s = torch.add(_skew_view(pd, R, e), future[r0:r1, :e])  # keys j > r0 + t' get -inf
-            s.baddbmm_(qus[:, r0:r1], k3[:, :e].transpose(1, 2))
-            p = torch.softmax(s, dim=-1)  # (H B, R, e)
-            o[:, r0:r1] = torch.bmm(p, v3[:, :e])
-            ps.append(p)
-            qbs.append(qb)
+        ctx.compiled = relkey_kernel.usable(qus, qv, k3, v3, keys)
+        if ctx.compiled:  # _forward_blocks' calls, made from C++ (fewer interpreter steps per block)
+            o, ps, qbs = relkey_kernel.blocks_forward(qus, qv, k3, v3, keys, future, blocks)
+        else:
+            o, ps, qbs = _forward_blocks(qus, qv, k3, v3, keys, future, blocks)
         ctx.save_for_backward(qus, k3, v3, keys, o, *ps, *qbs)
         ctx.scale, ctx.blocks, ctx.dims = scale, blocks, (B, H, N, D)
         return o.view(H, B, N, Dv).transpose(0, 1)
@@ -106,34 +100,13 @@ class _CausalRelKeyAttention(torch.autograd.Function):
         ps, qbs = saved[: len(ctx.blocks)], saved[len(ctx.blocks):]
         B, H, N, D = ctx.dims
         go3 = go.transpose(0, 1).reshape(H * B, N, -1)
-        dqu, dqvh = torch.empty_like(qus), qus.new_empty(H, B, N, D)
         ks = k3 * ctx.scale  # the content logits' scale on the keys, for dqu
-        dk, dv = torch.zeros_like(k3), torch.zeros_like(v3)
-        dkeys = torch.zeros(H, N, D, dtype=keys.dtype, device=keys.device)
-        delta = (go3 * o).sum(-1, keepdim=True)  # rowsum(P dP) = rowsum(dO o)
-        fused = relkey_kernel.usable(go3, o, v3)  # dS and its layout by offset in one compiled pass
-        un = None  # dS by offset, (H B, R, N) (R - 1 + N unfused): one buffer for the blocks of R rows
-        for (r0, r1, e), p, qb in zip(ctx.blocks, ps, qbs):
-            R = r1 - r0
-            g = go3[:, r0:r1]
-            dv[:, :e] += torch.bmm(p.transpose(1, 2), g)
-            ds = torch.bmm(g, v3[:, :e].transpose(1, 2))  # dP, then dS (H B, R, e): 0 after the diagonal
-            # dS back on the offsets: dpd[t', c] = dS[t', c - (R - 1 - t')] for c >= R - 1 - t', else 0 (the adjoint
-            # of the forward's skewed read); every pair j <= r0 + t' lands in a column below e.
-            if un is None or un.shape[1] != R:
-                un = ds.new_empty(H * B, R, N if fused else R - 1 + N)
-                if not fused:
-                    un[..., : R - 1].zero_()  # left of a row's first column nothing is ever written
-            if fused:  # dS = P (dP - delta) and its offset layout (zeros left of each row's first pair) at once
-                relkey_kernel.ds_(ds, p, delta[:, r0:r1, 0], un[..., :e])
-            else:  # row t' written from column R - 1 - t' of the buffer; the pairs after the diagonal (0) land
-                ds.sub_(delta[:, r0:r1]).mul_(p)  # past column e
-                _skew_view(un[..., : R - 1 + e], R, e).copy_(ds)
-            dpd = un[..., :e].view(H, B * R, e)  # rows of the buffer's stride
-            dqu[:, r0:r1] = torch.bmm(ds, ks[:, :e])
-            dk[:, :e] += torch.bmm(ds.transpose(1, 2), qus[:, r0:r1])
-            dqvh[:, :, r0:r1] = torch.bmm(dpd, keys[:, N - e:]).view(H, B, R, D)
-            dkeys[:, N - e:] += torch.bmm(dpd.transpose(1, 2), qb)  # (H, e, D): summed over every row
+        delta = (go3 * o).sum(-1)  # (H B, N): rowsum(P dP) = rowsum(dO o)
+        if ctx.compiled and relkey_kernel.usable(go3, qus):
+            dqu, dqvh, dk, dv, dkeys = relkey_kernel.blocks_backward(go3, qus, ks, v3, keys, delta, ps, qbs,
+                                                                     ctx.blocks, B)
+        else:
+            dqu, dqvh, dk, dv, dkeys = _backward_blocks(go3, qus, ks, v3, keys, delta, ps, qbs, ctx.blocks, B)
         back = lambda t: t.view(H, B, N, -1).transpose(0, 1)  # (B, H, N, .) views
         return back(dqu), dqvh.transpose(0, 1), back(dk), back(dv), dkeys, None, None
 
@@ -158,3 +131,53 @@ def causal_relkey_attention(qu: Tensor, qv: Tensor, k: Tensor, v: Tensor, keys: 
         raise ValueError(f"causal_relkey_attention needs Nq == Nk == keys' offsets and blocks without a query "
                          f"offset, got Nq = {N}, Nk = {k.shape[2]}, {keys.shape[1]} offsets")
     return _CausalRelKeyAttention.apply(qu, qv, k, v, keys, scale, blocks)
+
+
+def _forward_blocks(qus: Tensor, qv: Tensor, k3: Tensor, v3: Tensor, keys: Tensor, future: Tensor,
+                    blocks: tuple) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """The forward's row blocks in PyTorch: ``(o (H B, N, Dv), ps, qbs)``; ``relkey.cpp`` runs the same calls."""
+    B, H, N, D = qv.shape
+    o = k3.new_empty(H * B, N, v3.shape[2])
+    ps, qbs = [], []
+    for r0, r1, e in blocks:  # e == r1: rows r0 .. r1 - 1 see keys 0 .. r1 - 1
+        R = r1 - r0
+        qb = qv[:, :, r0:r1].transpose(0, 1).reshape(H, B * R, D)  # the block's rows of every batch entry
+        pd = torch.bmm(qb, keys[:, N - e:].transpose(1, 2)).view(H * B, R, e)  # column c: offset c - (e - 1)
+        s = torch.add(_skew_view(pd, R, e), future[r0:r1, :e])  # keys j > r0 + t' get -inf
+        s.baddbmm_(qus[:, r0:r1], k3[:, :e].transpose(1, 2))
+        p = torch.softmax(s, dim=-1)  # (H B, R, e)
+        o[:, r0:r1] = torch.bmm(p, v3[:, :e])
+        ps.append(p)
+        qbs.append(qb)
+    return o, ps, qbs
+
+
+def _backward_blocks(go3: Tensor, qus: Tensor, ks: Tensor, v3: Tensor, keys: Tensor, delta: Tensor, ps, qbs,
+                     blocks: tuple, B: int) -> tuple[Tensor, ...]:
+    """The backward's row blocks in PyTorch: ``(dqu, dqv (H, B, N, D), dk, dv, dkeys)`` with ``ks = scale k``
+    and ``delta (H B, N)``; ``relkey.cpp`` runs the same calls, with dS and its layout by offset in one pass."""
+    H, N, D = keys.shape
+    dqu, dqvh = torch.empty_like(qus), qus.new_empty(H, B, N, D)
+    dk, dv = torch.zeros_like(ks), torch.zeros_like(v3)
+    dkeys = torch.zeros_like(keys)
+    un = None  # dS by offset, (H B, R, R - 1 + N): one buffer for the blocks of R rows
+    for (r0, r1, e), p, qb in zip(blocks, ps, qbs):
+        R = r1 - r0
+        g = go3[:, r0:r1]
+        dv[:, :e] += torch.bmm(p.transpose(1, 2), g)
+        ds = torch.bmm(g, v3[:, :e].transpose(1, 2))  # dP, then dS (H B, R, e): 0 after the diagonal
+        ds.sub_(delta[:, r0:r1, None]).mul_(p)
+        # dS back on the offsets: dpd[t', c] = dS[t', c - (R - 1 - t')] for c >= R - 1 - t', else 0 (the adjoint
+        # of the forward's skewed read). Row t' is written from column R - 1 - t' of a buffer R - 1 columns
+        # wider than the widest block; the pairs after the diagonal (0) land past column e. Left of a row's
+        # first column nothing is ever written: it is zeroed once per row count R.
+        if un is None or un.shape[1] != R:
+            un = ds.new_empty(H * B, R, R - 1 + N)
+            un[..., : R - 1].zero_()
+        _skew_view(un[..., : R - 1 + e], R, e).copy_(ds)
+        dpd = un[..., :e].view(H, B * R, e)  # rows of stride R - 1 + N
+        dqu[:, r0:r1] = torch.bmm(ds, ks[:, :e])
+        dk[:, :e] += torch.bmm(ds.transpose(1, 2), qus[:, r0:r1])
+        dqvh[:, :, r0:r1] = torch.bmm(dpd, keys[:, N - e:]).view(H, B, R, D)
+        dkeys[:, N - e:] += torch.bmm(dpd.transpose(1, 2), qb)  # (H, e, D): summed over every row
+    return dqu, dqvh, dk, dv, dkeys

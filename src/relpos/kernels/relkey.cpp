@@ -7,7 +7,9 @@
 // follows). relkey_ds forms dS = P (dP - delta) in place of dP and writes it a second time laid out by
 // offset (the skew, zeros elsewhere), which the position term's two gradient matmuls read. In PyTorch
 // the same takes a strided subtraction, a clamp, a negation, a broadcast add and a strided multiply, plus
-// zeroing the skewed buffer. Built by relpos.kernels (torch.utils.cpp_extension); see its docstring.
+// zeroing the skewed buffer. relkey_blocks_forward and relkey_blocks_backward are the row-block loops of
+// relpos.attention.dense_relkey with their ATen calls made from C++. Built by relpos.kernels
+// (torch.utils.cpp_extension); see its docstring.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -96,4 +98,62 @@ void relkey_ds(torch::Tensor dp, torch::Tensor p, torch::Tensor delta, torch::Te
       }
     });
   });
+}
+
+// The row-block loop of relpos.attention.dense_relkey (causal self-attention with relative keys), its ATen calls
+// made from C++ rather than Python: the same operations in the same order, so the same numbers as that module's
+// PyTorch loop (tested). bounds holds (r0, r1, e) per block, flat. Inputs as that module's forward prepares them:
+// qus (H B, N, D) = scale (q + u), qv (B, H, N, D), k3 (H B, N, D), v3 (H B, N, Dv), keys (H, N, D), future (N, N).
+// Returns o (H B, N, Dv), then each block's probabilities p (H B, R, e), then each block's rows of qv (H, B R, D).
+std::vector<torch::Tensor> relkey_blocks_forward(torch::Tensor qus, torch::Tensor qv, torch::Tensor k3,
+                                                 torch::Tensor v3, torch::Tensor keys, torch::Tensor future,
+                                                 std::vector<int64_t> bounds) {
+  TORCH_CHECK(bounds.size() % 3 == 0 && qv.dim() == 4, "bounds must hold (r0, r1, e) triples and qv be 4-D");
+  const int64_t B = qv.size(0), H = qv.size(1), N = qv.size(2), D = qv.size(3), n = bounds.size() / 3;
+  torch::Tensor o = at::empty({H * B, N, v3.size(2)}, v3.options());
+  std::vector<torch::Tensor> out(1 + 2 * n);
+  for (int64_t b = 0; b < n; ++b) {
+    const int64_t r0 = bounds[3 * b], r1 = bounds[3 * b + 1], e = bounds[3 * b + 2], R = r1 - r0;
+    torch::Tensor qb = qv.slice(2, r0, r1).transpose(0, 1).reshape({H, B * R, D});
+    torch::Tensor pd = at::bmm(qb, keys.slice(1, N - e, N).transpose(1, 2)).view({H * B, R, e});
+    torch::Tensor skew = pd.as_strided({H * B, R, e}, {pd.stride(0), pd.stride(1) - 1, 1}, pd.storage_offset() + R - 1);
+    torch::Tensor s = at::add(skew, future.slice(0, r0, r1).slice(1, 0, e));
+    s.baddbmm_(qus.slice(1, r0, r1), k3.slice(1, 0, e).transpose(1, 2));
+    torch::Tensor p = at::softmax(s, -1);
+    o.slice(1, r0, r1).copy_(at::bmm(p, v3.slice(1, 0, e)));
+    out[1 + b] = p;
+    out[1 + n + b] = qb;
+  }
+  out[0] = o;
+  return out;
+}
+
+// Its backward: returns dqu (H B, N, D), dqv (H, B, N, D), dk (H B, N, D), dv (H B, N, Dv), dkeys (H, N, D);
+// ks = scale k3, delta = rowsum(dO o) (H B, N), ps and qbs the forward's blocks.
+std::vector<torch::Tensor> relkey_blocks_backward(torch::Tensor go3, torch::Tensor qus, torch::Tensor ks,
+                                                  torch::Tensor v3, torch::Tensor keys, torch::Tensor delta,
+                                                  std::vector<torch::Tensor> ps, std::vector<torch::Tensor> qbs,
+                                                  std::vector<int64_t> bounds, int64_t B) {
+  const int64_t n = bounds.size() / 3, H = keys.size(0), N = keys.size(1), D = keys.size(2);
+  TORCH_CHECK(bounds.size() % 3 == 0 && (int64_t)ps.size() == n && (int64_t)qbs.size() == n,
+              "bounds, ps and qbs must describe the same blocks");
+  torch::Tensor dqu = at::empty_like(qus), dqv = at::empty({H, B, N, D}, qus.options());
+  torch::Tensor dk = at::zeros_like(ks), dv = at::zeros_like(v3), dkeys = at::zeros({H, N, D}, keys.options());
+  torch::Tensor un;  // dS by offset, (H B, R, N): one buffer for the blocks of R rows
+  for (int64_t b = 0; b < n; ++b) {
+    const int64_t r0 = bounds[3 * b], r1 = bounds[3 * b + 1], e = bounds[3 * b + 2], R = r1 - r0;
+    const torch::Tensor& p = ps[b];
+    torch::Tensor g = go3.slice(1, r0, r1);
+    dv.slice(1, 0, e).add_(at::bmm(p.transpose(1, 2), g));
+    torch::Tensor ds = at::bmm(g, v3.slice(1, 0, e).transpose(1, 2));
+    if (!un.defined() || un.size(1) != R) un = at::empty({H * B, R, N}, ds.options());
+    torch::Tensor z = un.slice(2, 0, e);
+    relkey_ds(ds, p, delta.slice(1, r0, r1), z);
+    torch::Tensor dpd = z.view({H, B * R, e});
+    dqu.slice(1, r0, r1).copy_(at::bmm(ds, ks.slice(1, 0, e)));
+    dk.slice(1, 0, e).add_(at::bmm(ds.transpose(1, 2), qus.slice(1, r0, r1)));
+    dqv.slice(2, r0, r1).copy_(at::bmm(dpd, keys.slice(1, N - e, N)).view({H, B, R, D}));
+    dkeys.slice(1, N - e, N).add_(at::bmm(dpd.transpose(1, 2), qbs[b]));
+  }
+  return {dqu, dqv, dk, dv, dkeys};
 }

@@ -9,7 +9,9 @@ probabilities' upstream ``dp (M, R, C)`` and ``delta = rowsum(dO * O)`` ``(M, R)
     ds_:      dp[m, t, j] = p[m, t, j] (dp[m, t, j] - delta[m, t]),
               z[m, t, j - t + R - 1] = that dS (columns below z's width), every other column of z zero
 
-:func:`logits_` and :func:`ds_` run them through ``relkey.cpp`` (see :mod:`relpos.kernels`);
+:func:`logits_` and :func:`ds_` run them through ``relkey.cpp`` (see :mod:`relpos.kernels`), and
+:func:`blocks_forward` and :func:`blocks_backward` run the row-block loops of
+:mod:`relpos.attention.dense_relkey` there (the same ATen calls, with fewer interpreter steps per block);
 :func:`usable` says whether a call can. :func:`logits_reference` and :func:`ds_reference` are the same
 in plain PyTorch, the kernels' test oracle.
 
@@ -28,7 +30,7 @@ from torch import Tensor
 
 from relpos import kernels
 
-__all__ = ["ds_", "ds_reference", "logits_", "logits_reference", "usable"]
+__all__ = ["blocks_backward", "blocks_forward", "ds_", "ds_reference", "logits_", "logits_reference", "usable"]
 
 
 def usable(*tensors: Tensor) -> bool:
@@ -72,3 +74,19 @@ def ds_(dp: Tensor, p: Tensor, delta: Tensor, z: Tensor) -> Tensor:
     """:func:`ds_reference` through the kernel (check :func:`usable` first)."""
     kernels.load().relkey_ds(dp, p, delta, z)
     return dp
+
+
+def blocks_forward(qus: Tensor, qv: Tensor, k3: Tensor, v3: Tensor, keys: Tensor, future: Tensor,
+                   blocks: tuple) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """The row-block loop of :mod:`relpos.attention.dense_relkey`'s forward, run from C++ (check :func:`usable`
+    first): ``(o, ps, qbs)``, as that module's PyTorch loop returns them."""
+    n = len(blocks)
+    out = kernels.load().relkey_blocks_forward(qus, qv, k3, v3, keys, future, [x for b in blocks for x in b])
+    return out[0], out[1: 1 + n], out[1 + n:]
+
+
+def blocks_backward(go3: Tensor, qus: Tensor, ks: Tensor, v3: Tensor, keys: Tensor, delta: Tensor, ps, qbs,
+                    blocks: tuple, B: int) -> list[Tensor]:
+    """That loop's backward from C++: ``[dqu, dqv (H, B, N, D), dk, dv, dkeys]``; ``delta`` is ``(H B, N)``."""
+    return kernels.load().relkey_blocks_backward(go3, qus, ks, v3, keys, delta, list(ps), list(qbs),
+                                                 [x for b in blocks for x in b], B)
