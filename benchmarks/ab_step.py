@@ -10,6 +10,10 @@ Two settings, each a change whose effect on the step this measured:
   row blocks from its ``RELKEY_BLOCK_ROWS`` (64) query rows on, as many as its ``relkey_blocks`` picks; *whole*:
   that threshold at ``CAUSAL_BLOCK_ROWS`` (256), as before; *picked*: as shipped. Default shapes: the LM
   presets' ``16 x 64`` at d_model 64, 128 and 256, and ``8 x 128``.
+* ``relkey-compiled`` -- Transformer-XL's causal row blocks run their loops from C++ where the kernels are built
+  (``relpos/kernels/relkey.cpp``); *pytorch*: the module's PyTorch loops (``_forward_blocks``,
+  ``_backward_blocks``), *compiled*: as shipped. Default shapes: the scale preset's ``4 x 256`` at d_model 64 and
+  128, the LM presets' ``16 x 64`` and ``8 x 128``.
 * ``flush-denormal`` -- ``relpos.training.loop.Trainer.step`` runs with ``torch.set_flush_denormal(True)``
   (:mod:`relpos.training.denormals`); *kept*: subnormal floats kept, *flushed*: flushed to zero. Default
   shapes: a scale cell's and the default preset's.
@@ -20,6 +24,7 @@ after warm-up rounds, and the ratio on / off.
     python benchmarks/ab_step.py causal-blocks --out benchmarks/results     # results/causal_blocks.json
     python benchmarks/ab_step.py flush-denormal --out benchmarks/results    # results/flush_denormal.json
     python benchmarks/ab_step.py relkey-blocks --out benchmarks/results     # results/relkey_blocks_step.json
+    python benchmarks/ab_step.py relkey-compiled --out benchmarks/results   # results/relkey_compiled_step.json
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import NamedTuple
 
 import torch
 
+from relpos import kernels
 from relpos.model import ModelConfig, TransformerLM
 
 dense = importlib.import_module("relpos.attention.dense")
@@ -56,6 +62,8 @@ class Setting(NamedTuple):
             dense.CAUSAL_BLOCK_ROWS = _BLOCK_ROWS if on else 1 << 30
         elif self.name == "relkey-blocks":
             relkey.RELKEY_BLOCK_ROWS = _RELKEY_ROWS if on else _BLOCK_ROWS
+        elif self.name == "relkey-compiled":
+            relkey.relkey_kernel.usable = _USABLE if on else (lambda *t: False)
         else:
             torch.set_flush_denormal(on)
 
@@ -64,12 +72,15 @@ class Setting(NamedTuple):
             dense.CAUSAL_BLOCK_ROWS = _BLOCK_ROWS
         elif self.name == "relkey-blocks":
             relkey.RELKEY_BLOCK_ROWS = _RELKEY_ROWS
+        elif self.name == "relkey-compiled":
+            relkey.relkey_kernel.usable = _USABLE
         else:
             torch.set_flush_denormal(False)
 
 
 _BLOCK_ROWS = dense.CAUSAL_BLOCK_ROWS
 _RELKEY_ROWS = relkey.RELKEY_BLOCK_ROWS
+_USABLE = relkey.relkey_kernel.usable
 SETTINGS = {s.name: s for s in (
     Setting("causal-blocks", "whole", "blocks", ("t5", "kerple-log", "fire", "transformer-xl", "deberta"),
             ("4x256x64", "4x256x128"), 10, "causal_blocks",
@@ -77,6 +88,9 @@ SETTINGS = {s.name: s for s in (
     Setting("relkey-blocks", "whole", "picked", ("transformer-xl",),
             ("16x64x64", "16x64x128", "16x64x256", "8x128x64"), 30, "relkey_blocks_step",
             "process CPU time per training step, medians, whole square and picked row blocks alternating step by step"),
+    Setting("relkey-compiled", "pytorch", "compiled", ("transformer-xl",),
+            ("4x256x64", "4x256x128", "16x64x64", "8x128x64"), 30, "relkey_compiled_step",
+            "process CPU time per training step, medians, PyTorch and C++ block loops alternating step by step"),
     Setting("flush-denormal", "kept", "flushed", ("nope", "t5", "transformer-xl", "fire", "deberta", "cope"),
             ("4x256x64", "16x64x64"), 8, "flush_denormal",
             "process CPU time per training step at initialisation, medians, kept and flushed alternating"),
@@ -136,7 +150,7 @@ def main(argv=None) -> int:
         a.out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(a.out / f"{st.result}.json", {
             "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-            "torch": torch.__version__, "threads": 1, "load_avg_end": os.getloadavg(), "how": st.how, "rows": rows})
+            "torch": torch.__version__, "kernels": kernels.status(), "threads": 1, "load_avg_end": os.getloadavg(), "how": st.how, "rows": rows})
     return 0
 
 

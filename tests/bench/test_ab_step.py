@@ -1,4 +1,4 @@
-"""``benchmarks/ab_step.py``: both settings time the step off and on, and put the process's setting back."""
+"""``benchmarks/ab_step.py``: each setting times the step off and on, and put the process's setting back."""
 
 from __future__ import annotations
 
@@ -25,3 +25,22 @@ def test_each_setting_is_timed_both_ways_and_restored(setting, off, on, tmp_path
     (row,) = json.loads((tmp_path / f"{name}.json").read_text())["rows"]
     assert row[f"{on}_ms"] > 0 and row[f"{off}_ms"] > 0
     assert row["ratio"] == pytest.approx(row[f"{on}_ms"] / row[f"{off}_ms"], rel=0.02)
+
+
+def test_relkey_compiled_times_the_pytorch_loops_against_the_compiled_ones_and_restores(tmp_path, monkeypatch):
+    mod = load_script("ab_step")
+    krel = mod.relkey.relkey_kernel
+    usable = krel.usable
+    ran = []
+    real_loop = mod.relkey._forward_blocks
+    monkeypatch.setattr(mod.relkey, "_forward_blocks", lambda *a: ran.append("pytorch") or real_loop(*a))
+    real_fwd = krel.blocks_forward
+    monkeypatch.setattr(krel, "blocks_forward", lambda *a: ran.append("compiled") or real_fwd(*a))
+    assert mod.main(["relkey-compiled", "--shapes", "1x96x16", "--steps", "1", "--warmup", "1",
+                     "--out", str(tmp_path)]) == 0  # 96 rows: 2 row blocks (relkey_blocks)
+    built = mod.kernels.load() is not None
+    # two rounds (warm-up, timed), each a step off then on, each step two layers
+    assert ran == ((["pytorch"] * 2 + ["compiled"] * 2) * 2 if built else ["pytorch"] * 8)
+    assert krel.usable is usable
+    (row,) = json.loads((tmp_path / "relkey_compiled_step.json").read_text())["rows"]
+    assert row["compiled_ms"] > 0 and row["pytorch_ms"] > 0
