@@ -6,7 +6,7 @@ extension (``rows.cpp``); :mod:`relpos.kernels.cope` ships CoPE's gated counts a
 interpolation as one pass per query row (``cope.cpp``), where PyTorch needs a dozen ``N x N``
 temporaries; :mod:`relpos.kernels.relkey` ships the elementwise passes of the relative-key
 (Transformer-XL) backward, the skewed add of the position logits and the skewed write of ``dS``, as one
-pass each, and the row-block loops of :mod:`relpos.attention.dense_relkey` run from C++ (``relkey.cpp``); :mod:`relpos.kernels.fire` ships FIRE's piecewise-linear bias walked by runs
+pass each, and :mod:`relpos.attention.dense_relkey`'s row-block loops run from C++ (``relkey.cpp``); :mod:`relpos.kernels.fire` ships FIRE's piecewise-linear bias walked by runs
 of keys, its add into the backward's logits and its gradients summed in the pass that forms ``dS``
 (``fire.cpp``). It is compiled by ``make install`` (``python -m
 relpos.kernels build``) with :mod:`torch.utils.cpp_extension` into a folder of its
