@@ -480,6 +480,24 @@ def test_the_overall_order_reads_the_same_tasks_for_every_scheme():
     assert "MRR (own tasks: different sets)" in page
 
 
+def test_a_task_at_chance_keeps_its_ranks_but_enters_no_mrr():
+    """Parity, where every scheme guesses (0.5 at 2L), ranked six schemes first and ALiBi fifth by noise among
+    guesses, and counted in the overall MRR. A task whose best scheme is at chance enters no MRR; one whose best
+    is above chance does."""
+    res = algo_results(tasks=("copy", "reverse"))
+    res["runs"] += [algo_run("parity", s, seed, 0.5) for s in BASE for seed in range(3)]
+    rk = ranking(res)
+    assert rk["at_chance"] == ["parity"] and "parity" in rk["compared"] and rk["per_task"]["parity"]["rank"]
+    assert rk["common"] == ["copy", "reverse"] and all(n == 2 for _, n in rk["own"].values())
+    page = page_markdown(PageInputs(full=res))
+    assert "so these ranks are among guesses and the task enters no MRR" in page
+    assert "parity at chance, in no MRR" in page
+    res = algo_results(tasks=("copy", "reverse"))
+    res["runs"] += [algo_run("parity", s, seed, 0.9 if s == "alibi" else 0.5) for s in BASE for seed in range(3)]
+    rk = ranking(res)
+    assert rk["at_chance"] == [] and rk["common"] == ["copy", "parity", "reverse"]
+
+
 def test_borderline_decisions_are_counted_and_marked():
     from relpos.report.ranking import BORDERLINE_MARK, borderline_decisions
     from relpos.report.stats import Interval

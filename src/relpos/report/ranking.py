@@ -20,7 +20,9 @@ seeds on a task is not ranked on it (its fitted fraction is its own column, neve
 The overall order compares like with like: it is the mean reciprocal rank over the **common tasks**, a set of
 compared tasks on which every scheme of the order is ranked (:func:`common_block`: the largest such block of
 the scheme x task table). The mean reciprocal rank over each scheme's own tasks (different task sets) is
-kept beside it, labelled as such.
+kept beside it, labelled as such. A task whose best scheme is **at chance** at 2L (:data:`CHANCE`: parity's
+balanced answer bit; the best's interval reaches the chance level, :func:`at_chance_rows`) keeps its per-task
+ranks but enters no mean reciprocal rank: a rank among schemes that all guess says nothing about generalising.
 
 RoPE's scalings and randomized positions are views of (or alternatives to) the trained RoPE model: they get
 their own table, each compared with plain RoPE the same way.
@@ -35,13 +37,22 @@ import math
 import statistics
 from collections import defaultdict
 
+import numpy as np
+
 from relpos.compare.fitting import metric_at
 from relpos.report.model import ResultsModel, as_model, results_of
 from relpos.report.stats import BORDERLINE, CONFIDENCE, MIN_SEEDS, Interval, decided_bootstrap, \
-    per_example_key, rank_against_best
+    paired_bootstrap, per_example_key, rank_against_best
 
 __all__ = ["ranking", "ranking_markdown", "tries_markdown", "lm_far_losses", "lm_ratio", "seed_inputs",
-           "INTERVALS_NOTE", "N_BOOT_REPORT", "common_block", "borderline_decisions", "BORDERLINE_MARK"]
+           "INTERVALS_NOTE", "N_BOOT_REPORT", "common_block", "borderline_decisions", "BORDERLINE_MARK", "CHANCE",
+           "PARITY_CHANCE", "at_chance_rows"]
+
+#: Parity's chance level: validation and test labels are balanced at every length (protocol 3).
+PARITY_CHANCE = 0.5
+#: Chance level of a task's ranking score at 2L, where it has one that no training can beat by guessing:
+#: parity's single answer bit.
+CHANCE = {"parity": PARITY_CHANCE}
 
 #: Bootstrap resamples of the report's intervals. At 1,000, three decisions of the protocol-3 page moved when
 #: the bootstrap was reseeded (bounds within 0.0007 of 0); benchmarks/bootstrap_stability.py checks that no
@@ -220,6 +231,26 @@ def common_block(ranked: dict[str, set[str]], tasks: list[str]) -> tuple[list[st
     return best
 
 
+def at_chance_rows(task: str, rows: list[dict], *, n_boot: int, seed: int = 0) -> bool:
+    """Whether one scheme's score at 2L on ``task`` is at chance (:data:`CHANCE`): the lower end of its interval
+    (over ``rows``, its fitted seeds' per-example scores, and their test examples) is at or below the chance
+    level plus :data:`~relpos.report.stats.BORDERLINE`, or, with one seed, its mean is. False on a task without
+    a chance level or without rows. :func:`relpos.report.results_claims.at_chance` reads it too.
+
+    >>> rows = [{"v": np.array([1.0, 0.0] * 50), "_seed": s} for s in range(3)]
+    >>> at_chance_rows("parity", rows, n_boot=200), at_chance_rows("copy", rows, n_boot=200)
+    (True, False)
+    """
+    if task not in CHANCE or not rows:
+        return False
+    a = [{k: v for k, v in r.items() if k != "_seed"} for r in rows]
+    if len(a) < MIN_SEEDS:  # no interval: the mean
+        return statistics.fmean(float(np.mean(v)) for r in a for v in r.values()) <= CHANCE[task] + BORDERLINE
+    zero = [{k: np.zeros(np.shape(v)) for k, v in r.items()} for r in a]
+    iv = paired_bootstrap(a, zero, None, n_boot=n_boot, seed=seed)  # the score itself: minus a constant 0
+    return iv.lo <= CHANCE[task] + BORDERLINE
+
+
 def ranking(results: dict | ResultsModel, *, seed: int = 0, n_boot: int | None = None) -> dict:
     """The protocol-3 ranking of a results document or its model (``seed``: the bootstrap's; ``n_boot``: its
     resamples, :data:`N_BOOT_REPORT` by default). A model keeps its own at the defaults
@@ -229,8 +260,9 @@ def ranking(results: dict | ResultsModel, *, seed: int = 0, n_boot: int | None =
     {task: rank_against_best(...)}, "common": the compared tasks of the overall order (every scheme of it is
     ranked on each), "order": [(label, MRR over the common tasks, number of them)] for the schemes of the
     overall order, best first, then every other base scheme with NaN, "own": {label: (MRR over the compared
-    tasks it is ranked on, their number)} (different task sets), "variants": {task: {label: (Interval |
-    None, seeds)}}, "fitted": {(task, label): (k, n)}, "per_example": bool}``.
+    tasks it is ranked on, their number)} (different task sets), "at_chance": the compared tasks whose best
+    scheme is at chance (in no MRR), "variants": {task: {label: (Interval | None, seeds)}}, "fitted":
+    {(task, label): (k, n)}, "per_example": bool}``.
     """
     n_boot = N_BOOT_REPORT if n_boot is None else n_boot
     model = as_model(results)
@@ -247,13 +279,16 @@ def ranking(results: dict | ResultsModel, *, seed: int = 0, n_boot: int | None =
     # the tasks in an MRR: at least two schemes ranked. A scheme ranked alone (every other fitted fewer than
     # MIN_SEEDS seeds) is first by default, not by comparison, so that task says nothing about its place
     compared = [t for t in tasks if len(per_task[t]["rank"]) >= 2]
+    # a task whose best scheme only guesses (parity at chance) ranks noise: its ranks stay, in no MRR
+    at_chance = [t for t in compared if at_chance_rows(t, data[t][per_task[t]["best"]], n_boot=n_boot, seed=seed)]
+    scored = [t for t in compared if t not in at_chance]
     own = {}
     for lab in labels:
-        rks = [per_task[t]["rank"][lab] for t in compared if lab in per_task[t]["rank"]]
+        rks = [per_task[t]["rank"][lab] for t in scored if lab in per_task[t]["rank"]]
         own[lab] = (statistics.fmean(1.0 / r for r in rks) if rks else math.nan, len(rks))
     # like with like: the overall order reads the same tasks for every scheme in it
-    same_tasks, block = common_block({lab: {t for t in compared if lab in per_task[t]["rank"]} for lab in labels},
-                                     compared)
+    same_tasks, block = common_block({lab: {t for t in scored if lab in per_task[t]["rank"]} for lab in labels},
+                                     scored)
     order = sorted(((lab, statistics.fmean(1.0 / per_task[t]["rank"][lab] for t in same_tasks), len(same_tasks))
                     for lab in block), key=lambda x: (-x[1], x[0]))
     order += sorted(((lab, math.nan, 0) for lab in labels if lab not in block),
@@ -278,7 +313,8 @@ def ranking(results: dict | ResultsModel, *, seed: int = 0, n_boot: int | None =
             variants.setdefault(t, {})[lab] = (iv, len(common))
     per_ex = any(r.get("per_example") for r in results["runs"])
     out = {"tasks": tasks, "compared": compared, "common": same_tasks, "per_task": per_task, "order": order,
-           "own": own, "variants": variants, "fitted": _fitted_fraction(model), "per_example": per_ex}
+           "own": own, "at_chance": at_chance, "variants": variants, "fitted": _fitted_fraction(model),
+           "per_example": per_ex}
     return out
 
 
@@ -372,6 +408,9 @@ def ranking_markdown(results: dict | ResultsModel, rk: dict | None = None) -> st
     if alone:
         out += ["", f"Ranked alone (every other scheme fitted fewer than {MIN_SEEDS} seeds), so left out of the "
                 "MRR: " + ", ".join(alone) + "."]
+    if rk.get("at_chance"):
+        out += ["", "At chance at 2L (the best scheme's interval reaches the chance level, so every rank there is "
+                "among guesses), so left out of both MRRs, ranks shown: " + ", ".join(rk["at_chance"]) + "."]
     out += ["", f"Borderline decisions (`{BORDERLINE_MARK}`: an interval bound within {BORDERLINE} of 0, against "
             f"the best or against a scheme with a better score; decided a tie): {near['n']} of {near['of']} intervals."]
     out += ["", "Difference from the best scheme of each task (score of the row minus the best's; "

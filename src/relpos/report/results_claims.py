@@ -35,7 +35,7 @@ import numpy as np
 from relpos.report.claim_scale import PAPER_SCALE, scale_here
 from relpos.compare.fitting import metric_at
 from relpos.report.model import ResultsModel, as_model
-from relpos.report.ranking import BORDERLINE_MARK, N_BOOT_REPORT
+from relpos.report.ranking import BORDERLINE_MARK, CHANCE, N_BOOT_REPORT, PARITY_CHANCE, at_chance_rows
 from relpos.report.stats import BORDERLINE, MIN_SEEDS, Interval, decided_bootstrap, paired_bootstrap
 from relpos.report.verdict import HOLD_ACC, HOLD_RATIO
 
@@ -54,11 +54,6 @@ FLAT_RATIO = HOLD_RATIO
 #: Deletang et al.: a scheme "generalises" on a task when its exact match at 2L keeps at least this fraction of
 #: its exact match at L (the verdict's held rule, :data:`relpos.report.verdict.HOLD_ACC`, 0.9).
 GENERALISES = HOLD_ACC
-#: Parity's chance level: validation and test labels are balanced at every length (protocol 3).
-PARITY_CHANCE = 0.5
-#: Chance level of a task's ranking score at 2L, where it has one that no training can beat by guessing:
-#: parity's single answer bit.
-CHANCE = {"parity": PARITY_CHANCE}
 #: Kazemnejad et al. and Ruoss et al. are claims about the algorithmic tasks: every task but these.
 NOT_ALGORITHMIC = ("lm", "passkey")
 @dataclasses.dataclass(frozen=True)
@@ -217,16 +212,11 @@ def _accuracy(results: dict | ResultsModel, task: str, lab: str, n_of_L: float) 
 
 
 def at_chance(results: dict | ResultsModel, task: str, lab: str, seed: int = 0) -> bool:
-    """Whether ``lab``'s score at 2L on ``task`` is at chance (:data:`CHANCE`): the lower end of its interval
-    (fitted seeds, test examples) is at or below the chance level plus
-    :data:`~relpos.report.stats.BORDERLINE`, or, with one seed, its mean is. False on a
-    task without a chance level or where ``lab`` has no fitted seed."""
-    if task not in CHANCE:
-        return False
-    iv, _ = value(results, task, lab, seed=seed)
-    if iv is None:
-        return False
-    return (iv.lo if math.isfinite(iv.lo) else iv.est) <= CHANCE[task] + BORDERLINE  # a borderline one too
+    """Whether ``lab``'s score at 2L on ``task`` is at chance (:data:`CHANCE`; the rule of
+    :func:`relpos.report.ranking.at_chance_rows` on its fitted seeds). False on a task without a chance level
+    or where ``lab`` has no fitted seed."""
+    s = seeds_of(results, task, lab)
+    return at_chance_rows(task, [s[k] for k in sorted(s)], n_boot=N_BOOT_REPORT, seed=seed)
 
 
 # ------------------------------------------------------------------ the four claims

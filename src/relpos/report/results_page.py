@@ -28,7 +28,7 @@ from relpos.report import extension, real_context
 from relpos.report import results_claims as claims
 from relpos.report.fit_curves import fit_curves_markdown
 from relpos.report.model import ResultsModel, as_model
-from relpos.report.ranking import INTERVALS_NOTE, ranking_markdown, tries_markdown
+from relpos.report.ranking import CHANCE, INTERVALS_NOTE, ranking_markdown, tries_markdown
 from relpos.report.tables import _tasks, markdown_tables
 from relpos.report.stats import MIN_SEEDS
 from relpos.report.results_inputs import (  # re-exported: the page's API is one module
@@ -167,6 +167,9 @@ def _headline(res: dict, rk: dict) -> list[str]:
         else:
             head = (f"first, tied by the paired bootstrap: {scores}" if len(first) > 1 else f"first: {scores}")
             head += f"; {len(pt['rank']) - len(first)} scheme(s) behind"
+            if t in rk.get("at_chance", ()):
+                head += (f"; the best is at chance at 2L ({CHANCE[t]}), so these ranks are among guesses and the "
+                         "task enters no MRR")
         out.append(f"- **{t}** ({what}): {head}"
                    + (f"; not ranked (fewer than {MIN_SEEDS} fitted seeds): {', '.join(pt['excluded'])}"
                       if pt["excluded"] else "") + ".")
@@ -175,9 +178,12 @@ def _headline(res: dict, rk: dict) -> list[str]:
         top = max(m for _, m, _ in ranked)
         lead = [lab for lab, m, _ in ranked if m >= top - 1e-12]
         left = [lab for lab, m, _ in rk["order"] if not math.isfinite(m)]
+        chance = rk.get("at_chance") or []
         out.append("- **Overall** (mean reciprocal rank over the same tasks for every scheme: "
-                   f"{', '.join(rk['common'])}, the {len(rk['common'])} of {len(rk['compared'])} compared task(s) on which all {len(ranked)} "
-                   f"are ranked): first of {len(ranked)}: {', '.join(lead)} (MRR {top:.2f})"
+                   f"{', '.join(rk['common'])}, the {len(rk['common'])} of {len(rk['compared'])} compared task(s) on "
+                   f"which all {len(ranked)} are ranked"
+                   + (f"; {', '.join(chance)} at chance, in no MRR" if chance else "")
+                   + f"): first of {len(ranked)}: {', '.join(lead)} (MRR {top:.2f})"
                    + (f"; not in this order (not ranked on every one of these tasks): {', '.join(left)}"
                       if left else "")
                    + ".")

@@ -30,8 +30,9 @@ longest length (lower is better) or the per-token accuracy at 2x L (exact match 
 per-token accuracy). Each scheme is compared with the task's best by a paired bootstrap interval over seeds
 and test examples; a tie when it contains 0 or has a bound within 0.005 of it. The overall order is the mean
 reciprocal rank (Kazemnejad et al. 2023) over the common tasks, those on which every scheme of the order is
-ranked; a scheme with fewer than two fitted seeds on a task is not ranked on it, and its fitted fraction is
-shown, never counted as a 0.
+ranked (a task whose best scheme is at chance, such as parity where every scheme guesses, keeps its ranks but
+counts in no mean reciprocal rank); a scheme with fewer than two fitted seeds on a task is not ranked on it,
+and its fitted fraction is shown, never counted as a 0.
 """
 
 from __future__ import annotations
@@ -285,7 +286,7 @@ def verdict_markdown(results: dict | ResultsModel) -> str:
     out += ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     out += ["", "Base schemes are ordered by mean reciprocal rank (MRR) over the common tasks, the same for every "
-            "scheme with an MRR (see the ranking below: paired bootstrap intervals, ties when an interval contains "
+            "scheme with an MRR (a task at chance, where every rank is among guesses, in none; see the ranking below: paired bootstrap intervals, ties when an interval contains "
             "0 or has a bound within 0.005 of it), from fitted runs only; views of RoPE and randomized positions follow, unranked (MRR `-`). `±` is the "
             "standard deviation over fitted seeds. LM columns are far-position ratios: bits per byte on the last quarter of each "
             f"window at {' and '.join(f'{f}x' for f in v['lm_factors'])} the training length over bits per byte on the last quarter of windows at 1x (the "
