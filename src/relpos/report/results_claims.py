@@ -267,7 +267,7 @@ def kazemnejad(results: dict | ResultsModel | None, rk: dict | None, seed: int =
     tasks = [t for t in _algo_tasks(rk) if t in rk["compared"]] if rk else []
     # a task counts when NoPE and another scheme are ranked there (both sides fitted) and its best is above
     # chance (a tie at chance says nothing about generalising)
-    chance = [t for t in tasks if rk["per_task"][t]["best"] and at_chance(model, t, rk["per_task"][t]["best"], seed)]
+    chance = [t for t in tasks if t in rk["at_chance"]]  # the ranking's rule: the best's interval reaches chance
     own = [t for t in tasks if _ranked_on(rk, t, "nope") and t not in chance]
     scale = scale_here(model, own or _algo_tasks(rk) if rk else (), "kazemnejad") if results else \
         f"Scale: the paper: {PAPER_SCALE['kazemnejad']}."
