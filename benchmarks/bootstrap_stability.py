@@ -6,7 +6,8 @@
 Recomputes the ranking (:func:`relpos.report.ranking.ranking`) and the published-claim verdicts
 (:func:`relpos.report.results_claims.findings`) of a shipped results file under bootstrap seeds 0..S-1,
 and lists every decision that differs between seeds: each base scheme's rank on each task, each tie with the
-task's best, the overall order and its MRRs, each RoPE view's tie or sign against plain RoPE, and each claim's
+task's best, whether each compared task is at chance (then in no MRR), the overall order and its MRRs, each
+RoPE view's tie or sign against plain RoPE, and each claim's
 verdict. Prints one table (decision, value under each seed) of the decisions that move, the number of
 borderline intervals (a bound within 0.005 of 0) under seed 0, and writes the same as JSON. Exit status 1 when
 any decision moves.
@@ -35,6 +36,8 @@ def decisions(res: dict, seed: int, n_boot: int) -> tuple[dict, dict]:
         for lab, r in pt["rank"].items():
             out[f"rank {t} {lab}"] = r
             out[f"tie-with-best {t} {lab}"] = bool(pt["tie"][lab])
+    for t in rk["compared"]:
+        out[f"at chance {t}"] = t in rk["at_chance"]  # in no MRR when at chance
     out["overall order"] = " > ".join(lab for lab, m, _ in rk["order"] if m == m)
     for lab, m, _ in rk["order"]:
         if m == m:
