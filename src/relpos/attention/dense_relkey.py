@@ -16,10 +16,10 @@ product, the skewed term, the term's gradient, its unskewed copy). Here each row
 sees keys ``j < r1``, forms only its own slice: the product ``(q + v)[r0:r1] . K[N - r1 :]`` is
 ``(H B, R, r1)`` (head-major: one matmul per head over every batch entry's rows), its skewed read view is
 added to the block's content logits (the future keys get -inf), and the backward unskews the block's ``dS``
-the same way. Where the kernels are built, ``relpos/kernels/relkey.cpp`` runs the same block loops from C++ (the
-backward forming ``dS`` and its layout by offset in one pass); ``_forward_blocks`` and ``_backward_blocks`` are
-the PyTorch loops, taken otherwise. No tensor of ``N x N`` per head is formed beyond the blocks' probabilities, which the
-backward needs.
+the same way. Where the kernels are built, ``relpos/kernels/relkey.cpp`` runs the same block loops from C++
+(the backward forming ``dS`` and its layout by offset in one pass); ``_forward_blocks`` and
+``_backward_blocks`` are the PyTorch loops, taken otherwise. No tensor of ``N x N`` per head is formed beyond
+the blocks' probabilities, which the backward needs.
 
 Equal to :class:`relpos.attention.dense._CausalTermAttention` on the skewed term (tested, gradients included,
 against the scheme's float64 reference).
