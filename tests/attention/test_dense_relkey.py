@@ -128,3 +128,35 @@ def test_the_compiled_loops_and_the_pytorch_ones_agree_with_the_whole_term(monke
         torch.testing.assert_close(out, ref, **tol)
         for a, b in zip(got, want):
             torch.testing.assert_close(a, b, **tol)
+
+
+def test_a_compiled_model_traces_the_pytorch_loops_and_equals_eager(monkeypatch):
+    """Under ``torch.compile`` the row blocks take the PyTorch loops (the C++ ones are opaque to it: a graph
+    break and a warning), with the eager model's loss and gradients."""
+    from relpos.kernels import relkey as krel
+    from relpos.model import ModelConfig, TransformerLM
+
+    torch.manual_seed(0)
+    m = TransformerLM(ModelConfig(d_model=16, n_layers=1, n_heads=4, max_len=128, scheme="transformer-xl",
+                                  vocab_size=32))
+    x = torch.randint(0, 32, (2, 96))  # 96 rows: 2 row blocks (relkey_blocks)
+    calls = []
+    real = krel.blocks_forward
+    monkeypatch.setattr(krel, "blocks_forward", lambda *a: calls.append(1) or real(*a))
+
+    def step(model):
+        model.zero_grad()
+        loss = model(x).logsumexp(-1).mean()
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in m.parameters()]
+
+    eager = step(m)
+    eager_calls = len(calls)
+    from relpos import kernels
+
+    assert eager_calls == (1 if kernels.load() is not None else 0)  # eager: the C++ loop where built
+    compiled = step(torch.compile(m))
+    assert len(calls) == eager_calls  # no C++ loop inside the compiled graph
+    torch.testing.assert_close(compiled[0], eager[0], atol=1e-5, rtol=1e-5)
+    for a, b in zip(compiled[1], eager[1]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

@@ -81,10 +81,11 @@ class _CausalRelKeyAttention(torch.autograd.Function):
                 blocks: tuple) -> Tensor:
         B, H, N, D = qu.shape
         Dv = v.shape[3]
-        qus = torch.mul(qu.transpose(0, 1), scale, out=qu.new_empty(H, B, N, D)).view(H * B, N, D)  # scale (q + u)
+        qus = qu.transpose(0, 1).reshape(H * B, N, D) * scale  # scale (q + u), (H B, N, D)
         k3, v3 = (t.transpose(0, 1).reshape(H * B, N, t.shape[-1]) for t in (k, v))  # (H B, N, .)
         future = future_table(N, N, 1, k3.dtype, k3.device)  # (N, N): -inf for the keys j > t
-        ctx.compiled = relkey_kernel.usable(qus, qv, k3, v3, keys)
+        # under torch.compile the PyTorch loops, which it can trace (it cannot see into the C++ ones)
+        ctx.compiled = relkey_kernel.usable(qus, qv, k3, v3, keys) and not torch.compiler.is_compiling()
         if ctx.compiled:  # _forward_blocks' calls, made from C++ (fewer interpreter steps per block)
             o, ps, qbs = relkey_kernel.blocks_forward(qus, qv, k3, v3, keys, future, blocks)
         else:
