@@ -130,6 +130,7 @@ def test_the_compiled_loops_and_the_pytorch_ones_agree_with_the_whole_term(monke
             torch.testing.assert_close(a, b, **tol)
 
 
+@pytest.mark.slow
 def test_a_compiled_model_traces_the_pytorch_loops_and_equals_eager(monkeypatch):
     """Under ``torch.compile`` the row blocks take the PyTorch loops (the C++ ones are opaque to it: a graph
     break and a warning), with the eager model's loss and gradients."""
