@@ -46,7 +46,7 @@ from relpos.report.stats import BORDERLINE, CONFIDENCE, MIN_SEEDS, Interval, dec
 
 __all__ = ["ranking", "ranking_markdown", "tries_markdown", "lm_far_losses", "lm_ratio", "seed_inputs",
            "INTERVALS_NOTE", "N_BOOT_REPORT", "common_block", "borderline_decisions", "BORDERLINE_MARK", "CHANCE",
-           "PARITY_CHANCE", "at_chance_rows"]
+           "PARITY_CHANCE", "at_chance_rows", "chance_reached"]
 
 #: Parity's chance level: validation and test labels are balanced at every length (protocol 3).
 PARITY_CHANCE = 0.5
@@ -231,11 +231,19 @@ def common_block(ranked: dict[str, set[str]], tasks: list[str]) -> tuple[list[st
     return best
 
 
+def chance_reached(task: str, iv: Interval) -> bool:
+    """Whether a score's interval reaches ``task``'s chance level (:data:`CHANCE`): its lower end (its estimate
+    when it has none, one seed) is at or below the chance level plus :data:`~relpos.report.stats.BORDERLINE`.
+    False on a task without a chance level."""
+    if task not in CHANCE:
+        return False
+    return (iv.lo if math.isfinite(iv.lo) else iv.est) <= CHANCE[task] + BORDERLINE
+
+
 def at_chance_rows(task: str, rows: list[dict], *, n_boot: int, seed: int = 0) -> bool:
-    """Whether one scheme's score at 2L on ``task`` is at chance (:data:`CHANCE`): the lower end of its interval
-    (over ``rows``, its fitted seeds' per-example scores, and their test examples) is at or below the chance
-    level plus :data:`~relpos.report.stats.BORDERLINE`, or, with one seed, its mean is. False on a task without
-    a chance level or without rows. :func:`relpos.report.results_claims.at_chance` reads it too.
+    """Whether one scheme's score at 2L on ``task`` is at chance (:func:`chance_reached`), its interval over
+    ``rows`` (its fitted seeds' per-example scores) and their test examples; with one seed, its mean. False on a
+    task without a chance level or without rows.
 
     >>> rows = [{"v": np.array([1.0, 0.0] * 50), "_seed": s} for s in range(3)]
     >>> at_chance_rows("parity", rows, n_boot=200), at_chance_rows("copy", rows, n_boot=200)
@@ -245,10 +253,10 @@ def at_chance_rows(task: str, rows: list[dict], *, n_boot: int, seed: int = 0) -
         return False
     a = [{k: v for k, v in r.items() if k != "_seed"} for r in rows]
     if len(a) < MIN_SEEDS:  # no interval: the mean
-        return statistics.fmean(float(np.mean(v)) for r in a for v in r.values()) <= CHANCE[task] + BORDERLINE
+        mean = statistics.fmean(float(np.mean(v)) for r in a for v in r.values())
+        return chance_reached(task, Interval(mean, math.nan, math.nan))
     zero = [{k: np.zeros(np.shape(v)) for k, v in r.items()} for r in a]
-    iv = paired_bootstrap(a, zero, None, n_boot=n_boot, seed=seed)  # the score itself: minus a constant 0
-    return iv.lo <= CHANCE[task] + BORDERLINE
+    return chance_reached(task, paired_bootstrap(a, zero, None, n_boot=n_boot, seed=seed))  # the score minus 0
 
 
 def ranking(results: dict | ResultsModel, *, seed: int = 0, n_boot: int | None = None) -> dict:

@@ -35,7 +35,7 @@ import numpy as np
 from relpos.report.claim_scale import PAPER_SCALE, scale_here
 from relpos.compare.fitting import metric_at
 from relpos.report.model import ResultsModel, as_model
-from relpos.report.ranking import BORDERLINE_MARK, CHANCE, N_BOOT_REPORT, PARITY_CHANCE, at_chance_rows
+from relpos.report.ranking import BORDERLINE_MARK, CHANCE, N_BOOT_REPORT, PARITY_CHANCE, chance_reached
 from relpos.report.stats import BORDERLINE, MIN_SEEDS, Interval, decided_bootstrap, paired_bootstrap
 from relpos.report.verdict import HOLD_ACC, HOLD_RATIO
 
@@ -212,11 +212,13 @@ def _accuracy(results: dict | ResultsModel, task: str, lab: str, n_of_L: float) 
 
 
 def at_chance(results: dict | ResultsModel, task: str, lab: str, seed: int = 0) -> bool:
-    """Whether ``lab``'s score at 2L on ``task`` is at chance (:data:`CHANCE`; the rule of
-    :func:`relpos.report.ranking.at_chance_rows` on its fitted seeds). False on a task without a chance level
-    or where ``lab`` has no fitted seed."""
-    s = seeds_of(results, task, lab)
-    return at_chance_rows(task, [s[k] for k in sorted(s)], n_boot=N_BOOT_REPORT, seed=seed)
+    """Whether ``lab``'s score at 2L on ``task`` is at chance: its interval (:func:`value`, kept in the model)
+    reaches the chance level (:func:`relpos.report.ranking.chance_reached`, the ranking's rule). False on a task
+    without a chance level or where ``lab`` has no fitted seed."""
+    if task not in CHANCE:
+        return False
+    iv, _ = value(results, task, lab, seed=seed)
+    return iv is not None and chance_reached(task, iv)
 
 
 # ------------------------------------------------------------------ the four claims
