@@ -14,6 +14,10 @@ Two settings, each a change whose effect on the step this measured:
   (``relpos/kernels/relkey.cpp``); *pytorch*: the module's PyTorch loops (``_forward_blocks``,
   ``_backward_blocks``), *compiled*: as shipped. Default shapes: the scale preset's ``4 x 256`` at d_model 64 and
   128, the LM presets' ``16 x 64`` and ``8 x 128``.
+* ``fire-mlp`` -- FIRE's bias below its threshold (training lengths) evaluates its MLP on the offsets in one C++
+  call each way where the kernels are built (``relpos/kernels/fire_mlp.cpp``); *pytorch*: the encoding's PyTorch
+  path (about twenty small operations and their autograd nodes), *compiled*: as shipped. Default shapes: the LM
+  presets' ``16 x 64`` at d_model 64 and 128, the scale preset's ``4 x 256`` and the copy task's ``64 x 33``.
 * ``flush-denormal`` -- ``relpos.training.loop.Trainer.step`` runs with ``torch.set_flush_denormal(True)``
   (:mod:`relpos.training.denormals`); *kept*: subnormal floats kept, *flushed*: flushed to zero. Default
   shapes: a scale cell's and the default preset's.
@@ -25,6 +29,7 @@ after warm-up rounds, and the ratio on / off.
     python benchmarks/ab_step.py flush-denormal --out benchmarks/results    # results/flush_denormal.json
     python benchmarks/ab_step.py relkey-blocks --out benchmarks/results     # results/relkey_blocks_step.json
     python benchmarks/ab_step.py relkey-compiled --out benchmarks/results   # results/relkey_compiled_step.json
+    python benchmarks/ab_step.py fire-mlp --out benchmarks/results          # results/fire_mlp_step.json
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from relpos.model import ModelConfig, TransformerLM
 
 dense = importlib.import_module("relpos.attention.dense")
 relkey = importlib.import_module("relpos.attention.dense_relkey")
+fire = importlib.import_module("relpos.encodings.fire")
 
 
 class Setting(NamedTuple):
@@ -64,6 +70,8 @@ class Setting(NamedTuple):
             relkey.RELKEY_BLOCK_ROWS = _RELKEY_ROWS if on else _BLOCK_ROWS
         elif self.name == "relkey-compiled":
             relkey.relkey_kernel.usable = _USABLE if on else (lambda *t: False)
+        elif self.name == "fire-mlp":
+            fire.fire_kernels.usable = _USABLE_FIRE if on else (lambda *t: False)
         else:
             torch.set_flush_denormal(on)
 
@@ -74,6 +82,8 @@ class Setting(NamedTuple):
             relkey.RELKEY_BLOCK_ROWS = _RELKEY_ROWS
         elif self.name == "relkey-compiled":
             relkey.relkey_kernel.usable = _USABLE
+        elif self.name == "fire-mlp":
+            fire.fire_kernels.usable = _USABLE_FIRE
         else:
             torch.set_flush_denormal(False)
 
@@ -81,6 +91,7 @@ class Setting(NamedTuple):
 _BLOCK_ROWS = dense.CAUSAL_BLOCK_ROWS
 _RELKEY_ROWS = relkey.RELKEY_BLOCK_ROWS
 _USABLE = relkey.relkey_kernel.usable
+_USABLE_FIRE = fire.fire_kernels.usable
 SETTINGS = {s.name: s for s in (
     Setting("causal-blocks", "whole", "blocks", ("t5", "kerple-log", "fire", "transformer-xl", "deberta"),
             ("4x256x64", "4x256x128"), 10, "causal_blocks",
@@ -91,6 +102,9 @@ SETTINGS = {s.name: s for s in (
     Setting("relkey-compiled", "pytorch", "compiled", ("transformer-xl",),
             ("4x256x64", "4x256x128", "16x64x64", "8x128x64"), 30, "relkey_compiled_step",
             "process CPU time per training step, medians, PyTorch and C++ block loops alternating step by step"),
+    Setting("fire-mlp", "pytorch", "compiled", ("fire",), ("16x64x64", "16x64x128", "4x256x64", "64x33x64"), 30,
+            "fire_mlp_step",
+            "process CPU time per training step, medians, FIRE's PyTorch MLP path and its C++ call alternating step by step"),
     Setting("flush-denormal", "kept", "flushed", ("nope", "t5", "transformer-xl", "fire", "deberta", "cope"),
             ("4x256x64", "16x64x64"), 8, "flush_denormal",
             "process CPU time per training step at initialisation, medians, kept and flushed alternating"),

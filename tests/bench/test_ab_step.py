@@ -44,3 +44,17 @@ def test_relkey_compiled_times_the_pytorch_loops_against_the_compiled_ones_and_r
     assert krel.usable is usable
     (row,) = json.loads((tmp_path / "relkey_compiled_step.json").read_text())["rows"]
     assert row["compiled_ms"] > 0 and row["pytorch_ms"] > 0
+
+
+def test_fire_mlp_times_the_pytorch_path_against_the_one_call_and_restores(tmp_path, monkeypatch):
+    mod = load_script("ab_step")
+    usable = mod.fire.fire_kernels.usable
+    ran = []
+    real = mod.fire.fire_kernels.mlp_offsets
+    monkeypatch.setattr(mod.fire.fire_kernels, "mlp_offsets", lambda *a: ran.append("compiled") or real(*a))
+    assert mod.main(["fire-mlp", "--shapes", "2x16x16", "--steps", "1", "--warmup", "1", "--out", str(tmp_path)]) == 0
+    assert mod.fire.fire_kernels.usable is usable
+    (row,) = json.loads((tmp_path / "fire_mlp_step.json").read_text())["rows"]
+    assert row["pytorch_ms"] > 0 and row["compiled_ms"] > 0
+    if mod.kernels.load() is not None:  # each layer's bias, in the compiled rounds only (2 rounds x 2 layers)
+        assert ran == ["compiled"] * 4

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from relpos.kernels import fire as fire_kernels
 from relpos.offsets import contiguous_offsets, toeplitz
 from relpos.encodings.base import Encoding, PiecewiseBias
 from relpos.first_order import first_order
@@ -46,6 +47,14 @@ from relpos.validation import MAX_TABLE, check_float, check_int
 __all__ = ["FIRE"]
 
 _LOG2 = math.log(2.0)
+
+
+def _one_call(delta: Tensor, params: tuple[Tensor, ...]) -> bool:
+    """Whether :meth:`FIRE.relative_bias` can take the compiled kernel: built, eager (not under
+    ``torch.compile``), int64 offsets and float32 contiguous parameters on the CPU."""
+    return (delta.dtype == torch.int64 and delta.device.type == "cpu" and not torch.compiler.is_compiling()
+            and all(p.dtype == torch.float32 and p.is_contiguous() for p in params)
+            and fire_kernels.usable(*params))
 
 
 def _softplus_inv(y: float) -> float:
@@ -211,10 +220,16 @@ class FIRE(Encoding):
     def relative_bias(self, delta: Tensor) -> Tensor:
         """The bias as a function of ``delta = j - i`` for queries below the threshold (``i < L``),
         float32 ``(H, *delta.shape)``: the MLP itself on ``psi(|delta|) / psi(L)``. Offsets are few
-        (``Nq + Nk - 1``), so no piecewise form is needed; not valid for queries at or past ``L``."""
+        (``Nq + Nk - 1``), so no piecewise form is needed; not valid for queries at or past ``L``. With the
+        compiled kernels (float32 parameters on the CPU, eager) it runs as one C++ call each way
+        (:func:`relpos.kernels.fire.mlp_offsets`); the PyTorch path below is the same function."""
+        lin1, lin2 = self.mlp[0], self.mlp[2]
+        params = (self.c_raw, self.l_raw, lin1.weight, lin1.bias, lin2.weight, lin2.bias)
+        if _one_call(delta, params):  # the same function in one C++ call each way (fire_mlp.cpp)
+            vals = fire_kernels.mlp_offsets(delta.reshape(-1), *params[:2], self.init_L, self.eps, *params[2:])
+            return vals.reshape(self.n_heads, *delta.shape)
         c = self.c
         x = torch.log1p(c * delta.abs().float()) / (torch.log1p(c * self.threshold) + self.eps)  # (*S,)
-        lin1, lin2 = self.mlp[0], self.mlp[2]
         flat = x.reshape(-1, 1)  # (P, 1)
         hidden = torch.relu(torch.addmm(lin1.bias.float(), flat, lin1.weight.float().t()))  # (P, W)
         vals = torch.addmm(lin2.bias.float()[:, None], lin2.weight.float(), hidden.t())  # (H, P)

@@ -14,7 +14,11 @@ segment slopes and intercepts ``alpha, beta (H, K + 1)`` and sorted breakpoints 
   gradients of ``alpha``, ``beta``, ``num`` and ``inv`` added into float64 accumulators in the same pass.
 
 :func:`usable` says whether a call can run them; where the kernels are not built the functions refuse by
-name (:class:`KernelMissing`) and the ``"blocks"`` engine serves FIRE instead. :func:`bias_reference` is
+name (:class:`KernelMissing`) and the ``"blocks"`` engine serves FIRE instead.
+
+:func:`mlp_offsets` is FIRE's MLP on a Toeplitz bias's offsets (``fire_mlp.cpp``): the values and the
+parameters' gradients in one call each way, where the PyTorch path runs about twenty small operations with
+their autograd nodes (:meth:`relpos.encodings.fire.FIRE.relative_bias` takes it when :func:`usable`). :func:`bias_reference` is
 the same bias in plain PyTorch (``bucketize`` and ``gather``), the kernels' test oracle beside the
 scheme's float64 reference.
 
@@ -35,8 +39,9 @@ import torch
 from torch import Tensor
 
 from relpos import kernels
+from relpos.first_order import first_order
 
-__all__ = ["KernelMissing", "bias_", "bias_reference", "ds_", "logits_", "usable"]
+__all__ = ["KernelMissing", "bias_", "bias_reference", "ds_", "logits_", "mlp_offsets", "usable"]
 
 
 class KernelMissing(RuntimeError):
@@ -93,3 +98,32 @@ def ds_(dp: Tensor, p: Tensor, delta: Tensor, num: Tensor, inv: Tensor, alpha: T
     tensors of their shapes, in that order). Returns ``dp``."""
     _module().fire_ds(dp, p, delta, num, inv, alpha, beta, z, int(i0), bool(causal), *grads)
     return dp
+
+
+class _MlpOffsets(torch.autograd.Function):
+    """``out (H, P)`` from ``c_raw, l_raw, w1, b1, w2, b2`` (see ``fire_mlp.cpp``); first-order only."""
+
+    @staticmethod
+    def forward(ctx, c_raw, l_raw, w1, b1, w2, b2, delta, init_L, eps):
+        ctx.save_for_backward(c_raw, l_raw, w1, b1, w2, b2, delta)
+        ctx.consts = (float(init_L), float(eps))
+        return _module().fire_mlp_forward(delta, c_raw, l_raw, *ctx.consts, w1, b1, w2, b2)
+
+    @staticmethod
+    @first_order
+    def backward(ctx, g):
+        c_raw, l_raw, w1, b1, w2, b2, delta = ctx.saved_tensors
+        grads = _module().fire_mlp_backward(g.contiguous(), delta, c_raw, l_raw, *ctx.consts, w1, b1, w2, b2)
+        return (*grads, None, None, None)
+
+
+def mlp_offsets(delta: Tensor, c_raw: Tensor, l_raw: Tensor, init_L: float, eps: float, w1: Tensor, b1: Tensor,
+                w2: Tensor, b2: Tensor) -> Tensor:
+    """FIRE's bias below its threshold on offsets ``delta (P,)`` (int64), ``(H, P)``, with autograd to the
+    parameters (``c_raw``, ``l_raw`` scalars; ``w1 (W, 1)``, ``b1 (W,)``, ``w2 (H, W)``, ``b2 (H,)``, all of one
+    float dtype, contiguous)::
+
+        x = log1p(c |delta|) / (log1p(c L) + eps),   out = b2 + w2 relu(w1 x + b1)
+
+    with ``c = softplus(c_raw)`` and ``L = init_L softplus(l_raw) / ln 2``."""
+    return _MlpOffsets.apply(c_raw, l_raw, w1, b1, w2, b2, delta.contiguous(), init_L, eps)
