@@ -46,6 +46,10 @@ def test_quick_run_writes_the_table(mod, tmp_path):
     # the task's batch generator is timed alone; the target reads the bare loop plus it
     assert cell["data_ms"] > 0 and cell["nope_vs_bare_data"] == pytest.approx(med_ratio(job("nope"), base), rel=1e-3)
     assert cell["bare_met"] == (cell["nope_vs_bare_data"] <= 1.15)
+    # like for like: the bare loop's own validation of the same set, amortised over the same interval
+    val = [a + b + c / cell["val_every"] for a, b, c in zip(rt["bare/nope"], rt["data/nope"], rt["bare_validate/nope"])]
+    assert cell["bare_validation_ms"] > 0
+    assert cell["nope_vs_bare_data_val"] == pytest.approx(med_ratio(job("nope"), val), rel=1e-3)
     assert rows["alibi"]["vs_nope"] == pytest.approx(med_ratio(job("alibi"), job("nope")), rel=1e-3)
     md = (tmp_path / "job_step.md").read_text()
     assert "**Provisional**" in md and "| ci-lm | 8 x 32 |" in md and "| alibi (1.3x) |" in md
@@ -53,7 +57,8 @@ def test_quick_run_writes_the_table(mod, tmp_path):
     # the first table also splits the validation off NoPE's job step
     n = rows["nope"]
     assert (f"| {cell['data_ms']:.1f} | {n['job_step_ms']:.1f} | {n['validation_ms'] / cell['val_every']:.2f} ms | "
-            f"{cell['nope_vs_bare']:.2f}x | {cell['nope_vs_bare_data']:.2f}x | {n['step_vs_bare_data']:.2f}x |") in md
+            f"{cell['nope_vs_bare']:.2f}x | {cell['nope_vs_bare_data']:.2f}x | {n['step_vs_bare_data']:.2f}x | "
+            f"{'yes' if cell['bare_met'] else '**no**'} | {cell['nope_vs_bare_data_val']:.2f}x |") in md
     assert cell["settle"] == 0
 
 
@@ -130,3 +135,12 @@ def test_ratios_are_medians_of_each_rounds_ratio(mod):
     # a validation counts 1 / val_every of its own round
     times[("validate", "nope")] = [11.0, 0.0, 0.0]
     assert mod.ratios(times, ["nope", "alibi"], val_every=100)["nope_vs_bare"] == pytest.approx(1.21)
+
+
+def test_the_bare_loops_validation_scores_the_jobs_validation_set(mod):
+    """On an algorithmic cell the bare loop validates the monitor's own examples by exact match (a value in
+    [0, 1]), as the job's validation does; the LM cell sums the loss over the same windows."""
+    j = mod.JobStep("full-parity", "nope")
+    bare = mod.BareStep(j)
+    assert bare.val_x is j.monitor.x and not bare.lm and 0.0 <= bare.validate() <= 1.0
+    assert bare.model.training  # put back in training mode
