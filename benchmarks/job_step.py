@@ -24,6 +24,9 @@ MQAR, reverse and parity; the six scale cells) this times, side by side in one p
 The clock is process CPU time with one thread; each variant gets warm-up steps first. ``--settle N`` runs N
 untimed steps of a variant right before each of its timed ones, so a timed step follows a step of the same
 model, as in a job, and not another variant's (whose weights and optimizer state it evicts from the caches).
+``--sample-ms MS`` makes each timed sample the mean of as many consecutive calls of the variant as fill MS
+(counted once after the warm-up, kept in the JSON as ``calls_per_sample``): at the LM cells one step takes about
+15 ms, and single-step samples of one scheme against NoPE ranged over 0.85-2.1x within one quiet run.
 Reported per cell: medians, NoPE's job step against the bare loop and against the bare loop plus the task's batch
 generation (the target, <= 1.15x, is read on the latter), each scheme's job step against NoPE's
 (target <= 1.3x; 2x for DeBERTa, CoPE and FoX), and the compiled step's speed-up. Times are medians over rounds;
@@ -89,6 +92,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--settle", type=int, default=0,
                    help="untimed steps of the same variant right before each timed one, as a job runs its steps one "
                         "after another (default 0: each timed step follows another variant's)")
+    p.add_argument("--sample-ms", type=float, default=0.0,
+                   help="each timed sample runs as many consecutive calls of a variant as fill this many ms (from a "
+                        "timing after the warm-up) and counts their mean, so a 15 ms step is not one interrupt away "
+                        "from an outlier (default 0: one call per sample)")
     p.add_argument("--compile-schemes", nargs="*", default=["nope", "rope", "alibi", "t5"],
                    help="schemes also timed compiled (default nope rope alibi t5; none: --no-compile)")
     p.add_argument("--compile-cells", nargs="*", default=["default-lm", "full-copy", "full-mqar", "scale-d256-n256"],
@@ -111,8 +118,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.warmup = 1
         if "--compile-schemes" not in given:
             args.compile = False
-    if args.rounds < 1 or args.warmup < 1 or args.settle < 0:
-        p.error("--rounds and --warmup must be >= 1, --settle >= 0")
+    if args.rounds < 1 or args.warmup < 1 or args.settle < 0 or not 0 <= args.sample_ms <= 10_000:
+        p.error("--rounds and --warmup must be >= 1, --settle >= 0, --sample-ms in [0, 10000]")
     args.cells = args.cells or list(DEFAULT_CELLS)
     return args
 
@@ -306,9 +313,9 @@ def ratios(times: dict, schemes: list[str], val_every: int) -> dict:
 
 
 def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, warmup: int, log,
-             settle: int = 0) -> dict:
-    """Every variant of one cell, interleaved (``settle`` untimed calls of a variant before each timed one);
-    medians and ratios."""
+             settle: int = 0, sample_ms: float = 0.0) -> dict:
+    """Every variant of one cell, interleaved (``settle`` untimed calls of a variant before each timed one; each
+    timed sample the mean of as many consecutive calls as fill ``sample_ms``, at least one); medians and ratios."""
     import torch
 
     jobs = {s: JobStep(cell, s) for s in schemes}
@@ -339,16 +346,23 @@ def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, wa
     for key, fn in variants.items():
         for _ in range(warmup if key[0] != "compiled" else 0):
             fn()
-    log(f"{cell}: {len(variants)} variants warmed up")
     keys = list(variants)
+    reps = {k: 1 for k in keys}
+    if sample_ms > 0:
+        for k in keys:
+            t0 = time.process_time()
+            variants[k]()
+            reps[k] = max(1, math.ceil(sample_ms / max(1000 * (time.process_time() - t0), 1e-3)))
+    log(f"{cell}: {len(variants)} variants warmed up")
     times: dict[tuple[str, str], list[float]] = {k: [] for k in keys}
     for r in range(rounds):
         for k in keys[r % len(keys):] + keys[: r % len(keys)]:
             for _ in range(settle):
                 variants[k]()
             t0 = time.process_time()
-            variants[k]()
-            times[k].append(time.process_time() - t0)
+            for _ in range(reps[k]):
+                variants[k]()
+            times[k].append((time.process_time() - t0) / reps[k])
     med = {k: 1000 * statistics.median(v) for k, v in times.items()}
     val_every = nope.val_every
     job_ms = {s: med[("job", s)] + med[("validate", s)] / val_every for s in schemes}
@@ -370,6 +384,7 @@ def run_cell(cell: str, schemes: list[str], compiled: list[str], rounds: int, wa
         rows.append(row)
     mc, tc = nope.mcfg, nope.tcfg
     return {"cell": cell, "what": CELLS[cell][0], "rounds": rounds, "warmup": warmup, "settle": settle,
+            "sample_ms": sample_ms, "calls_per_sample": {f"{k[0]}/{k[1]}": n for k, n in reps.items()},
             "val_every": val_every,
             "model": {"d_model": mc.d_model, "n_layers": mc.n_layers, "n_heads": mc.n_heads, "d_ff": mc.d_ff,
                       "vocab_size": mc.vocab_size},
@@ -516,7 +531,8 @@ def main(argv: list[str] | None = None) -> int:
         compiled = []
         if args.compile and cell in args.compile_cells:
             compiled = [s for s in args.compile_schemes if s in schemes]
-        cells.append(run_cell(cell, schemes, compiled, args.rounds, args.warmup, log, settle=args.settle))
+        cells.append(run_cell(cell, schemes, compiled, args.rounds, args.warmup, log, settle=args.settle,
+                              sample_ms=args.sample_ms))
         log(f"{cell}: done at {time.monotonic() - t0:.0f} s")
     doc = {"benchmark": "job_step", "command": "python benchmarks/job_step.py " + " ".join(argv or sys.argv[1:]),
            "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Every committed performance result of issue 34 in one run, from one commit, on one machine
 #   benchmarks/perf_all.sh OUT      (run from a clean export of the commit; about 45 min of one core with settled timing, on quiet cores;
-#   the job-step table takes 21 rounds: at 5-9 its cells moved by up to 1.8x between runs on this host)
+#   the job-step table takes 21 rounds of samples of at least 150 ms: at 5-9 rounds of single steps its cells moved by up to
+#   1.8x between runs on this host)
 # writes OUT/attention.{json,md} (every scheme x dense/chunked/auto, N = 256/1024/2048, causal and
 # bidirectional, fwd and fwd+bwd), OUT/attention-peers.{json,md} (every peer at N = 2048, both masks),
 # OUT/train_step.{json,md}, OUT/slow_schemes.{json,md} (causal), OUT/slow_schemes-bidirectional.{json,md} and
@@ -35,6 +36,6 @@ log "memory (README.md's table)"
 $PY -m relpos.cli bench --lengths 2048 --masks causal --modes fwd+bwd --impls dense,chunked --repeats 1 \
   --memory-jobs 1 --name memory --out "$OUT" > "$OUT/memory.log" 2>&1
 log "job step (issue 52: the compare job step against a bare loop, every preset shape)"
-$PY benchmarks/job_step.py --rounds 21 --settle 1 --compile-cells default-lm --compile-schemes nope \
+$PY benchmarks/job_step.py --rounds 21 --settle 1 --sample-ms 150 --compile-cells default-lm --compile-schemes nope \
   --predict docs/results/protocol3/full/results.sqlite --out "$OUT" > "$OUT/job_step.log" 2>&1
 log "done; load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -144,3 +144,19 @@ def test_the_bare_loops_validation_scores_the_jobs_validation_set(mod):
     bare = mod.BareStep(j)
     assert bare.val_x is j.monitor.x and not bare.lm and 0.0 <= bare.validate() <= 1.0
     assert bare.model.training  # put back in training mode
+
+
+def test_a_sample_is_the_mean_of_the_calls_that_fill_sample_ms(mod, tmp_path, monkeypatch):
+    """--sample-ms counts each variant's calls per sample once after the warm-up and times their mean."""
+    calls = []
+    real = mod.JobStep.step
+    monkeypatch.setattr(mod.JobStep, "step", lambda self: calls.append(1) or real(self))
+    assert mod.main(["--quick", "--sample-ms", "200", "--warmup", "1", "--rounds", "2", "--out", str(tmp_path)]) == 0
+    (cell,) = json.loads((tmp_path / "job_step.json").read_text())["cells"]
+    n = cell["calls_per_sample"]
+    assert cell["sample_ms"] == 200 and n["job/nope"] > 1 and n["bare/nope"] > 1  # a ci-lm step is well under 200 ms
+    # per scheme: 1 warm-up + 1 call that counts the calls + 2 rounds x calls per sample
+    assert len(calls) == sum(2 + 2 * n[f"job/{s}"] for s in ("nope", "alibi"))
+    assert all(len(v) == 2 for v in cell["round_ms"].values())
+    with pytest.raises(SystemExit):
+        mod.main(["--quick", "--sample-ms", "-1"])
