@@ -200,3 +200,19 @@ def test_the_longer_runs_time_comes_from_their_shipped_store(tmp_path):
     page = page_markdown(inp)
     assert f"| copy on twice the budget, not ranked | 3 | 1.00 | - | `{longer['fingerprint']}` |" in page
     assert "**On twice the budget**" in page
+
+
+def test_what_is_missing_names_the_schemes_whose_runs_on_twice_the_budget_are_not_in():
+    """A row whose ranked curves stop before twice the gate step is an open question until its runs on twice the
+    budget are in: the page's "What is missing" says so, and stops saying it once they are."""
+    from relpos.report.fit_curves import awaiting_longer
+
+    short = _res(2000)  # the curves stop at 2,000 < 2 x 1,200
+    assert awaiting_longer(short, None) == {"copy": ["rope"]}
+    assert awaiting_longer(short, {"copy": _longer(())}) == {}
+    assert awaiting_longer(_res(3000), None) == {}  # long enough: the ranked runs already say what they can
+    missing = page_markdown(PageInputs(full=short)).split("## What is missing")[1]
+    assert "`full`: copy: the curves of rope stop before twice the fitted runs' gate step" in missing
+    assert "whether they fit later is open" in missing
+    done = page_markdown(PageInputs(full=short, longer={"copy": _longer(())})).split("## What is missing")[1]
+    assert "fit later is open" not in done

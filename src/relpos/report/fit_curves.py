@@ -98,6 +98,29 @@ def _longer_rows(longer: dict | None, task: str, label: str) -> list[dict]:
     return [r for r in (res or {}).get("runs", []) if _trained(r) and r["task"] == task and r["label"] == label]
 
 
+def awaiting_longer(results: dict, longer: dict | None) -> dict[str, list[str]]:
+    """``task -> [label]``: the rows that do not fit (:func:`never_fit`) whose ranked curves stop before twice the
+    fitted runs' median gate step (so a later fit is not ruled out) and which have no runs on twice the budget in
+    ``longer``: the page's open questions.
+
+    >>> run = lambda lab, seed, fitted, end: {"task": "copy", "label": lab, "seed": seed, "train": {"fit": {
+    ...     "fitted": fitted, "first_pass_step": end if fitted else None, "val_curve": [[end, 0.5]]}}}
+    >>> res = {"runs": [run("alibi", 0, True, 3000), run("alibi", 1, True, 3000), run("nope", 0, False, 4000)]}
+    >>> awaiting_longer(res, None), awaiting_longer(res, {"copy": {"runs": [run("nope", 0, False, 8000)]}})
+    ({'copy': ['nope']}, {})
+    """
+    out: dict[str, list[str]] = {}
+    for t, labs in never_fit(results).items():
+        med, _ = gate_step(results, t)
+        if med is None:
+            continue
+        for lab in labs:
+            ends = [e for _, e in _bests(t, seed_curves(results, t, lab)).values()]
+            if ends and min(ends) < 2 * med and not _longer_rows(longer, t, lab):
+                out.setdefault(t, []).append(lab)
+    return out
+
+
 def _has_curve(results: dict, longer: dict | None, task: str, label: str) -> bool:
     """Whether any seed of ``label`` on ``task`` has a recorded curve, ranked or in the longer runs."""
     return (any(seed_curves(results, task, label).values())

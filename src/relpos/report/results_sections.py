@@ -8,6 +8,7 @@ import math
 
 from relpos.compare.presets import preset_tasks
 from relpos.report import results_claims as claims
+from relpos.report.fit_curves import awaiting_longer
 from relpos.report.model import ResultsModel
 from relpos.report.results_inputs import PageInputs
 from relpos.report.stats import CONFIDENCE, MIN_SEEDS
@@ -142,6 +143,11 @@ def _missing(inp: PageInputs, models: dict[str, ResultsModel | None]) -> list[st
         for (t, fp, diff), rs in sorted(before.items()):
             out.append(f"- `{name}`: {len(rs)} {t} run(s) copied from a folder of fingerprint `{fp}` keep the "
                        f"validation they were trained with there, not this preset's ({diff}).")
+        if name == "full":
+            for t, labs in awaiting_longer(res, inp.longer or None).items():
+                out.append(f"- `full`: {t}: the curves of {', '.join(labs)} stop before twice the fitted runs' gate "
+                           "step, and their runs on twice the budget (`benchmarks/protocol3_longer.py`) are not in "
+                           "these results: whether they fit later is open.")
         unfit = list(models[name].fitted).count(False)
         if unfit:
             out.append(f"- `{name}`: {unfit} of {len(res['runs'])} rows not fitted (left out of every ranking).")
