@@ -23,9 +23,9 @@ log "peers"
 $PY -m relpos.cli bench --impls peers --lengths 2048 --masks causal,bidirectional --no-memory --repeats 3 \
   --name attention-peers --out "$OUT" > "$OUT/attention-peers.log" 2>&1
 log "slow schemes"
-$PY benchmarks/slow_schemes.py --out "$OUT" > "$OUT/slow_schemes.log" 2>&1
+$PY benchmarks/slow_schemes.py --rounds 9 --out "$OUT" > "$OUT/slow_schemes.log" 2>&1
 log "slow schemes, bidirectional"
-$PY benchmarks/slow_schemes.py --bidirectional --name slow_schemes-bidirectional --out "$OUT" \
+$PY benchmarks/slow_schemes.py --rounds 9 --bidirectional --name slow_schemes-bidirectional --out "$OUT" \
   > "$OUT/slow_schemes-bidirectional.log" 2>&1
 log "slow schemes at the compare presets' LM shape (B = 16, H = 4, N = 64, D = 16): Transformer-XL's floor there"
 $PY benchmarks/slow_schemes.py --n 64 --batch 16 --heads 4 --head-dim 16 --rows 64 --rounds 15 \
