@@ -111,3 +111,65 @@ def test_other_dtypes_and_compile_take_the_pytorch_path():
     enc64 = _fire(0, 2, 4, init_L=16.0).double()
     assert not fire_mod._one_call(delta, tuple(enc64.parameters()))
     assert enc64.relative_bias(delta).dtype == torch.float32  # position tables stay float32
+
+
+def _bias_grads(enc: FIRE, qpos: torch.Tensor, kpos: torch.Tensor, g: torch.Tensor):
+    enc.zero_grad()
+    b = enc.bias(qpos, kpos)
+    (b * g).sum().backward()
+    return b.detach(), {n: p.grad.detach().clone() for n, p in enc.named_parameters()}
+
+
+@needs_kernel
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 24), below=st.integers(0, 8), causal_keys=st.booleans())
+def test_rows_past_the_threshold_in_one_call_equal_the_reference_and_the_piecewise_form(seed, n, below, causal_keys):
+    """Rows at or past FIRE's learned threshold take the per-pair path; for a few pairs it is one C++ call, which
+    must give the float64 reference's values and gradients (the normaliser psi(max(L, i)), its gradient to L only
+    where L > i) and the piecewise form's."""
+    enc = FIRE(3, mlp_width=8, init_L=16.0)
+    randomize_parameters(enc, seed=seed)
+    with torch.no_grad():  # the threshold inside the rows, half-way between two positions (ties: the next test)
+        enc.l_raw.copy_(torch.tensor(fire_mod._softplus_inv(max(n - below - 0.5, 0.5) * 0.6931471805599453 / 16.0)))
+    pos = torch.arange(n)[None]
+    kpos = pos if causal_keys else torch.arange(n + 3)[None]
+    g = torch.randn(1, 3, n, kpos.shape[-1], generator=torch.Generator().manual_seed(seed))
+    calls = []
+    real = kf.mlp_offsets
+    kf_spy = lambda *a, **k: calls.append(k.get("qpos") is not None) or real(*a, **k)  # noqa: E731
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kf, "mlp_offsets", kf_spy)
+        one, g_one = _bias_grads(enc, pos, kpos, g)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fire_mod, "ONE_CALL_PAIRS", 0)
+        piece, g_piece = _bias_grads(enc, pos, kpos, g)
+    enc.zero_grad()
+    ref = enc.reference_bias(pos, kpos)
+    (ref * g.double()).sum().backward()
+    g_ref = {k: p.grad.detach().clone() for k, p in enc.named_parameters()}
+    torch.testing.assert_close(one.double(), ref.detach(), atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(one, piece, atol=2e-5, rtol=2e-5)
+    for name, r in g_ref.items():
+        scale = max(1.0, float(r.abs().max()))
+        torch.testing.assert_close(g_one[name].double(), r.double(), atol=1e-4 * scale, rtol=1e-4, msg=name)
+        torch.testing.assert_close(g_one[name], g_piece[name], atol=1e-4 * scale, rtol=1e-3, msg=name)
+    if float(enc.threshold.detach()) <= n - 1:  # some row is at or past it: the per-pair call served it
+        assert True in calls
+
+
+@needs_kernel
+def test_a_query_exactly_at_the_threshold_gets_half_the_gradient_to_it():
+    """torch.maximum splits the gradient at a tie; the one call does the same (the reference uses torch.maximum)."""
+    enc = FIRE(2, mlp_width=4, init_L=8.0)  # l_raw = 0: L = 8 exactly
+    randomize_parameters(enc, seed=1)
+    with torch.no_grad():
+        enc.l_raw.zero_()
+    assert float(enc.threshold.detach()) == 8.0
+    q, k = torch.tensor([[8]]), torch.arange(9)[None]
+    enc.zero_grad()
+    enc.bias(q, k).sum().backward()
+    one = enc.l_raw.grad.clone()
+    enc.zero_grad()
+    enc.reference_bias(q, k).sum().backward()
+    torch.testing.assert_close(one.double(), enc.l_raw.grad.double(), atol=1e-6, rtol=1e-5)
+    assert float(one) != 0.0

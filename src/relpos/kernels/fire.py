@@ -104,26 +104,28 @@ class _MlpOffsets(torch.autograd.Function):
     """``out (H, P)`` from ``c_raw, l_raw, w1, b1, w2, b2`` (see ``fire_mlp.cpp``); first-order only."""
 
     @staticmethod
-    def forward(ctx, c_raw, l_raw, w1, b1, w2, b2, delta, init_L, eps):
-        ctx.save_for_backward(c_raw, l_raw, w1, b1, w2, b2, delta)
+    def forward(ctx, c_raw, l_raw, w1, b1, w2, b2, delta, qpos, init_L, eps):
+        ctx.save_for_backward(c_raw, l_raw, w1, b1, w2, b2, delta, qpos)
         ctx.consts = (float(init_L), float(eps))
-        return _module().fire_mlp_forward(delta, c_raw, l_raw, *ctx.consts, w1, b1, w2, b2)
+        return _module().fire_mlp_forward(delta, qpos, c_raw, l_raw, *ctx.consts, w1, b1, w2, b2)
 
     @staticmethod
     @first_order
     def backward(ctx, g):
-        c_raw, l_raw, w1, b1, w2, b2, delta = ctx.saved_tensors
-        grads = _module().fire_mlp_backward(g.contiguous(), delta, c_raw, l_raw, *ctx.consts, w1, b1, w2, b2)
-        return (*grads, None, None, None)
+        c_raw, l_raw, w1, b1, w2, b2, delta, qpos = ctx.saved_tensors
+        grads = _module().fire_mlp_backward(g.contiguous(), delta, qpos, c_raw, l_raw, *ctx.consts, w1, b1, w2, b2)
+        return (*grads, None, None, None, None)
 
 
 def mlp_offsets(delta: Tensor, c_raw: Tensor, l_raw: Tensor, init_L: float, eps: float, w1: Tensor, b1: Tensor,
-                w2: Tensor, b2: Tensor) -> Tensor:
-    """FIRE's bias below its threshold on offsets ``delta (P,)`` (int64), ``(H, P)``, with autograd to the
-    parameters (``c_raw``, ``l_raw`` scalars; ``w1 (W, 1)``, ``b1 (W,)``, ``w2 (H, W)``, ``b2 (H,)``, all of one
-    float dtype, contiguous)::
+                w2: Tensor, b2: Tensor, qpos: Tensor | None = None) -> Tensor:
+    """FIRE's bias on offsets ``delta (P,)`` (int64), ``(H, P)``, with autograd to the parameters (``c_raw``,
+    ``l_raw`` scalars; ``w1 (W, 1)``, ``b1 (W,)``, ``w2 (H, W)``, ``b2 (H,)``, all of one float dtype,
+    contiguous)::
 
-        x = log1p(c |delta|) / (log1p(c L) + eps),   out = b2 + w2 relu(w1 x + b1)
+        x = log1p(c |delta|) / (log1p(c max(L, i)) + eps),   out = b2 + w2 relu(w1 x + b1)
 
-    with ``c = softplus(c_raw)`` and ``L = init_L softplus(l_raw) / ln 2``."""
-    return _MlpOffsets.apply(c_raw, l_raw, w1, b1, w2, b2, delta.contiguous(), init_L, eps)
+    with ``c = softplus(c_raw)`` and ``L = init_L softplus(l_raw) / ln 2``; ``i`` is each pair's query position
+    ``qpos (P,)`` (int64), or below the threshold for every pair when ``qpos`` is None (then ``max(L, i) = L``)."""
+    q = torch.empty(0, dtype=torch.int64) if qpos is None else qpos.contiguous()
+    return _MlpOffsets.apply(c_raw, l_raw, w1, b1, w2, b2, delta.contiguous(), q, init_L, eps)

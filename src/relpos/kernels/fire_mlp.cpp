@@ -4,6 +4,9 @@
 // offsets delta (P,), c = softplus(c_raw) and L = init_L softplus(l_raw) / ln 2:
 //   x[p] = log1p(c |delta[p]|) / (log1p(c L) + eps),   hid[p, w] = relu(w1[w] x[p] + b1[w]),
 //   out[h, p] = b2[h] + sum_w w2[h, w] hid[p, w].
+// With query positions qpos (P,) (int64; empty: every query below the threshold) the normaliser is FIRE's own,
+// log1p(c max(L, qpos[p])) + eps, so rows at or past the threshold go through the same call, pair by pair
+// (torch.maximum's gradient: to L where L > i, half of it where L == i).
 // fire_mlp_forward returns out (H, P); fire_mlp_backward returns the gradients of sum(g * out) with respect
 // to c_raw, l_raw, w1, b1, w2 and b2 (their shapes and dtype), recomputing the hidden layer. Sums run in
 // double. softplus is torch's (threshold 20). At training lengths P is small (2N - 1 offsets, a hidden layer
@@ -42,12 +45,28 @@ MlpShape check_mlp(const torch::Tensor& delta, const torch::Tensor& c_raw, const
 
 // The scalars both passes share.
 struct Scalars {
-  double c, L, den;
+  double c, L, eps, den;
+  const int64_t* q;  // query positions, or nullptr: every query below the threshold
+  // the normaliser's argument m = max(L, i) for pair p, and d m / d L (torch.maximum: 1, 1/2 at a tie, 0)
+  double m(int64_t p) const { return q == nullptr ? L : std::max(L, static_cast<double>(q[p])); }
+  double dm_dL(int64_t p) const {
+    if (q == nullptr) return 1.0;
+    const double i = static_cast<double>(q[p]);
+    return L > i ? 1.0 : (L == i ? 0.5 : 0.0);
+  }
+  double den_at(int64_t p) const { return q == nullptr ? den : std::log1p(c * m(p)) + eps; }
 };
 
-Scalars scalars(double c_raw, double l_raw, double init_L, double eps) {
+Scalars scalars(double c_raw, double l_raw, double init_L, double eps, const torch::Tensor& qpos, int64_t P) {
   const double c = softplus(c_raw), L = init_L * softplus(l_raw) / std::log(2.0);
-  return {c, L, std::log1p(c * L) + eps};
+  const int64_t* q = nullptr;
+  if (qpos.numel()) {
+    TORCH_CHECK(qpos.dim() == 1 && qpos.size(0) == P && qpos.scalar_type() == torch::kInt64 && qpos.is_contiguous() &&
+                    qpos.device().is_cpu(),
+                "fire_mlp: qpos must be empty or a contiguous CPU int64 tensor (P,) beside delta");
+    q = qpos.data_ptr<int64_t>();
+  }
+  return {c, L, eps, std::log1p(c * L) + eps, q};
 }
 
 template <typename T>
@@ -55,7 +74,7 @@ void forward_impl(const int64_t* d, const MlpShape& s, const Scalars& k, const T
                   const T* b2, T* out) {
   std::vector<double> hid(s.W);
   for (int64_t p = 0; p < s.P; ++p) {
-    const double x = std::log1p(k.c * std::abs(static_cast<double>(d[p]))) / k.den;
+    const double x = std::log1p(k.c * std::abs(static_cast<double>(d[p]))) / k.den_at(p);
     for (int64_t w = 0; w < s.W; ++w) hid[w] = std::max(0.0, static_cast<double>(w1[w]) * x + b1[w]);
     for (int64_t h = 0; h < s.H; ++h) {
       double acc = b2[h];
@@ -72,7 +91,8 @@ void backward_impl(const T* g, const int64_t* d, const MlpShape& s, const Scalar
   std::vector<double> hid(s.W);
   for (int64_t p = 0; p < s.P; ++p) {
     const double a = std::abs(static_cast<double>(d[p]));
-    const double x = std::log1p(k.c * a) / k.den;
+    const double den = k.den_at(p), m = k.m(p);
+    const double x = std::log1p(k.c * a) / den;
     for (int64_t w = 0; w < s.W; ++w) hid[w] = static_cast<double>(w1[w]) * x + b1[w];  // pre-activation
     for (int64_t h = 0; h < s.H; ++h) {
       const double gh = g[h * s.P + p];
@@ -88,28 +108,28 @@ void backward_impl(const T* g, const int64_t* d, const MlpShape& s, const Scalar
       gb1[w] += gpre;
       gx += gpre * w1[w];
     }
-    // x = log1p(c a) / den, den = log1p(c L) + eps
-    *gc += gx * (a / (1.0 + k.c * a) / k.den - x / k.den * k.L / (1.0 + k.c * k.L));
-    *gL += gx * (-x / k.den * k.c / (1.0 + k.c * k.L));
+    // x = log1p(c a) / den, den = log1p(c m) + eps, m = max(L, i)
+    *gc += gx * (a / (1.0 + k.c * a) / den - x / den * m / (1.0 + k.c * m));
+    *gL += gx * (-x / den * k.c / (1.0 + k.c * m)) * k.dm_dL(p);
   }
 }
 
 }  // namespace
 
-torch::Tensor fire_mlp_forward(torch::Tensor delta, torch::Tensor c_raw, torch::Tensor l_raw, double init_L, double eps,
+torch::Tensor fire_mlp_forward(torch::Tensor delta, torch::Tensor qpos, torch::Tensor c_raw, torch::Tensor l_raw, double init_L, double eps,
                                torch::Tensor w1, torch::Tensor b1, torch::Tensor w2, torch::Tensor b2) {
   const MlpShape s = check_mlp(delta, c_raw, l_raw, w1, b1, w2, b2);
   auto out = torch::empty({s.H, s.P}, w2.options());
   AT_DISPATCH_FLOATING_TYPES(w2.scalar_type(), "fire_mlp_forward", [&] {
     const Scalars k = scalars(static_cast<double>(*c_raw.data_ptr<scalar_t>()),
-                              static_cast<double>(*l_raw.data_ptr<scalar_t>()), init_L, eps);
+                              static_cast<double>(*l_raw.data_ptr<scalar_t>()), init_L, eps, qpos, s.P);
     forward_impl<scalar_t>(delta.data_ptr<int64_t>(), s, k, w1.data_ptr<scalar_t>(), b1.data_ptr<scalar_t>(),
                            w2.data_ptr<scalar_t>(), b2.data_ptr<scalar_t>(), out.data_ptr<scalar_t>());
   });
   return out;
 }
 
-std::vector<torch::Tensor> fire_mlp_backward(torch::Tensor g, torch::Tensor delta, torch::Tensor c_raw,
+std::vector<torch::Tensor> fire_mlp_backward(torch::Tensor g, torch::Tensor delta, torch::Tensor qpos, torch::Tensor c_raw,
                                              torch::Tensor l_raw, double init_L, double eps, torch::Tensor w1,
                                              torch::Tensor b1, torch::Tensor w2, torch::Tensor b2) {
   const MlpShape s = check_mlp(delta, c_raw, l_raw, w1, b1, w2, b2);
@@ -123,7 +143,7 @@ std::vector<torch::Tensor> fire_mlp_backward(torch::Tensor g, torch::Tensor delt
   AT_DISPATCH_FLOATING_TYPES(w2.scalar_type(), "fire_mlp_backward", [&] {
     c_in = static_cast<double>(*c_raw.data_ptr<scalar_t>());
     l_in = static_cast<double>(*l_raw.data_ptr<scalar_t>());
-    const Scalars k = scalars(c_in, l_in, init_L, eps);
+    const Scalars k = scalars(c_in, l_in, init_L, eps, qpos, s.P);
     backward_impl<scalar_t>(g.data_ptr<scalar_t>(), delta.data_ptr<int64_t>(), s, k, w1.data_ptr<scalar_t>(),
                             b1.data_ptr<scalar_t>(), w2.data_ptr<scalar_t>(), gw1.data_ptr<double>(),
                             gb1.data_ptr<double>(), gw2.data_ptr<double>(), gb2.data_ptr<double>(), &gc, &gL);
