@@ -206,12 +206,16 @@ class FIRE(Encoding):
             return out
         return torch.cat([out, self._per_pair(qpos[:, top:], kpos)], dim=-2)  # (1, H, Nq, Nk)
 
+    def _params(self) -> tuple[Tensor, ...]:
+        """``c_raw, l_raw, w1, b1, w2, b2``: what :func:`relpos.kernels.fire.mlp_offsets` takes, in its order."""
+        lin1, lin2 = self.mlp[0], self.mlp[2]
+        return self.c_raw, self.l_raw, lin1.weight, lin1.bias, lin2.weight, lin2.bias
+
     def _per_pair(self, qpos: Tensor, kpos: Tensor) -> Tensor:
         """The bias pair by pair, ``(B|1, H, Nq, Nk)``: the piecewise form, or, for a few pairs of positions the
         batch shares (at most :data:`ONE_CALL_PAIRS`: the rows a training length puts past a learned threshold),
         the MLP on every pair in one C++ call each way (:func:`relpos.kernels.fire.mlp_offsets`)."""
-        lin1, lin2 = self.mlp[0], self.mlp[2]
-        params = (self.c_raw, self.l_raw, lin1.weight, lin1.bias, lin2.weight, lin2.bias)
+        params = self._params()
         Nq, Nk = qpos.shape[-1], kpos.shape[-1]
         if qpos.shape[0] == kpos.shape[0] == 1 and Nq * Nk <= ONE_CALL_PAIRS and _one_call(qpos, params):
             i = qpos[0][:, None].expand(Nq, Nk)  # (Nq, Nk)
@@ -243,12 +247,11 @@ class FIRE(Encoding):
         (``Nq + Nk - 1``), so no piecewise form is needed; not valid for queries at or past ``L``. With the
         compiled kernels (float32 parameters on the CPU, eager) it runs as one C++ call each way
         (:func:`relpos.kernels.fire.mlp_offsets`); the PyTorch path below is the same function."""
-        lin1, lin2 = self.mlp[0], self.mlp[2]
-        params = (self.c_raw, self.l_raw, lin1.weight, lin1.bias, lin2.weight, lin2.bias)
+        params = self._params()
         if _one_call(delta, params):  # the same function in one C++ call each way (fire_mlp.cpp)
             vals = fire_kernels.mlp_offsets(delta.reshape(-1), *params[:2], self.init_L, self.eps, *params[2:])
             return vals.reshape(self.n_heads, *delta.shape)
-        c = self.c
+        c, (lin1, lin2) = self.c, (self.mlp[0], self.mlp[2])
         x = torch.log1p(c * delta.abs().float()) / (torch.log1p(c * self.threshold) + self.eps)  # (*S,)
         flat = x.reshape(-1, 1)  # (P, 1)
         hidden = torch.relu(torch.addmm(lin1.bias.float(), flat, lin1.weight.float().t()))  # (P, W)

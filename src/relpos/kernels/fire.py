@@ -18,7 +18,8 @@ name (:class:`KernelMissing`) and the ``"blocks"`` engine serves FIRE instead.
 
 :func:`mlp_offsets` is FIRE's MLP on a Toeplitz bias's offsets (``fire_mlp.cpp``): the values and the
 parameters' gradients in one call each way, where the PyTorch path runs about twenty small operations with
-their autograd nodes (:meth:`relpos.encodings.fire.FIRE.relative_bias` takes it when :func:`usable`). :func:`bias_reference` is
+their autograd nodes (:meth:`relpos.encodings.fire.FIRE.relative_bias` takes it when :func:`usable`); given each
+pair's query position it also serves a few rows past FIRE's threshold. :func:`bias_reference` is
 the same bias in plain PyTorch (``bucketize`` and ``gather``), the kernels' test oracle beside the
 scheme's float64 reference.
 
