@@ -98,6 +98,35 @@ def test_ds_pass_and_its_gradients_equal_autograd(seed, H, K, i0, R, C, causal, 
         torch.testing.assert_close(a.to(dtype), b, **tol, msg=lambda m, name=name: f"d_{name}: {m}")
 
 
+@needs_kernel
+@settings(max_examples=60, deadline=None)
+@given(**CASE)
+def test_rows_function_equals_the_oracle_with_its_gradients(seed, H, K, i0, R, C, causal, dtype, tie):
+    """``kf.rows`` (the bias as a tensor of its own, backward through the dS pass with p = 1, delta = 0):
+    values and the gradients to num, inv, alpha and beta equal autograd through the oracle; masked keys -inf."""
+    num, inv, alpha, beta, z = _tables(seed, H, K, _T(i0, R, C), R, dtype, tie)
+    g = torch.randn(H, R, C, generator=torch.Generator().manual_seed(seed + 3), dtype=dtype)
+    leaves = [t.clone().requires_grad_(True) for t in (num, inv, alpha, beta)]
+    got = kf.rows(*leaves, z, i0, C, causal=causal)
+    want = kf.bias_reference(*leaves, z, i0, R, C, causal=causal)
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(got, want, **tol)
+    seen = torch.isfinite(want)
+    d_got = torch.autograd.grad((got.masked_fill(~seen, 0) * g).sum(), leaves)
+    d_want = torch.autograd.grad((want.masked_fill(~seen, 0) * g).sum(), leaves)
+    for name, a, b in zip(("num", "inv", "alpha", "beta"), d_got, d_want):
+        torch.testing.assert_close(a, b, **tol, msg=lambda m, name=name: f"d_{name}: {m}")
+
+
+@needs_kernel
+def test_rows_function_gradcheck_and_refusal():
+    num, inv, alpha, beta, z = _tables(5, 2, 3, 12, 4, torch.float64, False)
+    leaves = [t.clone().requires_grad_(True) for t in (num, inv, alpha, beta)]
+    assert torch.autograd.gradcheck(lambda *t: kf.rows(*t, z, 6, 9), leaves)
+    with pytest.raises(ValueError, match="i0 must be >= 0"):
+        kf.rows(num, inv, alpha, beta, z, -1, 9)
+
+
 def _fire(L, seed=3, H=2):
     enc = FIRE(n_heads=H, init_L=L)
     randomize_parameters(enc, std=0.5, seed=seed)
@@ -137,6 +166,31 @@ def test_engine_equals_the_float64_reference_with_every_gradient(monkeypatch, ca
         torch.testing.assert_close(a, b, **tol, msg=lambda m, name=name: f"{name}: {m}")
     if q_offset == 0 and 1 < L < nq:  # queries below L see keys: the threshold has a gradient (checked above)
         assert float(got[names.index("l_raw")].abs()) > 0
+
+
+@needs_kernel
+@pytest.mark.parametrize("causal, nq, nk, q_offset, L", [
+    (True, 13, 13, 0, 6.0),     # rows below and past the threshold: Toeplitz rows and the rows kernel
+    (False, 13, 11, 0, 6.0),
+    (True, 5, 17, 9, 6.0),      # cached decoding: queries at 9..13, all past L
+    (True, 13, 13, 0, 0.5),     # every query at or past L
+])
+def test_dense_past_the_threshold_equals_the_float64_reference(monkeypatch, causal, nq, nk, q_offset, L):
+    """Dense attention with FIRE past its threshold: a causal call on default positions takes ``bias_past``
+    (the causal -inf written by the rows kernel, no separate mask); values and every gradient equal the
+    reference's."""
+    enc = _fire(L)
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, 2, n, 8, generator=g, dtype=torch.float32, requires_grad=True) for n in (nq, nk, nk))
+    want = _grads(enc, q, k, v, "reference", causal=causal, q_offset=q_offset)
+    calls = []
+    real = FIRE.bias_past
+    monkeypatch.setattr(FIRE, "bias_past", lambda self, *a: calls.append(1) or real(self, *a))
+    got = _grads(enc, q, k, v, "dense", causal=causal, q_offset=q_offset)
+    assert len(calls) == (1 if causal else 0)
+    names = ["out", "q", "k", "v"] + [n for n, _ in enc.named_parameters()]
+    for name, a, b in zip(names, got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
 
 
 @needs_kernel

@@ -122,39 +122,85 @@ def _bias_grads(enc: FIRE, qpos: torch.Tensor, kpos: torch.Tensor, g: torch.Tens
 
 @needs_kernel
 @settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 10**6), n=st.integers(2, 24), below=st.integers(0, 8), causal_keys=st.booleans())
-def test_rows_past_the_threshold_in_one_call_equal_the_reference_and_the_piecewise_form(seed, n, below, causal_keys):
-    """Rows at or past FIRE's learned threshold take the per-pair path; for a few pairs it is one C++ call, which
-    must give the float64 reference's values and gradients (the normaliser psi(max(L, i)), its gradient to L only
-    where L > i) and the piecewise form's."""
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 24), below=st.integers(0, 8), causal_keys=st.booleans(),
+       gaps=st.booleans())
+def test_rows_past_the_threshold_equal_the_reference_and_the_piecewise_form(seed, n, below, causal_keys, gaps):
+    """Rows at or past FIRE's learned threshold are not Toeplitz. On contiguous positions they take the rows kernel
+    (``kernels.fire.rows``, the piecewise form in one walk each way); on shared positions with gaps (a randomized-
+    position draw), for a few pairs, the MLP in one C++ call. Both must give the float64 reference's values and
+    gradients (the normaliser psi(max(L, i)), its gradient to L only where L > i) and the plain piecewise form's."""
     enc = FIRE(3, mlp_width=8, init_L=16.0)
     randomize_parameters(enc, seed=seed)
+    step = 2 if gaps else 1
     with torch.no_grad():  # the threshold inside the rows, half-way between two positions (ties: the next test)
-        enc.l_raw.copy_(torch.tensor(fire_mod._softplus_inv(max(n - below - 0.5, 0.5) * 0.6931471805599453 / 16.0)))
-    pos = torch.arange(n)[None]
-    kpos = pos if causal_keys else torch.arange(n + 3)[None]
+        L = max(step * (n - below) - 0.5, 0.5)
+        enc.l_raw.copy_(torch.tensor(fire_mod._softplus_inv(L * 0.6931471805599453 / 16.0)))
+    pos = torch.arange(n)[None] * step
+    kpos = pos if causal_keys else torch.arange(step * n + 3)[None]
     g = torch.randn(1, 3, n, kpos.shape[-1], generator=torch.Generator().manual_seed(seed))
     calls = []
-    real = kf.mlp_offsets
-    kf_spy = lambda *a, **k: calls.append(k.get("qpos") is not None) or real(*a, **k)  # noqa: E731
+    real_mlp, real_rows = kf.mlp_offsets, kf.rows
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kf, "mlp_offsets", kf_spy)
-        one, g_one = _bias_grads(enc, pos, kpos, g)
+        mp.setattr(kf, "mlp_offsets", lambda *a, **k: calls.append("mlp" if k.get("qpos") is not None else "toe")
+                   or real_mlp(*a, **k))
+        mp.setattr(kf, "rows", lambda *a, **k: calls.append("rows") or real_rows(*a, **k))
+        fast, g_fast = _bias_grads(enc, pos, kpos, g)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(fire_mod, "ONE_CALL_PAIRS", 0)
+        mp.setattr(FIRE, "_kernel_ok", lambda self, qpos: False)
         piece, g_piece = _bias_grads(enc, pos, kpos, g)
     enc.zero_grad()
     ref = enc.reference_bias(pos, kpos)
     (ref * g.double()).sum().backward()
     g_ref = {k: p.grad.detach().clone() for k, p in enc.named_parameters()}
-    torch.testing.assert_close(one.double(), ref.detach(), atol=2e-5, rtol=2e-5)
-    torch.testing.assert_close(one, piece, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(fast.double(), ref.detach(), atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(fast, piece, atol=2e-5, rtol=2e-5)
     for name, r in g_ref.items():
         scale = max(1.0, float(r.abs().max()))
-        torch.testing.assert_close(g_one[name].double(), r.double(), atol=1e-4 * scale, rtol=1e-4, msg=name)
-        torch.testing.assert_close(g_one[name], g_piece[name], atol=1e-4 * scale, rtol=1e-3, msg=name)
-    if float(enc.threshold.detach()) <= n - 1:  # some row is at or past it: the per-pair call served it
-        assert True in calls
+        torch.testing.assert_close(g_fast[name].double(), r.double(), atol=1e-4 * scale, rtol=1e-4, msg=name)
+        torch.testing.assert_close(g_fast[name], g_piece[name], atol=1e-4 * scale, rtol=1e-3, msg=name)
+    if not gaps and float(enc.threshold.detach()) <= int(pos.max()):  # some row is at or past it: the kernel
+        assert "rows" in calls
+    if gaps and pos.shape[-1] * kpos.shape[-1] <= fire_mod.ONE_CALL_PAIRS:  # not contiguous: every pair, one call
+        assert "mlp" in calls
+
+
+@needs_kernel
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 20), past=st.integers(1, 20), extra=st.integers(0, 4))
+def test_bias_past_is_the_bias_with_the_causal_mask_folded_in(seed, n, past, extra):
+    """``bias_past`` (asked for by dense causal calls on default positions): the reference bias where ``j <= i``,
+    -inf after, and the same gradients as masking the reference (none from the masked pairs)."""
+    past = min(past, n)
+    enc = FIRE(2, mlp_width=6, init_L=16.0)
+    randomize_parameters(enc, seed=seed)
+    with torch.no_grad():
+        L = n - past + extra + 0.5 if extra else n - past + 0.5
+        enc.l_raw.copy_(torch.tensor(fire_mod._softplus_inv(L * 0.6931471805599453 / 16.0)))
+    q, k = torch.arange(extra, extra + n)[None], torch.arange(extra + n)[None]  # a cached step's rows
+    g = torch.randn(1, 2, n, extra + n, generator=torch.Generator().manual_seed(seed))
+    future = k[0][None, :] > q[0][:, None]  # (Nq, Nk)
+    enc.zero_grad()
+    b = enc.bias_past(q, k)
+    assert b is not None
+    (b.masked_fill(future, 0.0) * g).sum().backward()
+    got = {name: p.grad.detach().clone() for name, p in enc.named_parameters()}
+    enc.zero_grad()
+    ref = enc.reference_bias(q, k)
+    (ref.masked_fill(future, 0.0) * g.double()).sum().backward()
+    assert bool(torch.isneginf(b[0][:, future]).all()) and bool(torch.isfinite(b[0][:, ~future]).all())
+    torch.testing.assert_close(b[0][:, ~future].double(), ref[0][:, ~future].detach(), atol=2e-5, rtol=2e-5)
+    for name, p in enc.named_parameters():
+        r = p.grad.double()
+        torch.testing.assert_close(got[name].double(), r, atol=1e-4 * max(1.0, float(r.abs().max())), rtol=1e-4,
+                                   msg=name)
+
+
+def test_bias_past_refuses_without_the_kernel(monkeypatch):
+    """Without the compiled kernel FIRE has no cheaper masked form: None, and the engine masks the bias itself."""
+    enc = FIRE(2, mlp_width=4, init_L=4.0)
+    monkeypatch.setattr(FIRE, "_kernel_ok", lambda self, qpos: False)
+    assert enc.bias_past(torch.arange(8)[None], torch.arange(8)[None]) is None
 
 
 @needs_kernel

@@ -123,18 +123,23 @@ def additive_terms(req: Request, q: Tensor, k: Tensor, *, causal_fill: bool = Fa
     Args:
         causal_fill: see :func:`position_bias` (only affects Toeplitz biases).
         past: return ``(term, causal_in_term)``, where a causal call on default positions asks the
-            scheme for :meth:`~relpos.encodings.base.Encoding.score_past` (the past offsets only,
-            -inf for future keys: ``causal_in_term`` True).
+            scheme for :meth:`~relpos.encodings.base.Encoding.bias_past` (a bias that is not Toeplitz here)
+            and :meth:`~relpos.encodings.base.Encoding.score_past` (the past offsets only), -inf for future
+            keys: ``causal_in_term`` True when either gave one.
     """
     enc = req.encoding
     add, in_term = None, False
     if "bias" in enc.acts_on:
-        add = position_bias(req, causal_fill=causal_fill)
+        if past and past_columns(req) is not None and not req.toeplitz:
+            add = enc.bias_past(req.qpos, req.kpos)  # -inf at future keys, or None
+            in_term = add is not None
+        if add is None:
+            add = position_bias(req, causal_fill=causal_fill)
     if "score" in enc.acts_on:
         s = None
         if past and past_columns(req) is not None:
             s = enc.score_past(q, score_keys(req, k), req.qpos, req.kpos, req.scale)
-            in_term = s is not None
+            in_term = in_term or s is not None
         if s is None:
             s = enc.score(q, score_keys(req, k), req.qpos, req.kpos, req.scale)
         add = s if add is None else add + s

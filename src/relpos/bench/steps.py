@@ -30,12 +30,33 @@ def _clear_grads(tensors) -> None:
         t.grad = None
 
 
+#: A benchmark scheme ``"<name>@half"``: the scheme as a compare job configures it for a training length of
+#: ``N / 2`` (its ``options_for_length``), called at ``N``: the 2x-extrapolation call (FIRE with its threshold at
+#: ``N / 2``, half its rows past it: the ``"piecewise"`` engine's case at the lengths where FIRE's default
+#: threshold keeps every row Toeplitz).
+HALF = "@half"
+
+
+def base_scheme(scheme: str) -> str:
+    """The registry name of a benchmark scheme (``"fire@half"`` -> ``"fire"``)."""
+    return scheme[: -len(HALF)] if scheme.endswith(HALF) else scheme
+
+
 def make_encoding(scheme: str, spec: BenchSpec, N: int):
-    """The scheme at the spec's shape, long enough for ``N`` positions."""
+    """The scheme at the spec's shape, long enough for ``N`` positions (``"<name>@half"``: see :data:`HALF`)."""
     import relpos
 
-    return relpos.make_encoding(scheme, n_heads=spec.heads, head_dim=spec.head_dim, causal=spec.causal,
-                                max_len=max(N, 512)).to(spec.device)
+    name, options = base_scheme(scheme), {}
+    if name != scheme:
+        from relpos.encodings import get_scheme
+
+        hook = getattr(get_scheme(name)[0], "options_for_length", None)
+        if hook is None:
+            raise ValueError(f"scheme {scheme!r}: {name!r} takes no options from a training length, so it has "
+                             f"no {HALF!r} form (schemes with options_for_length: fire, shaw, t5)")
+        options = hook(max(N // 2, 1))
+    return relpos.make_encoding(name, n_heads=spec.heads, head_dim=spec.head_dim, causal=spec.causal,
+                                max_len=max(N, 512), **options).to(spec.device)
 
 
 def auto_choice() -> str | None:

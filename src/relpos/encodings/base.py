@@ -369,6 +369,15 @@ class Encoding(nn.Module):
         """
         raise NotImplementedError(f"scheme {self.name!r} must implement score()")
 
+    def bias_past(self, qpos: Tensor, kpos: Tensor) -> Tensor | None:
+        """Capability: :meth:`bias` for a causal call on default positions (``kpos = arange(Nk)``, ``qpos =
+        q_offset + arange(Nq)``), with -inf at every pair whose key is after its query (the causal mask folded
+        in), where the scheme forms it for less than the bias plus a separate ``(Nq, Nk)`` mask (FIRE past its
+        threshold, not Toeplitz: its kernel writes the -inf as it walks). None (the default): engines call
+        :meth:`bias` and mask.
+        """
+        return None
+
     def score_past(self, q: Tensor, k: Tensor, qpos: Tensor, kpos: Tensor, scale: float) -> Tensor | None:
         """Capability: :meth:`score` for a causal call on default positions (``kpos = arange(Nk)``,
         ``qpos = q_offset + arange(Nq)``), with -inf at every pair whose key is after its query (the

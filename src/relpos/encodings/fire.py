@@ -193,18 +193,58 @@ class FIRE(Encoding):
         ``psi(L)``, so there the bias depends on ``j - i`` only: for positions shared
         by the batch and contiguous, the MLP itself is evaluated on those rows'
         ``Nq' + Nk - 1`` distinct offsets and expanded (:func:`relpos.offsets.toeplitz`);
-        the rows at or past ``L`` take the per-pair form.
+        the rows at or past ``L`` take the piecewise form in one compiled walk each way
+        (:func:`relpos.kernels.fire.rows`; the per-pair form of :meth:`_per_pair` without the kernels or
+        on positions with gaps).
         """
+        return self._rows_split(qpos, kpos, causal=False)
+
+    def bias_past(self, qpos: Tensor, kpos: Tensor) -> Tensor | None:
+        """:meth:`bias` with -inf at keys after their query, for a causal call on default positions: the
+        Toeplitz rows mask their ``Nq + Nk - 1`` offsets before the expansion and the kernel writes the -inf
+        of the rows past the threshold, so no separate ``(Nq, Nk)`` mask is applied (None without the
+        kernels: the engine masks)."""
+        if (not self._kernel_ok(qpos) or contiguous_offsets(qpos, kpos) is None
+                or int(qpos[0, 0]) < int(kpos[0, 0])):  # every row past the threshold must reach the kernel
+            return None
+        return self._rows_split(qpos, kpos, causal=True)
+
+    def _rows_split(self, qpos: Tensor, kpos: Tensor, *, causal: bool) -> Tensor:
+        """The rows below the threshold from their offsets (Toeplitz), those at or past it from :meth:`_past`."""
         offs = contiguous_offsets(qpos, kpos)
-        top = 0 if offs is None else int((qpos[0].float() < self.threshold.detach()).sum())
-        if top == 0:
+        if offs is None:
             return self._per_pair(qpos, kpos)
         Nq, Nk = qpos.shape[-1], kpos.shape[-1]
-        vals = self.relative_bias(offs[Nq - top:])  # (H, top + Nk - 1): the offsets of rows 0..top-1
-        out = toeplitz(vals, top, Nk)[None]  # (1, H, top, Nk)
-        if top == Nq:
-            return out
-        return torch.cat([out, self._per_pair(qpos[:, top:], kpos)], dim=-2)  # (1, H, Nq, Nk)
+        top = int((qpos[0].float() < self.threshold.detach()).sum())
+        parts = []
+        if top:
+            o = offs[Nq - top:]  # (top + Nk - 1,): the offsets j - i of rows 0..top-1
+            vals = self.relative_bias(o)  # (H, top + Nk - 1)
+            if causal:
+                vals = vals.masked_fill(o > 0, float("-inf"))
+            parts.append(toeplitz(vals, top, Nk)[None])  # (1, H, top, Nk)
+        if top < Nq:
+            parts.append(self._past(qpos[:, top:], kpos, causal))  # (1, H, Nq - top, Nk)
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)  # (1, H, Nq, Nk)
+
+    def _kernel_ok(self, qpos: Tensor) -> bool:
+        """Whether :meth:`_past` can take the compiled kernel: built, eager, float32/64 parameters on the CPU."""
+        return (qpos.device.type == "cpu" and not torch.compiler.is_compiling()
+                and fire_kernels.usable(*self._params()))
+
+    def _past(self, qpos: Tensor, kpos: Tensor, causal: bool = False) -> Tensor:
+        """Contiguous rows at or past the threshold, ``(1, H, R, Nk)``: with the compiled kernels (keys from
+        position ``kpos[0, 0] <= qpos[0, 0]``) one walk over the rows each way (:func:`relpos.kernels.fire.rows`
+        on the piecewise form; ``causal``: -inf at ``j > i``), else :meth:`_per_pair` (then no -inf: only
+        :meth:`bias_past` asks for it, and only with the kernels)."""
+        i0, R, Nk = int(qpos[0, 0]) - int(kpos[0, 0]), qpos.shape[-1], kpos.shape[-1]
+        if i0 < 0 or not self._kernel_ok(qpos):
+            return self._per_pair(qpos, kpos)
+        pw = self.piecewise_bias()
+        num = pw.num(torch.arange(max(i0 + R, Nk), device=qpos.device)).float()  # (T,): every |i - j| of the rows
+        inv = 1.0 / pw.den(qpos[0]).float()  # (R,); position tables are float32 (float64 parameters too)
+        alpha, beta, z = pw.segments()  # (H, K + 1) twice, (K,), float32
+        return fire_kernels.rows(num, inv, alpha, beta, z, i0, Nk, causal=causal)[None]
 
     def _params(self) -> tuple[Tensor, ...]:
         """``c_raw, l_raw, w1, b1, w2, b2``: what :func:`relpos.kernels.fire.mlp_offsets` takes, in its order."""

@@ -19,7 +19,9 @@ name (:class:`KernelMissing`) and the ``"blocks"`` engine serves FIRE instead.
 :func:`mlp_offsets` is FIRE's MLP on a Toeplitz bias's offsets (``fire_mlp.cpp``): the values and the
 parameters' gradients in one call each way, where the PyTorch path runs about twenty small operations with
 their autograd nodes (:meth:`relpos.encodings.fire.FIRE.relative_bias` takes it when :func:`usable`); given each
-pair's query position it also serves a few rows past FIRE's threshold. :func:`bias_reference` is
+pair's query position it also serves a few pairs of positions with gaps (a randomized-position draw). :func:`rows`
+is :func:`bias_` as a tensor with autograd (the ``fire_ds`` pass gives its backward): FIRE's rows at or past its
+threshold in a dense call, however many. :func:`bias_reference` is
 the same bias in plain PyTorch (``bucketize`` and ``gather``), the kernels' test oracle beside the
 scheme's float64 reference.
 
@@ -42,7 +44,7 @@ from torch import Tensor
 from relpos import kernels
 from relpos.first_order import first_order
 
-__all__ = ["KernelMissing", "bias_", "bias_reference", "ds_", "logits_", "mlp_offsets", "usable"]
+__all__ = ["KernelMissing", "bias_", "bias_reference", "ds_", "logits_", "mlp_offsets", "rows", "usable"]
 
 
 class KernelMissing(RuntimeError):
@@ -99,6 +101,44 @@ def ds_(dp: Tensor, p: Tensor, delta: Tensor, num: Tensor, inv: Tensor, alpha: T
     tensors of their shapes, in that order). Returns ``dp``."""
     _module().fire_ds(dp, p, delta, num, inv, alpha, beta, z, int(i0), bool(causal), *grads)
     return dp
+
+
+class _Rows(torch.autograd.Function):
+    """``(H, R, C)`` bias of rows ``i0 .. i0 + R - 1`` against keys ``0 .. C - 1`` (causal: -inf at ``j > i``);
+    first-order only."""
+
+    @staticmethod
+    def forward(ctx, num, inv, alpha, beta, z, i0, C, causal):
+        out = num.new_empty(alpha.shape[0], inv.shape[0], C)  # (H, R, C)
+        _module().fire_bias(out, num, inv, alpha, beta, z, int(i0), bool(causal), -math.inf)
+        ctx.save_for_backward(num, inv, alpha, beta, z)
+        ctx.i0, ctx.causal = int(i0), bool(causal)
+        return out
+
+    @staticmethod
+    @first_order
+    def backward(ctx, g):
+        num, inv, alpha, beta, z = ctx.saved_tensors
+        ds = g.to(num.dtype, memory_format=torch.contiguous_format, copy=True)  # (H, R, C); fire_ds writes it
+        ones = torch.ones_like(ds)  # "p": dS = 1 * (g - 0) = g, and its sums are the bias's gradients
+        zero = ds.new_zeros(ds.shape[:2])  # "delta"
+        grads = tuple(torch.zeros(t.shape, dtype=torch.float64) for t in (alpha, beta, num, inv))
+        _module().fire_ds(ds, ones, zero, num, inv, alpha, beta, z, ctx.i0, ctx.causal, *grads)
+        d_alpha, d_beta, d_num, d_inv = (gr.to(num.dtype) for gr in grads)
+        return d_num, d_inv, d_alpha, d_beta, None, None, None, None
+
+
+def rows(num: Tensor, inv: Tensor, alpha: Tensor, beta: Tensor, z: Tensor, i0: int, C: int, *,
+         causal: bool = False) -> Tensor:
+    """:func:`bias_reference` as a tensor of its own, ``(H, R, C)``, with autograd to ``num``, ``inv``, ``alpha``
+    and ``beta``: one walk over the rows forward (``fire_bias``) and one backward (``fire_ds`` with ``p = 1`` and
+    ``delta = 0``, whose sums are then the bias's own gradients). The rows of a call past FIRE's threshold,
+    whatever their number, without a per-pair segment index or hidden layer; ``causal``: -inf at keys after
+    the query (their gradient is 0). ``i0 >= 0``; ``num`` covers the distances ``0 .. max(i0 + R, C) - 1``."""
+    if i0 < 0:
+        raise ValueError(f"fire rows: i0 must be >= 0 (the first row's position relative to key 0), got {i0}")
+    return _Rows.apply(num.contiguous(), inv.contiguous(), alpha.contiguous(), beta.contiguous(),
+                       z.detach().contiguous(), int(i0), int(C), bool(causal))
 
 
 class _MlpOffsets(torch.autograd.Function):
