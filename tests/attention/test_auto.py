@@ -45,14 +45,19 @@ def _req_at(enc, N, *, causal, grad, B=1, H=8, D=8) -> Request:
     return request(q, k, v, enc, causal=causal)
 
 
-TABLES = {"main": TABLE, "d16": auto.table(str(auto.TABLE_PATH.parent / "auto_table_d16.json"))}
+TABLES = {"main": TABLE, "d16": auto.table(str(auto.TABLE_PATH.parent / "auto_table_d16.json")),
+          "d16_b4": auto.table(str(auto.TABLE_PATH.parent / "auto_table_d16_b4.json"))}
 
 
-def test_each_head_width_reads_its_own_table():
-    assert TABLES["d16"] is not None and TABLES["d16"]["shape"]["head_dim"] == 16
-    assert TABLES["d16"]["command"].startswith("python benchmarks/auto_table.py")
-    assert auto.table_for(64) is TABLE and auto.table_for(128) is TABLE
+def test_each_head_width_and_batch_reads_its_own_table():
+    for name, batch in (("d16", 16), ("d16_b4", 4)):
+        assert TABLES[name] is not None and TABLES[name]["shape"]["head_dim"] == 16
+        assert TABLES[name]["shape"]["batch"] == batch
+        assert TABLES[name]["command"].startswith("python benchmarks/auto_table.py")
+    assert auto.table_for(64) is TABLE and auto.table_for(128) is TABLE and auto.table_for(64, 4) is TABLE
     assert auto.table_for(16) is TABLES["d16"] and auto.table_for(8) is TABLES["d16"]
+    assert auto.table_for(16, 16) is TABLES["d16"] and auto.table_for(16, 256) is TABLES["d16"]
+    assert auto.table_for(16, 4) is TABLES["d16_b4"] and auto.table_for(16, 1) is TABLES["d16_b4"]
 
 
 @pytest.mark.parametrize("which", list(TABLES))
@@ -123,7 +128,7 @@ def test_near_tie_rule_needs_both_a_large_tensor_and_a_small_lead(monkeypatch):
     req = _req_at(enc, 256, causal=False, grad=True, D=64)  # 8 * 256 * 256 * 4 = 2 MiB
     for d, want_small, want_large in ((doc(100.0, 105.0), "dense", "chunked"), (doc(100.0, 120.0), "dense", "dense"),
                                       (doc(None, None), "dense", "dense")):
-        monkeypatch.setattr(auto, "table_for", lambda head_dim, d=d: d)
+        monkeypatch.setattr(auto, "table_for", lambda head_dim, batch=None, d=d: d)
         monkeypatch.setattr(auto, "LARGE_DENSE_BYTES", 64 * 2**20)
         assert auto.choose(req) == want_small
         monkeypatch.setattr(auto, "LARGE_DENSE_BYTES", 8 * 256 * 256 * 4)
@@ -243,9 +248,20 @@ def test_an_engine_a_scheme_takes_only_at_some_lengths_reads_the_engine_row():
     assert cell == f"*/{engine}/causal/fwd+bwd@64" and impl == TABLE["cells"][f"*/{engine}/causal/fwd+bwd"]["64"]
 
 
-def test_the_fire_kernel_engine_picks_as_the_blocks_engine_did():
-    """The "piecewise" rows were not measured: they repeat the "blocks" rows (FIRE past its threshold took
-    "blocks" before the kernel; the kernel only makes "chunked" faster), so every pick is unchanged."""
-    for doc in (TABLE, auto.table(str(auto.TABLE_PATH.parent / "auto_table_d16.json"))):
-        rows = {k: v for k, v in doc["cells"].items() if "/piecewise/" in k}
-        assert rows and all(v == doc["cells"][k.replace("/piecewise/", "/blocks/")] for k, v in rows.items())
+def test_the_fire_kernel_engine_rows():
+    """Main table: the "piecewise" rows at N <= 512 were not measured (FIRE's default threshold keeps those
+    lengths Toeplitz); they repeat the "blocks" rows FIRE past its threshold took before the kernel. The D = 16
+    tables measure them: FIRE configured for N / 2 ("fire@half") at N, so every "*/piecewise" cell is its."""
+    rows = {k: v for k, v in TABLE["cells"].items() if k.startswith("*/piecewise/")}
+    assert rows and all(v[n] == TABLE["cells"][k.replace("/piecewise/", "/blocks/")][n]
+                        for k, v in rows.items() for n in v if int(n) <= 512)
+    for name in ("d16", "d16_b4"):
+        doc = TABLES[name]
+        star = {k: v for k, v in doc["cells"].items() if k.startswith("*/piecewise/")}
+        assert len(star) == 4, name  # both masks, both modes
+        for k, v in star.items():
+            assert v == doc["cells"][k.replace("*/", "fire@half/", 1)], (name, k)
+            measured = {str(r["N"]) for r in doc["records"] if r["key"] == k.replace("*/", "fire@half/", 1)}
+            assert measured == set(v), (name, k)
+
+

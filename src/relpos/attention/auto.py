@@ -4,8 +4,9 @@ CPU: decided from measurements of this library, the table
 ``relpos/data/auto_table.json`` (measured at ``(1, 8, N, 64)``), written by
 ``python benchmarks/auto_table.py`` (its command, machine and load are recorded in the
 file; the measurement is :mod:`relpos.bench.calibrate`), or the table measured at the
-head width nearest the request's (``auto_table_d16.json``: ``(16, 4, N, 16)``, the
-compare presets' shape, where per-call overhead moves several picks). Each cell says which of ``"dense"`` and
+head width nearest the request's and, among those, the batch nearest its (``auto_table_d16.json``:
+``(16, 4, N, 16)``, the compare presets' shape, where per-call overhead moves several picks;
+``auto_table_d16_b4.json``: ``(4, 4, N, 16)``, their N = 256 cells). Each cell says which of ``"dense"`` and
 ``"chunked"`` was faster for one scheme (registry name) and chunked engine (the
 capability class the request falls in), causal or bidirectional, forward or
 forward+backward, at each measured length. A request is looked up by
@@ -101,16 +102,32 @@ def _module(name: str):
     return importlib.import_module(IMPLS[name])
 
 
-#: Tables measured at other head widths (``auto_table_d16.json``: the compare presets' ``D = 16``).
-EXTRA_TABLES = ("auto_table_d16.json",)
+#: Tables measured at other shapes: the compare presets' head width ``D = 16`` at their batch 16
+#: (``auto_table_d16.json``) and at batch 4 (``auto_table_d16_b4.json``, the N = 256 scale cells).
+EXTRA_TABLES = ("auto_table_d16.json", "auto_table_d16_b4.json")
 
 
-def table_for(head_dim: int) -> dict | None:
-    """The table measured at the head width nearest (in log scale) to ``head_dim``; ties go to the main table."""
+def _log_gap(a: float, b: float) -> float:
+    return abs(math.log(max(a, 1)) - math.log(max(b, 1)))
+
+
+def table_for(head_dim: int, batch: int | None = None) -> dict | None:
+    """The table measured at the head width nearest (in log scale) to ``head_dim``, and among those at the batch
+    nearest to ``batch`` (None: the first such table); ties go to the main table, then to the earlier one.
+
+    The batch matters where an engine's costs do not scale with ``B H Nq Nk`` alike: a bias formed once per head
+    (dense, ``(1, H, Nq, Nk)``) against one evaluated per batch entry (a fused kernel's blocks). FIRE past its
+    threshold at ``(4, 4, 256, 16)``, forward and backward, timed 5.5 ms dense against 7.0 ms chunked, where the
+    batch-16 table's cell of the same work (``N = 128``) has chunked ahead (``benchmarks/README.md``)."""
     docs = [d for d in (table(), *(table(str(TABLE_PATH.parent / n)) for n in EXTRA_TABLES)) if d is not None]
     if not docs:
         return None
-    return min(docs, key=lambda d: abs(math.log(max(head_dim, 1)) - math.log(d.get("shape", {}).get("head_dim", 64))))
+    shape = lambda d: d.get("shape", {})  # noqa: E731
+    width = min(_log_gap(head_dim, shape(d).get("head_dim", 64)) for d in docs)
+    near = [d for d in docs if _log_gap(head_dim, shape(d).get("head_dim", 64)) == width]
+    if batch is None:
+        return near[0]
+    return min(near, key=lambda d: _log_gap(batch, shape(d).get("batch", 1)))
 
 
 @functools.lru_cache(maxsize=4)
@@ -137,7 +154,7 @@ def mode_of(req: Request) -> str:
 def table_pick(req: Request, doc: dict | None = None) -> tuple[str, str] | None:
     """``(impl, cell)`` from the table for a CPU request with a term inside attention, or None (no row)."""
     B, H, Nq, Nk, D = req.shape
-    doc = table_for(D) if doc is None else doc
+    doc = table_for(D, B) if doc is None else doc
     if doc is None:
         return None
     shape = doc.get("shape", {})
@@ -195,7 +212,7 @@ def choose(req: Request, *, device_type: str | None = None) -> str:
         return "chunked"
     hit = table_pick(req)
     if hit is not None:
-        if hit[0] == "dense" and _dense_bytes(req) >= LARGE_DENSE_BYTES and _near_tie(table_for(D), hit[1]):
+        if hit[0] == "dense" and _dense_bytes(req) >= LARGE_DENSE_BYTES and _near_tie(table_for(D, B), hit[1]):
             return "chunked"
         return hit[0]
     return "dense" if pairs < MID_PAIRS else "chunked"
