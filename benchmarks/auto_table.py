@@ -15,6 +15,13 @@ Usage::
     python benchmarks/auto_table.py --schemes dpb --masks bidirectional --merge earlier.json,earlier.log
     python benchmarks/auto_table.py --batch 16 --heads 4 --head-dim 16 --lengths 64,128,256,512 \
         --out src/relpos/data/auto_table_d16.json        # the compare presets' head width (~10 min)
+    python benchmarks/auto_table.py --batch 4 --heads 4 --head-dim 16 --lengths 64,128,256,512 \
+        --out src/relpos/data/auto_table_d16_b4.json     # and their N = 256 cells' batch (~1 min)
+    python benchmarks/auto_table.py --schemes fire@half --rounds 9 --batch 4 --heads 4 --head-dim 16 \
+        --lengths 64,128,256,512 --merge src/relpos/data/auto_table_d16_b4.json --out src/relpos/data/auto_table_d16_b4.json
+
+``<scheme>@half`` is the scheme configured for a training length of N / 2 and called at N
+(:data:`relpos.bench.steps.HALF`): FIRE past its threshold, the ``"piecewise"`` engine's case.
 
 ``--merge`` starts from the records of earlier tables (``.json``) or of the progress log
 of a run that stopped early (any other file); this run's records win where both measured
