@@ -26,8 +26,10 @@ position ``i`` once ``i > L``, so ``relative = False`` and the bias is not
 Toeplitz in general (``toeplitz = False``). Below the threshold it is: every query
 ``i < L`` has the normaliser ``psi(L)``, so ``toeplitz_below()`` returns ``L`` and
 attention calls whose queries all sit below it (training at lengths up to ``L``)
-take the Toeplitz fast paths through :meth:`FIRE.relative_bias`; other calls
-compute the bias per (query, key) pair.
+take the Toeplitz fast paths through :meth:`FIRE.relative_bias`; in other calls the
+rows below the threshold still do, and the rows at or past it take the piecewise form
+in one compiled walk each way (:func:`relpos.kernels.fire.rows`; a causal call gets
+the -inf of future keys written by that walk, :meth:`FIRE.bias_past`).
 """
 
 from __future__ import annotations
