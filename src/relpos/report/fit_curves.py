@@ -115,10 +115,15 @@ def awaiting_longer(results: dict, longer: dict | None) -> dict[str, list[str]]:
         if med is None:
             continue
         for lab in labs:
-            ends = [e for _, e in _bests(t, seed_curves(results, t, lab)).values()]
-            if ends and min(ends) < 2 * med and not _longer_rows(longer, t, lab):
+            ends = {s: e for s, (_, e) in _bests(t, seed_curves(results, t, lab)).items()}
+            if _stop_early(ends, med) and not _longer_rows(longer, t, lab):
                 out.setdefault(t, []).append(lab)
     return out
+
+
+def _stop_early(ends: dict[int, float], med: float) -> list[int]:
+    """The seeds whose curve stops (last step ``ends[seed]``) before twice the fitted runs' median gate step."""
+    return [s for s, e in ends.items() if e < 2 * med]
 
 
 def _has_curve(results: dict, longer: dict | None, task: str, label: str) -> bool:
@@ -280,7 +285,7 @@ def fit_curves_markdown(results: dict, figure: str | None = None, longer: dict |
             ends, best = {s: e for s, (_, e) in bests.items()}, {s: b for s, (b, _) in bests.items()}
             reach = ""
             if med is not None:
-                short = [s for s, e in ends.items() if e < 2 * med]
+                short = _stop_early(ends, med)
                 reach = (f" Every seed's curve runs to at least twice that step ({2 * med:,.0f})." if not short else
                          f" {'No seed' if len(short) == len(ends) else 'Not every seed'}'s curve reaches twice "
                          f"that step ({2 * med:,.0f}): seed"

@@ -14,8 +14,8 @@ compared with it by :func:`relpos.report.stats.paired_bootstrap` (over the seeds
 evaluation examples within each seed); a **tie** when the interval of the difference contains 0 or has a bound
 within :data:`~relpos.report.stats.BORDERLINE` of it (:attr:`~relpos.report.stats.Interval.tie`). A scheme's
 rank on a task is 1 when it ties with the best, else 1 plus the number of schemes whose interval against it
-excludes 0 in their favour. A scheme with fewer than :data:`~relpos.report.stats.MIN_SEEDS` fitted
-seeds on a task is not ranked on it (its fitted fraction is its own column, never a score of 0).
+excludes 0 in their favour. A scheme with fewer than :data:`~relpos.report.stats.MIN_SEEDS` fitted seeds on a
+task is not ranked on it (its fitted fraction is its own column, never a score of 0).
 
 The overall order compares like with like: it is the mean reciprocal rank over the **common tasks**, a set of
 compared tasks on which every scheme of the order is ranked (:func:`common_block`: the largest such block of
@@ -24,8 +24,7 @@ kept beside it, labelled as such. A task whose best scheme is **at chance** at 2
 balanced answer bit; the best's interval reaches the chance level, :func:`at_chance_rows`) keeps its per-task
 ranks but enters no mean reciprocal rank: a rank among schemes that all guess says nothing about generalising.
 
-RoPE's scalings and randomized positions are views of (or alternatives to) the trained RoPE model: they get
-their own table, each compared with plain RoPE the same way.
+RoPE's scalings and randomized positions get their own table, each compared with plain RoPE the same way.
 
 Results from before protocol 3 carry no per-example scores: their intervals then resample the seeds only.
 """
