@@ -122,12 +122,12 @@ def table_for(head_dim: int, batch: int | None = None) -> dict | None:
     docs = [d for d in (table(), *(table(str(TABLE_PATH.parent / n)) for n in EXTRA_TABLES)) if d is not None]
     if not docs:
         return None
-    shape = lambda d: d.get("shape", {})  # noqa: E731
-    width = min(_log_gap(head_dim, shape(d).get("head_dim", 64)) for d in docs)
-    near = [d for d in docs if _log_gap(head_dim, shape(d).get("head_dim", 64)) == width]
-    if batch is None:
-        return near[0]
-    return min(near, key=lambda d: _log_gap(batch, shape(d).get("batch", 1)))
+    def gaps(d: dict) -> tuple[float, float]:  # (head width, batch); min keeps the first of equal keys
+        shape = d.get("shape", {})
+        return (_log_gap(head_dim, shape.get("head_dim", 64)),
+                0.0 if batch is None else _log_gap(batch, shape.get("batch", 1)))
+
+    return min(docs, key=gaps)
 
 
 @functools.lru_cache(maxsize=4)

@@ -129,15 +129,16 @@ def additive_terms(req: Request, q: Tensor, k: Tensor, *, causal_fill: bool = Fa
     """
     enc = req.encoding
     add, in_term = None, False
+    fold = past and past_columns(req) is not None  # a causal call on default positions: -inf may be folded in
     if "bias" in enc.acts_on:
-        if past and past_columns(req) is not None and not req.toeplitz:
+        if fold and not req.toeplitz:
             add = enc.bias_past(req.qpos, req.kpos)  # -inf at future keys, or None
             in_term = add is not None
         if add is None:
             add = position_bias(req, causal_fill=causal_fill)
     if "score" in enc.acts_on:
         s = None
-        if past and past_columns(req) is not None:
+        if fold:
             s = enc.score_past(q, score_keys(req, k), req.qpos, req.kpos, req.scale)
             in_term = in_term or s is not None
         if s is None:

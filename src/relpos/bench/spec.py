@@ -89,11 +89,22 @@ class Case:
         return (self.scheme, self.impl, self.N, self.mode)
 
 
+#: A benchmark scheme ``"<name>@half"``: the scheme as a compare job configures it for a training length of
+#: ``N / 2`` (its ``options_for_length``), called at ``N``: the 2x-extrapolation call (FIRE with its threshold at
+#: ``N / 2``, half its rows past it: the ``"piecewise"`` engine's case at the lengths where FIRE's default
+#: threshold keeps every row Toeplitz). Built by :func:`relpos.bench.steps.make_encoding`.
+HALF = "@half"
+
+
+def base_scheme(scheme: str) -> str:
+    """The registry name of a benchmark scheme (``"fire@half"`` -> ``"fire"``)."""
+    return scheme.removesuffix(HALF)
+
+
 def runs_with_mask(scheme: str, causal: bool) -> bool:
     """False for a causal-only scheme (xPos, CoPE, FoX) in a bidirectional run."""
     if causal or scheme == "none":
         return True
     import relpos
 
-    name = scheme.removesuffix("@half")  # a benchmark form of the scheme (relpos.bench.steps.HALF)
-    return not relpos.make_encoding(name, n_heads=2, head_dim=8).causal_only
+    return not relpos.make_encoding(base_scheme(scheme), n_heads=2, head_dim=8).causal_only

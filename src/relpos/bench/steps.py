@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from relpos.bench.spec import BenchSpec, Case
+from relpos.bench.spec import HALF, BenchSpec, Case, base_scheme
 
 __all__ = ["build_step", "make_encoding", "timed", "auto_choice"]
 
@@ -30,20 +30,9 @@ def _clear_grads(tensors) -> None:
         t.grad = None
 
 
-#: A benchmark scheme ``"<name>@half"``: the scheme as a compare job configures it for a training length of
-#: ``N / 2`` (its ``options_for_length``), called at ``N``: the 2x-extrapolation call (FIRE with its threshold at
-#: ``N / 2``, half its rows past it: the ``"piecewise"`` engine's case at the lengths where FIRE's default
-#: threshold keeps every row Toeplitz).
-HALF = "@half"
-
-
-def base_scheme(scheme: str) -> str:
-    """The registry name of a benchmark scheme (``"fire@half"`` -> ``"fire"``)."""
-    return scheme[: -len(HALF)] if scheme.endswith(HALF) else scheme
-
-
 def make_encoding(scheme: str, spec: BenchSpec, N: int):
-    """The scheme at the spec's shape, long enough for ``N`` positions (``"<name>@half"``: see :data:`HALF`)."""
+    """The scheme at the spec's shape, long enough for ``N`` positions (``"<name>@half"``: see
+    :data:`relpos.bench.spec.HALF`)."""
     import relpos
 
     name, options = base_scheme(scheme), {}

@@ -199,23 +199,22 @@ class FIRE(Encoding):
         (:func:`relpos.kernels.fire.rows`; the per-pair form of :meth:`_per_pair` without the kernels or
         on positions with gaps).
         """
-        return self._rows_split(qpos, kpos, causal=False)
+        offs = contiguous_offsets(qpos, kpos)
+        return self._per_pair(qpos, kpos) if offs is None else self._rows_split(qpos, kpos, offs, causal=False)
 
     def bias_past(self, qpos: Tensor, kpos: Tensor) -> Tensor | None:
         """:meth:`bias` with -inf at keys after their query, for a causal call on default positions: the
         Toeplitz rows mask their ``Nq + Nk - 1`` offsets before the expansion and the kernel writes the -inf
         of the rows past the threshold, so no separate ``(Nq, Nk)`` mask is applied (None without the
         kernels: the engine masks)."""
-        if (not self._kernel_ok(qpos) or contiguous_offsets(qpos, kpos) is None
-                or int(qpos[0, 0]) < int(kpos[0, 0])):  # every row past the threshold must reach the kernel
-            return None
-        return self._rows_split(qpos, kpos, causal=True)
-
-    def _rows_split(self, qpos: Tensor, kpos: Tensor, *, causal: bool) -> Tensor:
-        """The rows below the threshold from their offsets (Toeplitz), those at or past it from :meth:`_past`."""
         offs = contiguous_offsets(qpos, kpos)
-        if offs is None:
-            return self._per_pair(qpos, kpos)
+        if offs is None or not self._kernel_ok(qpos) or int(qpos[0, 0]) < int(kpos[0, 0]):
+            return None  # every row past the threshold must reach the kernel, which writes their -inf
+        return self._rows_split(qpos, kpos, offs, causal=True)
+
+    def _rows_split(self, qpos: Tensor, kpos: Tensor, offs: Tensor, *, causal: bool) -> Tensor:
+        """Shared contiguous positions (``offs``: :func:`relpos.offsets.contiguous_offsets`): the rows below the
+        threshold from their offsets (Toeplitz), those at or past it from :meth:`_past`."""
         Nq, Nk = qpos.shape[-1], kpos.shape[-1]
         top = int((qpos[0].float() < self.threshold.detach()).sum())
         parts = []
@@ -255,8 +254,8 @@ class FIRE(Encoding):
 
     def _per_pair(self, qpos: Tensor, kpos: Tensor) -> Tensor:
         """The bias pair by pair, ``(B|1, H, Nq, Nk)``: the piecewise form, or, for a few pairs of positions the
-        batch shares (at most :data:`ONE_CALL_PAIRS`: the rows a training length puts past a learned threshold),
-        the MLP on every pair in one C++ call each way (:func:`relpos.kernels.fire.mlp_offsets`)."""
+        batch shares but not contiguous (at most :data:`ONE_CALL_PAIRS`: a randomized-position draw), the MLP on
+        every pair in one C++ call each way (:func:`relpos.kernels.fire.mlp_offsets`)."""
         params = self._params()
         Nq, Nk = qpos.shape[-1], kpos.shape[-1]
         if qpos.shape[0] == kpos.shape[0] == 1 and Nq * Nk <= ONE_CALL_PAIRS and _one_call(qpos, params):
