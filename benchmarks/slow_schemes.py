@@ -48,8 +48,10 @@ the elementwise work removes: their sum over SDPA (``engine_bound_x``) is the en
 and ``bounded_by_parts`` says it is above the target. ``--bidirectional`` runs every case without the
 causal mask.
 
-Timing: one thread, process CPU time, the three cases of a scheme interleaved per
-round, median of ``--rounds`` rounds after a warm-up.
+Timing: one thread, process CPU time, the cases of a scheme interleaved per round after a warm-up;
+milliseconds are medians of ``--rounds`` rounds, and every multiple (of SDPA, of the floor) is the median
+of the per-round ratios: the two sides were timed in the same round, so a drift of the host's speed
+between rounds cancels (a ratio of two medians can take them from different rounds).
 
 Usage::
 
@@ -285,6 +287,13 @@ def _recompute(name, enc, q, k, scale, rows):
     return step
 
 
+def _ratio(num: list[float], den: list[float]) -> float:
+    """The median over rounds of ``num / den`` taken within each round: both were timed side by side in that
+    round, so a change of the host's speed between rounds cancels (a ratio of the two medians can pair a fast
+    round's denominator with a slow round's numerator)."""
+    return statistics.median(a / b for a, b in zip(num, den, strict=True))
+
+
 def measure(N: int, rounds: int, rows: int, log=print, schemes=SCHEMES, batch: int = 1, heads: int = 8,
             head_dim: int = 64, causal: bool = True) -> dict:
     import relpos
@@ -341,27 +350,29 @@ def measure(N: int, rounds: int, rows: int, log=print, schemes=SCHEMES, batch: i
                         part_times.setdefault(key, []).append(ms)
                     part_times.setdefault(OUTSIDE, []).append(times[c][-1] - sum(clock.values()))
         med = {c: statistics.median(ts) for c, ts in times.items()}
-        floor = med["sdpa"] + med["term"]
-        content_ds = min(med["sdpa"] + med["ds"], med["own"])  # content attention once dS is needed
-        floor_ds = content_ds + med["term"] + med["recompute"]
+        # per round: the floor, and the content attention once dS is needed + the term + its recompute
+        floor_r = [s + t for s, t in zip(times["sdpa"], times["term"])]
+        floor_ds_r = [min(s + d, o) + t + rc for s, d, o, t, rc in
+                      zip(times["sdpa"], times["ds"], times["own"], times["term"], times["recompute"])]
+        relpos_x, floor_x, floor_ds_x = (round(_ratio(a, times["sdpa"]), 2) for a in (times["relpos"], floor_r, floor_ds_r))
         row = {"scheme": name, "N": N, "sdpa_ms": round(med["sdpa"], 1), "relpos_ms": round(med["relpos"], 1),
-               "term_ms": round(med["term"], 1), "floor_ms": round(floor, 1),
-               "relpos_x": round(med["relpos"] / med["sdpa"], 2), "floor_x": round(floor / med["sdpa"], 2),
-               "relpos_over_floor": round(med["relpos"] / floor, 2), "target_x": TARGETS[name],
+               "term_ms": round(med["term"], 1), "floor_ms": round(statistics.median(floor_r), 1),
+               "relpos_x": relpos_x, "floor_x": floor_x,
+               "relpos_over_floor": round(_ratio(times["relpos"], floor_r), 2), "target_x": TARGETS[name],
                "ds_ms": round(med["ds"], 1), "own_ms": round(med["own"], 1), "recompute_ms": round(med["recompute"], 1),
-               "floor_ds_ms": round(floor_ds, 1),
-               "floor_ds_x": round(floor_ds / med["sdpa"], 2), "relpos_over_floor_ds": round(med["relpos"] / floor_ds, 2),
-               "bounded": floor / med["sdpa"] > TARGETS[name],
-               "met": med["relpos"] / med["sdpa"] <= TARGETS[name], "times_ms": times,
+               "floor_ds_ms": round(statistics.median(floor_ds_r), 1),
+               "floor_ds_x": floor_ds_x, "relpos_over_floor_ds": round(_ratio(times["relpos"], floor_ds_r), 2),
+               "bounded": floor_x > TARGETS[name],
+               "met": relpos_x <= TARGETS[name], "times_ms": times,
                "causal": CAUSAL}
-        if part_times:  # the engine's own steps, medians over the rounds, and as multiples of SDPA
+        if part_times:  # the engine's own steps: medians over the rounds, and per-round multiples of SDPA
             pm = {key: statistics.median(ts) for key, ts in part_times.items()}
             row["engine_ms"] = round(med["engine"], 1)
             row["engine_parts_ms"] = {key: round(ms, 1) for key, ms in pm.items()}
-            row["engine_parts_x"] = {key: round(ms / med["sdpa"], 2) for key, ms in pm.items()}
-            bound = sum(pm.get(key, 0.0) for key in BOUND_PARTS)
-            row["engine_bound_x"] = round(bound / med["sdpa"], 2)
-            row["bounded_by_parts"] = bound / med["sdpa"] > TARGETS[name]
+            row["engine_parts_x"] = {key: round(_ratio(ts, times["sdpa"]), 2) for key, ts in part_times.items()}
+            bound_r = [sum(vals) for vals in zip(*(part_times.get(key, [0.0] * rounds) for key in BOUND_PARTS))]
+            row["engine_bound_x"] = round(_ratio(bound_r, times["sdpa"]), 2)
+            row["bounded_by_parts"] = row["engine_bound_x"] > TARGETS[name]
         log(f"{name:15s} relpos {row['relpos_x']:.2f}x  floor {row['floor_x']:.2f}x  parts "
             f"{row['floor_ds_x']:.2f}x  relpos/parts {row['relpos_over_floor_ds']:.2f}  (sdpa {row['sdpa_ms']} ms, "
             f"ds {row['ds_ms']}, own {row['own_ms']}, recompute {row['recompute_ms']})")
@@ -372,7 +383,8 @@ def measure(N: int, rounds: int, rows: int, log=print, schemes=SCHEMES, batch: i
 def markdown(doc: dict) -> str:
     lines = ["# The four slow schemes against the floor of their approach", "",
              f"Command: `{doc['command']}`", "",
-             f"{doc['machine']}; one thread, process CPU time, median of {doc['rounds']} interleaved rounds; "
+             f"{doc['machine']}; one thread, process CPU time, {doc['rounds']} interleaved rounds: ms are medians, "
+             "multiples the median of the per-round ratios; "
              f"N = {doc['N']}, B = {doc.get('batch', 1)}, H = {doc.get('heads', 8)}, D = {doc.get('head_dim', 64)}, "
              f"float32, {'causal' if doc.get('causal', True) else 'bidirectional'}, forward+backward; blocks of "
              f"{doc['block_rows']} query rows. Load average at the start / end: {doc['load_start']} / {doc['load_end']}.",

@@ -7,7 +7,8 @@ For each shape every registered scheme gets its own :class:`relpos.training.loop
 after one warm-up step each, timed steps run in interleaved rounds (order rotated
 every round), so drifts in machine load hit every scheme alike. A step is one full
 optimizer step (forward, backward, clipping, AdamW); the clock is process CPU time
-with one thread (steady on a shared machine). Ratios are to NoPE in the same run.
+with one thread (steady on a shared machine). Ratios are to NoPE in the same run: the median over rounds
+of the ratio within each round (a ratio of two medians can take them from rounds of different host speed).
 
 ``--compile`` adds, at the compare shapes, a ``torch.compile``'d trainer
 (``TrainConfig(compile=True)``) beside the eager one for the schemes in
@@ -103,6 +104,12 @@ def attention_times(shape: str, schemes: list[str], model, rounds: int) -> dict[
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def _ratio(num: list[float], den: list[float]) -> float:
+    """Median over rounds of ``num / den`` within each round (both timed side by side in it), so a drift of the
+    host's speed between rounds cancels."""
+    return statistics.median(a / b for a, b in zip(num, den, strict=True))
+
+
 def run_shape(shape: str, schemes: list[str], rounds: int, compiled: list[str], corpus: bytes, log) -> dict:
     """Time every scheme (and the compiled ones) at one shape, interleaved; ratios to NoPE's eager step."""
     import torch
@@ -132,15 +139,16 @@ def run_shape(shape: str, schemes: list[str], rounds: int, compiled: list[str], 
     for s in schemes:
         med = statistics.median(times[(s, False)])
         target = CONTENT_TARGETS.get(s, TARGET)
-        row = {"scheme": s, "step_ms": 1000 * med, "vs_nope": med / base, "target": target,
-               "met": med / base <= target, "params": trainers[(s, False)].model.num_params(),
+        vs = _ratio(times[(s, False)], times[("nope", False)])
+        row = {"scheme": s, "step_ms": 1000 * med, "vs_nope": vs, "target": target,
+               "met": vs <= target, "params": trainers[(s, False)].model.num_params(),
                "extra_step_ms": 1000 * (med - base)}
         if s in attn:  # the attention calls' share of the extra time: n_layers x (scheme's call - SDPA's call)
             row["extra_attention_ms"] = layers * (attn[s] - attn["sdpa"])
         if (s, True) in times:
             cmed = statistics.median(times[(s, True)])
-            row.update({"compiled_step_ms": 1000 * cmed, "compiled_vs_nope": cmed / base,
-                        "compile_speedup": med / cmed, "compile_warmup_s": warm[(s, True)]})
+            row.update({"compiled_step_ms": 1000 * cmed, "compiled_vs_nope": _ratio(times[(s, True)], times[("nope", False)]),
+                        "compile_speedup": _ratio(times[(s, False)], times[(s, True)]), "compile_warmup_s": warm[(s, True)]})
         rows.append(row)
     _, fields, B, N = SHAPES[shape]
     return {"shape": shape, "what": SHAPES[shape][0], "model": fields, "batch": B, "seq_len": N, "rounds": rounds,
@@ -160,7 +168,8 @@ def markdown(doc: dict) -> str:
              f"CPU ({doc['machine']}), torch {doc['torch']}, {doc['threads']} thread(s), relpos kernels "
              f"{doc.get('relpos_kernels', 'not recorded')}; process CPU time per "
              "optimizer step (forward, backward, clipping, AdamW), median of interleaved rounds after a warm-up "
-             f"step; `attn_impl='auto'`. Run took {doc['seconds']:.0f} s. Targets: <= {TARGET}x NoPE, "
+             "step (ratios: the median of the per-round ratios);"
+             f" `attn_impl='auto'`. Run took {doc['seconds']:.0f} s. Targets: <= {TARGET}x NoPE, "
              "<= 2x for DeBERTa, CoPE and FoX.", "",
              "*extra ms*: the step's time over NoPE's. *of which attention*: the attention calls alone, measured "
              "in the same run at the shape's (B, H, N, D) -- `relpos.attention(impl='auto')` forward+backward minus "

@@ -69,6 +69,31 @@ def test_many_blocks_match_reference(small_blocks, name, causal):
     _check(enc, q, k, v, causal=causal)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", ["deberta", "fire", "cope"])
+def test_blocks_forward_fused_and_explicit(small_blocks, monkeypatch, name, causal, fused):
+    """The blocks engine's forward through the fused kernel (the scheme's additive terms as its mask) and
+    through its explicit softmax both match the reference; a score that reads the content logits (CoPE)
+    never takes the fused kernel."""
+    blocks = importlib.import_module("relpos.attention.chunked.blocks")
+    monkeypatch.setattr(blocks._BlockCfg, "use_fused", fused)
+    enc = build(name, n_heads=3, causal=causal)
+    if enc.causal_only and not causal:
+        pytest.skip("causal-only scheme")
+    q, k, v = _inputs(2, 3, 13, 13, 8, seed=3)
+    seen = []
+    cfg_init = blocks._BlockCfg.__init__
+
+    def spy(self, *a, **kw):
+        cfg_init(self, *a, **kw)
+        seen.append(self.fused_forward)
+    monkeypatch.setattr(blocks._BlockCfg, "__init__", spy)
+    # explicit positions keep every scheme on the blocks engine
+    _check(enc, q, k, v, causal=causal, positions=torch.arange(13))
+    assert seen and all(f == (fused and name != "cope" and kernels.flash_ops() is not None) for f in seen)
+
+
 @pytest.mark.parametrize("name", SCHEMES)
 def test_many_blocks_cached_decoding(small_blocks, name):
     enc = build(name, n_heads=3, causal=True)

@@ -98,3 +98,13 @@ def test_bidirectional_leaves_out_causal_only_schemes(tmp_path, capsys):
     assert mod.main(["--n", "32", "--rounds", "1", "--rows", "16", "--bidirectional", "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "slow_schemes.json").read_text())
     assert [r["scheme"] for r in doc["rows"]] == [s for s in mod.SCHEMES if s not in mod.CAUSAL_ONLY]
+
+
+def test_multiples_are_per_round_ratios():
+    """A host that slows down between rounds: the ratio taken within each round is steady where a ratio of
+    the two medians pairs a fast round's SDPA with a slow round's relpos (5c219ce's DeBERTa: 3.43x vs 2.78x)."""
+    mod = load_script("slow_schemes")
+    sdpa = [240.0, 240.0, 240.0, 320.0, 320.0]  # the host slows by a third after round 3
+    relpos = [670.0, 670.0, 890.0, 890.0, 890.0]  # relpos's third round already fell in the slow spell
+    assert mod._ratio(relpos, sdpa) == 670.0 / 240.0  # rounds: 2.79, 2.79, 3.71, 2.78, 2.78
+    assert round(mod._ratio(relpos, sdpa), 2) < round(890.0 / 240.0, 2)  # what a ratio of medians would say

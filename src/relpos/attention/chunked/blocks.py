@@ -3,8 +3,9 @@
 Serves every request (FIRE and other non-Toeplitz biases, DeBERTa, CoPE, FoX,
 explicit positions, key padding, an ``attn_mask``, half precision, any device, ``Dv != D``). Each
 block forms its logits, softmax and output explicitly, calling the scheme's own
-``bias``/``score``/``value`` on just that block; bias-only blocks on CPU use the
-fused flash kernel for the forward. The backward recomputes each block and
+``bias``/``score``/``value`` on just that block; on CPU, blocks whose terms are additive (a bias,
+a score that does not read the content logits; no value term, no padding) use the fused flash kernel
+for the forward, the terms as its additive mask. The backward recomputes each block and
 obtains the scheme's gradients by differentiating the recomputed term once.
 Fully masked rows give zeros, never NaN.
 """
@@ -99,6 +100,8 @@ def run(req: Request, q: Tensor, k: Tensor, tvals: Tensor | None, lo: int) -> Te
 class _BlockCfg:
     """Static description of one call of the ``"blocks"`` engine."""
 
+    use_fused = True
+
     def __init__(self, req: Request, lo: int, gen_bias: bool, n_leaves: int, state=None) -> None:
         enc = req.encoding
         B, H, Nq, Nk, D = req.shape
@@ -130,11 +133,14 @@ class _BlockCfg:
         self.cd = compute_dtype(req.q.dtype)
         itemsize = torch.finfo(self.cd).bits // 8
         self.rows = rows_per_block(B * H, Nk, itemsize)
-        # bias-only terms without padding: the forward can use the fused CPU kernel
+        # additive terms (a bias, a score that does not read the content logits) without padding: the
+        # forward can pass them to the fused CPU kernel as its additive mask
         self.fused_forward = (
-            not self.has_score and not self.has_value and not self.may_be_empty and self.Dv == D
+            not self.has_value and not self.reads_logits and not self.may_be_empty and self.Dv == D
             and req.q.device.type == "cpu" and flash_ops() is not None
         )
+        #: Testing hook (class attribute): False sends every block through the explicit forward.
+        self.fused_forward = self.fused_forward and _BlockCfg.use_fused
 
     def blocks(self):
         for a in range(0, self.Nq, self.rows):
@@ -218,14 +224,20 @@ class _BlockFn(torch.autograd.Function):
             qp, kp = cfg.qpos[:, a:b], cfg.kpos[:, :C]
             if fused is not None:
                 # position term (+ causal -inf) as the fused kernel's additive mask
+                owned = True  # whether ``mask`` is this block's own tensor (may be written in place)
                 if tv is not None:
-                    mask = toeplitz_block(tv, cfg.lo, -(cfg.qo + b - 1), b - a, C)[None]  # (1, H, R, C) view
+                    mask, owned = toeplitz_block(tv, cfg.lo, -(cfg.qo + b - 1), b - a, C)[None], False  # (1, H, R, C)
                 elif cfg.gen_bias:
                     mask = enc.bias(qp, kp).to(cd)  # (B|1, H, R, C)
-                else:  # no position term inside attention: only the causal mask
+                else:  # no bias: the score alone, or only the causal mask
+                    mask = None
+                if cfg.has_score:  # the score joins the mask: (B, H, R, C), a new tensor
+                    sc = _score(cfg, _block_state(cfg, st, a, b, C), qb, kr, qp, kp).to(cd)
+                    mask, owned = (sc if mask is None else sc.add_(mask)), True
+                elif mask is None:
                     mask = torch.zeros(1, 1, b - a, C, dtype=cd, device=q.device)
                 if cfg.causal and cfg.qo + a + 1 < C:
-                    mask = mask.clone() if tv is not None else mask
+                    mask = mask if owned else mask.clone()
                     _mask_block(mask, cfg, a, b, C)
                 o, l = fused[0](qb, kr, vr, 0.0, False, attn_mask=mask, scale=cfg.scale)
                 out[:, :, a:b] = o
