@@ -62,9 +62,10 @@ def toeplitz(values: Tensor, q_len: int, k_len: int) -> Tensor:
 class _Toeplitz(torch.autograd.Function):
     """:func:`toeplitz`: forward one flipped copy of an overlapping view; backward the sum along diagonals.
 
-    The backward writes the gradient into zeros of the offsets' width through the skewed view (row ``t`` from
-    column ``Nq - 1 - t``) and sums the rows: three plain passes, where autograd through the overlapping
-    ``as_strided`` view scatters with ``index_add_`` after copies (about 4x slower at ``(4, 256, 256)``)."""
+    The backward sums the gradient along its diagonals (:func:`relpos.kernels.toeplitz.diag_sums`: one compiled
+    pass, or the gradient written into zeros of the offsets' width through a skewed view and its rows summed),
+    where autograd through the overlapping ``as_strided`` view scatters with ``index_add_`` after copies (about
+    4x slower at ``(4, 256, 256)``)."""
 
     @staticmethod
     def forward(ctx, values: Tensor, q_len: int, k_len: int) -> Tensor:
@@ -77,10 +78,9 @@ class _Toeplitz(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g: Tensor):
-        q_len, k_len = g.shape[-2], g.shape[-1]
-        out = g.new_zeros(*g.shape[:-1], q_len + k_len - 1)  # (..., Nq, Nq + Nk - 1)
-        _skew_view(out, q_len, k_len).copy_(g)  # out[..., t, j - t + Nq - 1] = g[..., t, j]
-        return out.sum(-2), None, None
+        from relpos.kernels.toeplitz import diag_sums  # one compiled pass where built, else the skewed write
+
+        return diag_sums(g), None, None  # (..., Nq + Nk - 1): dv[..., j - t + Nq - 1] += g[..., t, j]
 
 
 class _SkewRows(torch.autograd.Function):

@@ -9,7 +9,8 @@ temporaries; :mod:`relpos.kernels.relkey` ships the elementwise passes of the re
 pass each, and :mod:`relpos.attention.dense_relkey`'s row-block loops run from C++ (``relkey.cpp``); :mod:`relpos.kernels.fire` ships FIRE's piecewise-linear bias walked by runs
 of keys, its add into the backward's logits and its gradients summed in the pass that forms ``dS``
 (``fire.cpp``), and FIRE's MLP on a Toeplitz bias's offsets with its backward, one call each way
-(``fire_mlp.cpp``). It is compiled by ``make install`` (``python -m
+(``fire_mlp.cpp``); :mod:`relpos.kernels.toeplitz` ships the gradient of a Toeplitz expansion, its sums
+along diagonals, as one pass (``toeplitz.cpp``). It is compiled by ``make install`` (``python -m
 relpos.kernels build``) with :mod:`torch.utils.cpp_extension` into a folder of its
 own under the user's cache (``$RELPOS_KERNEL_DIR``, else
 ``$XDG_CACHE_HOME/relpos/kernels``, else ``~/.cache/relpos/kernels``), named by a
@@ -47,10 +48,11 @@ log = logging.getLogger("relpos.kernels")
 #: Master switch, read at call time (``RELPOS_KERNELS=0`` turns it off at import).
 ENABLED: bool = os.environ.get("RELPOS_KERNELS", "1").strip().lower() not in ("0", "off", "false", "no")
 
-_SOURCES = [Path(__file__).with_name(n) for n in ("rows.cpp", "cope.cpp", "relkey.cpp", "fire.cpp", "fire_mlp.cpp")]
+_SOURCES = [Path(__file__).with_name(n) for n in ("rows.cpp", "cope.cpp", "relkey.cpp", "fire.cpp", "fire_mlp.cpp",
+                                                      "toeplitz.cpp")]
 _FUNCTIONS = ["gather_rows", "scatter_rows", "cope_forward", "cope_backward", "relkey_logits", "relkey_ds",
               "relkey_blocks_forward", "relkey_blocks_backward",
-              "fire_bias", "fire_logits", "fire_ds", "fire_mlp_forward", "fire_mlp_backward"]
+              "fire_bias", "fire_logits", "fire_ds", "fire_mlp_forward", "fire_mlp_backward", "toeplitz_grad"]
 _CFLAGS = ["-O3"]
 _loaded: dict = {}  # "module" -> module or None, "why" -> reason when None
 

@@ -134,11 +134,11 @@ def skewed(buf: Tensor, R: int, C: int, *, anti: bool) -> Tensor:
 
 
 def diag_sums(ds: Tensor) -> Tensor:
-    """Sums of ``ds (H, R, C)`` along diagonals: ``out[h, m] = sum_{j - t + R - 1 = m} ds[h, t, j]``."""
-    H, R, C = ds.shape
-    z = ds.new_zeros(H, R, R + C - 1)
-    skewed(z, R, C, anti=False).copy_(ds)
-    return z.sum(1)
+    """Sums of ``ds (H, R, C)`` along diagonals: ``out[h, m] = sum_{j - t + R - 1 = m} ds[h, t, j]``
+    (:func:`relpos.kernels.toeplitz.diag_sums`: one compiled pass where built)."""
+    from relpos.kernels.toeplitz import diag_sums as sums
+
+    return sums(ds)
 
 
 def block_backward(s: Tensor, qb: Tensor, kb: Tensor, vb: Tensor, gb: Tensor, delta: Tensor, scale: float,
