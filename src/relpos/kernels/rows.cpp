@@ -20,6 +20,18 @@ namespace {
 // sides), where the per-run work cost more than the keys.
 constexpr int64_t kMinRun = 8;
 
+// The sum of d[j0 .. j1): eight independent partial sums, so a long run is not bound by the latency of one
+// chain of additions (a sequential float sum cannot be reordered by the compiler).
+template <typename T>
+inline T run_sum(const T* d, int64_t j0, int64_t j1) {
+  T a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = j0;
+  for (; j + 8 <= j1; j += 8)
+    for (int u = 0; u < 8; ++u) a[u] += d[j + u];
+  for (; j < j1; ++j) a[0] += d[j];
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 struct Rows {
   // distance table and its segments (seg: starts, seg_const: a run of one row, or short runs read key by
   // key), positions, and whether each batch row of keys steps by 1
@@ -207,7 +219,7 @@ void scatter_rows(torch::Tensor gC, torch::Tensor gP, torch::Tensor ds, torch::T
             for_segments(r, A, Nk, [&](bool cst, int64_t j0, int64_t j1) {
               if (cst) {
                 const int64_t t = r.td[A - j0];
-                if (vc.on) { scalar_t acc = 0; for (int64_t j = j0; j < j1; ++j) acc += drow[j]; crow[t * vc.s3] += acc; }
+                if (vc.on) crow[t * vc.s3] += run_sum(drow, j0, j1);
                 if (vp.on) { scalar_t* pr = pb + t * vp.s2; for (int64_t j = j0; j < j1; ++j) pr[j] += drow[j]; }
                 return;
               }
