@@ -184,6 +184,18 @@ def _block_base(cfg: _BlockCfg, qb: Tensor, kr: Tensor, tvals: Tensor | None, a:
     return s
 
 
+def _add_matmul(out: Tensor, x: Tensor, y: Tensor, alpha: float = 1.0) -> None:
+    """``out += alpha * x @ y`` over ``(B, H)`` batches of views, in place (one ``baddbmm_``: no product temporary
+    and no separate add pass) where ``out``'s batch dims merge, else through a temporary."""
+    B, H = out.shape[:2]
+    try:
+        o3 = out.view(B * H, *out.shape[2:])
+    except RuntimeError:  # pragma: no cover - the engine's gradient buffers are contiguous (B, H, N, D)
+        out += torch.matmul(x, y).mul_(alpha)
+        return
+    o3.baddbmm_(x.reshape(B * H, *x.shape[2:]), y.reshape(B * H, *y.shape[2:]), alpha=alpha)
+
+
 def _score(cfg: _BlockCfg, st, qb: Tensor, kr: Tensor, qp: Tensor, kp: Tensor) -> Tensor:
     """The scheme's score on one block: from the per-call state (already sliced) when the scheme has one."""
     if cfg.state is None:
@@ -324,14 +336,14 @@ class _BlockFn(torch.autograd.Function):
             else:
                 d_row = delta[:, :, a:b, None]
             if need_v:
-                dv[:, :, :C] += torch.matmul(p.transpose(-1, -2), dob)
+                _add_matmul(dv[:, :, :C], p.transpose(-1, -2), dob)
             ds = dp.sub_(d_row).mul_(p)  # (B, H, R, C)
             if cfg.reads_logits:  # ds += the term's gradient to the content logits, before dq and dk read it
                 enc.score_with_backward(cfg.state.block(dstate, a, b, C), qp, kp, ds, sctx)
             if need_q:
-                dq[:, :, a:b] += torch.matmul(ds, kr).mul_(cfg.scale)
+                _add_matmul(dq[:, :, a:b], ds, kr, cfg.scale)
             if need_k:
-                dk[:, :, :C] += torch.matmul(ds.transpose(-1, -2), qb).mul_(cfg.scale)
+                _add_matmul(dk[:, :, :C], ds.transpose(-1, -2), qb, cfg.scale)
             if dtv is not None:
                 d_min = -(cfg.qo + b - 1)
                 s0 = d_min - cfg.lo
