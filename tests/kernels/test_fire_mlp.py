@@ -123,12 +123,15 @@ def _bias_grads(enc: FIRE, qpos: torch.Tensor, kpos: torch.Tensor, g: torch.Tens
 @needs_kernel
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(2, 24), below=st.integers(0, 8), causal_keys=st.booleans(),
-       gaps=st.booleans())
-def test_rows_past_the_threshold_equal_the_reference_and_the_piecewise_form(seed, n, below, causal_keys, gaps):
+       gaps=st.booleans(), one_call=st.booleans())
+def test_rows_past_the_threshold_equal_the_reference_and_the_piecewise_form(seed, n, below, causal_keys, gaps,
+                                                                            one_call):
     """Rows at or past FIRE's learned threshold are not Toeplitz. On contiguous positions they take the rows kernel
-    (``kernels.fire.rows``, the piecewise form in one walk each way); on shared positions with gaps (a randomized-
-    position draw), for a few pairs, the MLP in one C++ call. Both must give the float64 reference's values and
-    gradients (the normaliser psi(max(L, i)), its gradient to L only where L > i) and the plain piecewise form's."""
+    (``kernels.fire.rows``, the piecewise form in one walk each way), or for at most ``ONE_CALL_PAIRS`` pairs the
+    MLP on each pair in one C++ call; on shared positions with gaps (a randomized-position draw), for a few pairs,
+    that one call too. All must give the float64 reference's values and gradients (the normaliser psi(max(L, i)),
+    its gradient to L only where L > i) and the plain piecewise form's. ``one_call=False`` sets ``ONE_CALL_PAIRS``
+    to 0, so the rows kernel serves every count."""
     enc = FIRE(3, mlp_width=8, init_L=16.0)
     randomize_parameters(enc, seed=seed)
     step = 2 if gaps else 1
@@ -144,6 +147,8 @@ def test_rows_past_the_threshold_equal_the_reference_and_the_piecewise_form(seed
         mp.setattr(kf, "mlp_offsets", lambda *a, **k: calls.append("mlp" if k.get("qpos") is not None else "toe")
                    or real_mlp(*a, **k))
         mp.setattr(kf, "rows", lambda *a, **k: calls.append("rows") or real_rows(*a, **k))
+        if not one_call:
+            mp.setattr(fire_mod, "ONE_CALL_PAIRS", 0)
         fast, g_fast = _bias_grads(enc, pos, kpos, g)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(fire_mod, "ONE_CALL_PAIRS", 0)
@@ -159,19 +164,28 @@ def test_rows_past_the_threshold_equal_the_reference_and_the_piecewise_form(seed
         scale = max(1.0, float(r.abs().max()))
         torch.testing.assert_close(g_fast[name].double(), r.double(), atol=1e-4 * scale, rtol=1e-4, msg=name)
         torch.testing.assert_close(g_fast[name], g_piece[name], atol=1e-4 * scale, rtol=1e-3, msg=name)
-    if not gaps and float(enc.threshold.detach()) <= int(pos.max()):  # some row is at or past it: the kernel
-        assert "rows" in calls
-    if gaps and pos.shape[-1] * kpos.shape[-1] <= fire_mod.ONE_CALL_PAIRS:  # not contiguous: every pair, one call
+    past = int((pos[0].float() >= enc.threshold.detach()).sum())  # rows at or past the threshold
+    few = one_call and past * kpos.shape[-1] <= fire_mod.ONE_CALL_PAIRS
+    if not gaps and past:  # contiguous: a few rows' pairs in one MLP call, else the rows kernel
+        assert ("mlp" if few else "rows") in calls and ("rows" if few else "mlp") not in calls
+    if gaps and one_call and pos.shape[-1] * kpos.shape[-1] <= fire_mod.ONE_CALL_PAIRS:  # every pair, one call
         assert "mlp" in calls
 
 
 @needs_kernel
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10**6), n=st.integers(2, 20), past=st.integers(1, 20), extra=st.integers(0, 4))
-def test_bias_past_is_the_bias_with_the_causal_mask_folded_in(seed, n, past, extra):
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 20), past=st.integers(1, 20), extra=st.integers(0, 4),
+       one_call=st.booleans())
+def test_bias_past_is_the_bias_with_the_causal_mask_folded_in(seed, n, past, extra, one_call):
     """``bias_past`` (asked for by dense causal calls on default positions): the reference bias where ``j <= i``,
-    -inf after, and the same gradients as masking the reference (none from the masked pairs)."""
-    past = min(past, n)
+    -inf after, and the same gradients as masking the reference (none from the masked pairs), with the rows past
+    the threshold through the MLP's one call (few pairs) or the rows kernel (``one_call=False``)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fire_mod, "ONE_CALL_PAIRS", 1024 if one_call else 0)
+        _bias_past_case(seed, n, min(past, n), extra)
+
+
+def _bias_past_case(seed, n, past, extra):
     enc = FIRE(2, mlp_width=6, init_L=16.0)
     randomize_parameters(enc, seed=seed)
     with torch.no_grad():
