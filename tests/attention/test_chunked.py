@@ -71,7 +71,7 @@ def test_many_blocks_match_reference(small_blocks, name, causal):
 
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("name", ["deberta", "fire", "cope"])
+@pytest.mark.parametrize("name", ["deberta", "fire", "cope", "shaw", "transformer-xl", "fox"])
 def test_blocks_forward_fused_and_explicit(small_blocks, monkeypatch, name, causal, fused):
     """The blocks engine's forward through the fused kernel (the scheme's additive terms as its mask) and
     through its explicit softmax both match the reference; a score that reads the content logits (CoPE)
@@ -89,8 +89,8 @@ def test_blocks_forward_fused_and_explicit(small_blocks, monkeypatch, name, caus
         cfg_init(self, *a, **kw)
         seen.append(self.fused_forward)
     monkeypatch.setattr(blocks._BlockCfg, "__init__", spy)
-    # explicit positions keep every scheme on the blocks engine
-    _check(enc, q, k, v, causal=causal, positions=torch.arange(13))
+    # positions with gaps keep every scheme on the blocks engine
+    _check(enc, q, k, v, causal=causal, positions=torch.arange(13) * 2)
     assert seen and all(f == (fused and name != "cope" and kernels.flash_ops() is not None) for f in seen)
 
 
