@@ -47,8 +47,10 @@ def _check(enc, q, k, v, atol=3e-4, **kw):
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    """Three query rows per block and per staircase square: every engine runs many blocks."""
+    """Three query rows per block and per staircase square, and the blocks engine's backward in tiles of 4 keys:
+    every engine runs many blocks."""
     monkeypatch.setattr(chunked, "FORCE_ROWS", 3)
+    monkeypatch.setattr(importlib.import_module("relpos.attention.chunked.blocks"), "KEY_TILE", 4)
 
 
 def _req(enc, q, k, v, *, causal=True, q_offset=0, positions=None, key_padding_mask=None) -> Request:

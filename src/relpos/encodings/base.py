@@ -130,10 +130,11 @@ class ScoreState:
     axes: tuple[str | None, ...]
     meta: dict
 
-    def block(self, tensors, a: int, b: int, C: int) -> "ScoreState":
-        """``tensors`` (this state's, or leaves made from them) sliced to query rows ``[a, b)`` and keys ``[0, C)``."""
-        sl = {"q": slice(a, b), "k": slice(0, C), None: slice(None)}
-        return ScoreState(tuple(t[..., :C] if ax == "k-last" else t[..., sl[ax], :] if ax else t
+    def block(self, tensors, a: int, b: int, C: int, c0: int = 0) -> "ScoreState":
+        """``tensors`` (this state's, or leaves made from them) sliced to query rows ``[a, b)`` and keys
+        ``[c0, C)``."""
+        sl = {"q": slice(a, b), "k": slice(c0, C), None: slice(None)}
+        return ScoreState(tuple(t[..., c0:C] if ax == "k-last" else t[..., sl[ax], :] if ax else t
                                 for t, ax in zip(tensors, self.axes)), self.axes, self.meta)
 
 
@@ -187,6 +188,10 @@ class Encoding(nn.Module):
             and lets :meth:`score_with_backward` add the term's gradient to ``z`` into
             ``ds``, so ``q k^T`` is formed once per block and ``dq``, ``dk`` take one
             matmul each.
+        pairwise_score: True if the ``"score"`` of a pair reads only that pair's query, key and
+            positions (Shaw, Transformer-XL, DeBERTa), so a blocked engine may evaluate it on any
+            range of keys; False where it reads other keys too (FoX's cumulative gates, CoPE's
+            counts), which blocked engines then evaluate on key prefixes ``[0, C)`` only.
     """
 
     name: ClassVar[str] = ""
@@ -197,6 +202,7 @@ class Encoding(nn.Module):
     integer_positions: ClassVar[bool] = True
     paper: ClassVar[str] = ""
     reads_logits: ClassVar[bool] = False
+    pairwise_score: ClassVar[bool] = False
     #: True if a model should build one instance for all layers by default (T5 shares
     #: its bias table across layers); ``ModelConfig.share_encoding`` overrides it.
     share_across_layers: ClassVar[bool] = False

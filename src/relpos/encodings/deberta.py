@@ -120,6 +120,7 @@ class DeBERTa(Encoding):
     """
 
     name = "deberta"
+    pairwise_score = True  # a pair's score reads that pair only: any key range may be evaluated alone
     acts_on = frozenset({"score"})
     paper = "https://arxiv.org/abs/2006.03654"
 

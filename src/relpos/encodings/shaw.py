@@ -72,6 +72,7 @@ class Shaw(Encoding):
     """
 
     name = "shaw"
+    pairwise_score = True  # a pair's score reads that pair only: any key range may be evaluated alone
     acts_on = frozenset({"score"})
     relative = True
     integer_positions = True

@@ -110,6 +110,7 @@ class TransformerXL(Encoding):
     """
 
     name = "transformer-xl"
+    pairwise_score = True  # a pair's score reads that pair only: any key range may be evaluated alone
     acts_on = frozenset({"score"})
     relative = True
     integer_positions = True

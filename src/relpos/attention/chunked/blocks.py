@@ -32,6 +32,13 @@ from relpos.first_order import first_order
 
 NAME = "blocks"
 
+#: Keys per tile of the backward where a block's keys exceed it (terms local to each pair; see
+#: ``_BlockFn.backward``): a (B H, 128, 1024) float32 tile stays nearer the cache than a whole row of keys.
+#: The backward's content passes alone at (8 heads, 128 rows, 2048 keys, D = 64) took 0.72x the time of whole
+#: rows in tiles of 1024 keys (0.75x in tiles of 512); DeBERTa at N = 2048, forward and backward, 0.96x
+#: bidirectional and 0.95-1.13x causal in two A/Bs beside a running sweep (`benchmarks/README.md`).
+KEY_TILE = 1024
+
 
 def eligible(req: Request) -> bool:
     """Always: this engine is the general case."""
@@ -149,18 +156,18 @@ class _BlockCfg:
             yield a, b, C
 
 
-def _mask_block(s: Tensor, cfg: _BlockCfg, a: int, b: int, C: int) -> None:
-    """Set masked logits of block rows ``[a, b)`` x keys ``[0, C)`` to -inf, in place."""
+def _mask_block(s: Tensor, cfg: _BlockCfg, a: int, b: int, C: int, c0: int = 0) -> None:
+    """Set masked logits of block rows ``[a, b)`` x keys ``[c0, C)`` (``s``'s columns) to -inf, in place."""
     if cfg.causal:
-        first = cfg.qo + a + 1  # row a sees keys <= qo + a
+        first = max(cfg.qo + a + 1, c0)  # row a sees keys <= qo + a
         if first < C:
             t = torch.arange(a, b, device=s.device)[:, None] + cfg.qo
             j = torch.arange(first, C, device=s.device)[None, :]
-            s[..., first:].masked_fill_(j > t, float("-inf"))
+            s[..., first - c0:].masked_fill_(j > t, float("-inf"))
     if cfg.kpm is not None:
-        s.masked_fill_(~cfg.kpm[:, None, None, :C], float("-inf"))
+        s.masked_fill_(~cfg.kpm[:, None, None, c0:C], float("-inf"))
     if cfg.am is not None:
-        s.masked_fill_(~cfg.am[:, :, a:b, :C], float("-inf"))
+        s.masked_fill_(~cfg.am[:, :, a:b, c0:C], float("-inf"))
 
 
 def _block_base(cfg: _BlockCfg, qb: Tensor, kr: Tensor, tvals: Tensor | None, a: int, b: int, C: int,
@@ -212,11 +219,20 @@ def _score_into(cfg: _BlockCfg, st, qb: Tensor, kr: Tensor, qp: Tensor, kp: Tens
     return cfg.enc.score_into(ScoreState(tuple(st), cfg.state.axes, cfg.state.meta), qp, kp, s)
 
 
-def _block_state(cfg: _BlockCfg, tensors, a: int, b: int, C: int) -> tuple:
-    """The per-call score state's tensors (or their gradients) sliced to one block (views)."""
+def _block_state(cfg: _BlockCfg, tensors, a: int, b: int, C: int, c0: int = 0) -> tuple:
+    """The per-call score state's tensors (or their gradients) sliced to one block, keys ``[c0, C)`` (views)."""
     if cfg.state is None:
         return ()
-    return cfg.state.block(tensors, a, b, C).tensors
+    return cfg.state.block(tensors, a, b, C, c0).tensors
+
+
+def _key_tiles(C: int, tile: int | None):
+    """Key ranges ``[c0, c1)`` covering ``[0, C)``: one range, or tiles of ``tile`` keys."""
+    if tile is None or C <= tile:
+        yield 0, C
+        return
+    for c0 in range(0, C, tile):
+        yield c0, min(C, c0 + tile)
 
 
 class _BlockFn(torch.autograd.Function):
@@ -299,27 +315,31 @@ class _BlockFn(torch.autograd.Function):
         dleaves: list = [None] * len(leaves)
         delta = (do * out).sum(-1)  # (B, H, Nq)
         B, H = cfg.B, cfg.H
-        for a, b, C in cfg.blocks():
+        # keys in tiles where every term is local to a pair (a bias of positions, a pairwise score; no Toeplitz
+        # gradient, no value term): the tile's logits, probabilities and dS stay in cache across their passes
+        local = not cfg.has_score or (enc.pairwise_score and not cfg.reads_logits)
+        tile = KEY_TILE if (tv is None and not cfg.has_value and local) else None
+        for a, b, C0, c0, C in ((a, b, C0, c0, c1) for a, b, C0 in cfg.blocks() for c0, c1 in _key_tiles(C0, tile)):
             R = b - a
-            qb, kr, vr = qc[:, :, a:b], kc[:, :, :C], vc[:, :, :C]
-            qp, kp = cfg.qpos[:, a:b], cfg.kpos[:, :C]
+            qb, kr, vr = qc[:, :, a:b], kc[:, :, c0:C], vc[:, :, c0:C]
+            qp, kp = cfg.qpos[:, a:b], cfg.kpos[:, c0:C]
             dob = do[:, :, a:b]
-            s = _block_base(cfg, qb, kr, tv, a, b, C)
+            s = _block_base(cfg, qb, kr, tv, a, b, C - c0)
             sc = qleaf = kleaf = bb = sctx = None
             if cfg.gen_bias:
                 with torch.enable_grad():  # evaluated once: its value now, its gradient below
                     bb = enc.bias(qp, kp)  # (B|1, H, R, C)
                 s += bb.detach().to(cd)
             if cfg.has_score and cfg.manual_score_grad:  # the scheme writes the state's gradient itself
-                sctx = _score_into(cfg, _block_state(cfg, st, a, b, C), qb, kr, qp, kp, s)
+                sctx = _score_into(cfg, _block_state(cfg, st, a, b, C, c0), qb, kr, qp, kp, s)
             elif cfg.has_score:
                 with torch.enable_grad():
                     qleaf = qb.detach().requires_grad_(True)
                     kleaf = kr.detach().requires_grad_(True)
-                    stl = [t.detach().requires_grad_(True) for t in _block_state(cfg, st, a, b, C)]
+                    stl = [t.detach().requires_grad_(True) for t in _block_state(cfg, st, a, b, C, c0)]
                     sc = _score(cfg, stl, qleaf, kleaf, qp, kp)
                 s += sc.detach().to(cd)
-            _mask_block(s, cfg, a, b, C)
+            _mask_block(s, cfg, a, b, C, c0)
             lb = lse[:, :, a:b, None]
             p = exp_(s.sub_(lb))  # normalised probabilities
             if cfg.may_be_empty:
@@ -336,15 +356,15 @@ class _BlockFn(torch.autograd.Function):
             else:
                 d_row = delta[:, :, a:b, None]
             if need_v:
-                _add_matmul(dv[:, :, :C], p.transpose(-1, -2), dob)
+                _add_matmul(dv[:, :, c0:C], p.transpose(-1, -2), dob)
             ds = dp.sub_(d_row).mul_(p)  # (B, H, R, C)
             if cfg.reads_logits:  # ds += the term's gradient to the content logits, before dq and dk read it
-                enc.score_with_backward(cfg.state.block(dstate, a, b, C), qp, kp, ds, sctx)
+                enc.score_with_backward(cfg.state.block(dstate, a, b, C), qp, kp, ds, sctx)  # (never tiled)
             if need_q:
                 _add_matmul(dq[:, :, a:b], ds, kr, cfg.scale)
             if need_k:
-                _add_matmul(dk[:, :, :C], ds.transpose(-1, -2), qb, cfg.scale)
-            if dtv is not None:
+                _add_matmul(dk[:, :, c0:C], ds.transpose(-1, -2), qb, cfg.scale)
+            if dtv is not None:  # (never tiled: c0 = 0)
                 d_min = -(cfg.qo + b - 1)
                 s0 = d_min - cfg.lo
                 dtv[:, s0 : s0 + R + C - 1] += diag_sums(ds.sum(0))
@@ -353,15 +373,15 @@ class _BlockFn(torch.autograd.Function):
                 g = torch.autograd.grad(bb, leaves, gb.to(bb.dtype), allow_unused=True)
                 add_grads(dleaves, g)
             if cfg.has_score and cfg.manual_score_grad and not cfg.reads_logits:
-                enc.score_with_backward(cfg.state.block(dstate, a, b, C), qp, kp, ds, sctx)
+                enc.score_with_backward(cfg.state.block(dstate, a, b, C, c0), qp, kp, ds, sctx)
             if sc is not None:
                 g = torch.autograd.grad(sc, [qleaf, kleaf, *leaves, *stl], ds.to(sc.dtype), allow_unused=True)
                 if g[0] is not None and need_q:
                     dq[:, :, a:b] += g[0].to(cd)
                 if g[1] is not None and need_k:
-                    dk[:, :, :C] += g[1].to(cd)
+                    dk[:, :, c0:C] += g[1].to(cd)
                 add_grads(dleaves, g[2 : 2 + len(leaves)])
-                for acc, blk in zip(_block_state(cfg, dstate, a, b, C), g[2 + len(leaves) :]):
+                for acc, blk in zip(_block_state(cfg, dstate, a, b, C, c0), g[2 + len(leaves) :]):
                     if blk is not None:
                         acc += blk
         q_dt, k_dt, v_dt = ctx.in_dtypes
