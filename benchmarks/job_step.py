@@ -292,8 +292,7 @@ def ratios(times: dict, schemes: list[str], val_every: int) -> dict:
     variant back to back): each is the median over rounds of the ratio within a round, so a slower stretch of a
     shared host moves both of its sides. A job's round counts ``1 / val_every`` of that round's validation."""
 
-    def med(num, den) -> float:
-        return statistics.median(a / b for a, b in zip(num, den, strict=True))
+    from relpos.bench.results import per_round_ratio as med
 
     job = {s: [a + b / val_every for a, b in zip(times[("job", s)], times[("validate", s)], strict=True)]
            for s in schemes}

@@ -74,6 +74,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from relpos.bench.results import per_round_ratio as _ratio
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMES = ("transformer-xl", "fire", "deberta", "cope")
 TARGETS = {"transformer-xl": 1.5, "fire": 1.5, "deberta": 3.0, "cope": 3.0}
@@ -285,13 +287,6 @@ def _recompute(name, enc, q, k, scale, rows):
             for a, b, C in _blocks(N, rows):
                 fn(a, b, C)
     return step
-
-
-def _ratio(num: list[float], den: list[float]) -> float:
-    """The median over rounds of ``num / den`` taken within each round: both were timed side by side in that
-    round, so a change of the host's speed between rounds cancels (a ratio of the two medians can pair a fast
-    round's denominator with a slow round's numerator)."""
-    return statistics.median(a / b for a, b in zip(num, den, strict=True))
 
 
 def measure(N: int, rounds: int, rows: int, log=print, schemes=SCHEMES, batch: int = 1, heads: int = 8,

@@ -104,15 +104,11 @@ def attention_times(shape: str, schemes: list[str], model, rounds: int) -> dict[
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def _ratio(num: list[float], den: list[float]) -> float:
-    """Median over rounds of ``num / den`` within each round (both timed side by side in it), so a drift of the
-    host's speed between rounds cancels."""
-    return statistics.median(a / b for a, b in zip(num, den, strict=True))
-
-
 def run_shape(shape: str, schemes: list[str], rounds: int, compiled: list[str], corpus: bytes, log) -> dict:
     """Time every scheme (and the compiled ones) at one shape, interleaved; ratios to NoPE's eager step."""
     import torch
+
+    from relpos.bench.results import per_round_ratio
 
     entries = [(s, False) for s in schemes] + [(s, True) for s in compiled]
     trainers, warm = {}, {}
@@ -139,7 +135,7 @@ def run_shape(shape: str, schemes: list[str], rounds: int, compiled: list[str], 
     for s in schemes:
         med = statistics.median(times[(s, False)])
         target = CONTENT_TARGETS.get(s, TARGET)
-        vs = _ratio(times[(s, False)], times[("nope", False)])
+        vs = per_round_ratio(times[(s, False)], times[("nope", False)])
         row = {"scheme": s, "step_ms": 1000 * med, "vs_nope": vs, "target": target,
                "met": vs <= target, "params": trainers[(s, False)].model.num_params(),
                "extra_step_ms": 1000 * (med - base)}
@@ -147,8 +143,8 @@ def run_shape(shape: str, schemes: list[str], rounds: int, compiled: list[str], 
             row["extra_attention_ms"] = layers * (attn[s] - attn["sdpa"])
         if (s, True) in times:
             cmed = statistics.median(times[(s, True)])
-            row.update({"compiled_step_ms": 1000 * cmed, "compiled_vs_nope": _ratio(times[(s, True)], times[("nope", False)]),
-                        "compile_speedup": _ratio(times[(s, False)], times[(s, True)]), "compile_warmup_s": warm[(s, True)]})
+            row.update({"compiled_step_ms": 1000 * cmed, "compiled_vs_nope": per_round_ratio(times[(s, True)], times[("nope", False)]),
+                        "compile_speedup": per_round_ratio(times[(s, False)], times[(s, True)]), "compile_warmup_s": warm[(s, True)]})
         rows.append(row)
     _, fields, B, N = SHAPES[shape]
     return {"shape": shape, "what": SHAPES[shape][0], "model": fields, "batch": B, "seq_len": N, "rounds": rounds,

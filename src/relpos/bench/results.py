@@ -13,7 +13,16 @@ from pathlib import Path
 
 from relpos.outdir import write_json_atomic, write_text_atomic
 
-__all__ = ["write_results"]
+__all__ = ["per_round_ratio", "write_results"]
+
+
+def per_round_ratio(num, den) -> float:
+    """The median over rounds of ``num[r] / den[r]``: both sides were timed side by side in round ``r``, so a
+    change of the host's speed between rounds cancels (a ratio of the two medians can pair a fast round's
+    denominator with a slow round's numerator)."""
+    import statistics
+
+    return statistics.median(a / b for a, b in zip(num, den, strict=True))
 
 
 def write_results(out: str | os.PathLike, name: str, doc: dict, md: str, *, echo: bool = True) -> Path:

@@ -242,11 +242,12 @@ class FIRE(Encoding):
         i0, R, Nk = int(qpos[0, 0]) - int(kpos[0, 0]), qpos.shape[-1], kpos.shape[-1]
         if i0 < 0 or not self._kernel_ok(qpos):
             return self._per_pair(qpos, kpos)
-        if R * Nk <= ONE_CALL_PAIRS and _one_call(qpos, self._params()):
+        params = self._params()
+        if R * Nk <= ONE_CALL_PAIRS and _one_call(qpos, params):
             # a few rows (FIRE's threshold just below the training length): the MLP on their pairs in one C++
             # call each way costs less than the piecewise form's segments and walk (measured at N = 64, H = 4,
             # forward and backward: 0.37-0.54 ms against 0.66-0.68 ms for 8-16 rows)
-            b = self._per_pair(qpos, kpos)  # (1, H, R, Nk)
+            b = self._mlp_pairs(qpos, kpos, params)  # (1, H, R, Nk)
             return b.masked_fill(kpos[0][None, :] > qpos[0][:, None], float("-inf")) if causal else b
         pw = self.piecewise_bias()
         num = pw.num(torch.arange(max(i0 + R, Nk), device=qpos.device)).float()  # (T,): every |i - j| of the rows
@@ -261,16 +262,22 @@ class FIRE(Encoding):
 
     def _per_pair(self, qpos: Tensor, kpos: Tensor) -> Tensor:
         """The bias pair by pair, ``(B|1, H, Nq, Nk)``: the piecewise form, or, for a few pairs of positions the
-        batch shares but not contiguous (at most :data:`ONE_CALL_PAIRS`: a randomized-position draw), the MLP on
-        every pair in one C++ call each way (:func:`relpos.kernels.fire.mlp_offsets`)."""
+        batch shares (at most :data:`ONE_CALL_PAIRS`; a randomized-position draw), the MLP on every pair in one C++
+        call each way (:meth:`_mlp_pairs`)."""
         params = self._params()
         Nq, Nk = qpos.shape[-1], kpos.shape[-1]
         if qpos.shape[0] == kpos.shape[0] == 1 and Nq * Nk <= ONE_CALL_PAIRS and _one_call(qpos, params):
-            i = qpos[0][:, None].expand(Nq, Nk)  # (Nq, Nk)
-            d = (i - kpos[0][None, :]).reshape(-1)
-            vals = fire_kernels.mlp_offsets(d, *params[:2], self.init_L, self.eps, *params[2:], qpos=i.reshape(-1))
-            return vals.view(self.n_heads, Nq, Nk)[None]
+            return self._mlp_pairs(qpos, kpos, params)
         return self._piecewise(*self._segments(), self.normalized_distance(qpos, kpos))
+
+    def _mlp_pairs(self, qpos: Tensor, kpos: Tensor, params: tuple[Tensor, ...]) -> Tensor:
+        """The MLP on every pair of positions ``(1, Nq)`` x ``(1, Nk)`` in one C++ call each way, ``(1, H, Nq, Nk)``
+        (the caller checked :func:`_one_call`)."""
+        Nq, Nk = qpos.shape[-1], kpos.shape[-1]
+        i = qpos[0][:, None].expand(Nq, Nk)  # (Nq, Nk)
+        d = (i - kpos[0][None, :]).reshape(-1)
+        vals = fire_kernels.mlp_offsets(d, *params[:2], self.init_L, self.eps, *params[2:], qpos=i.reshape(-1))
+        return vals.view(self.n_heads, Nq, Nk)[None]
 
     def piecewise_bias(self) -> PiecewiseBias:
         """The bias in the form a fused kernel walks: ``x = num(|i - j|) / den(i)`` with

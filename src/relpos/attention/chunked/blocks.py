@@ -22,13 +22,13 @@ from relpos.encodings.base import Encoding, ScoreState
 from relpos.attention.chunked.kernels import (
     add_grads,
     compute_dtype,
-    diag_sums,
     exp_,
     flash_ops,
     rows_per_block,
     toeplitz_block,
 )
 from relpos.first_order import first_order
+from relpos.kernels.toeplitz import diag_sums
 
 NAME = "blocks"
 
@@ -142,18 +142,25 @@ class _BlockCfg:
         self.rows = rows_per_block(B * H, Nk, itemsize)
         # additive terms (a bias, a score that does not read the content logits) without padding: the
         # forward can pass them to the fused CPU kernel as its additive mask
+        # (``_BlockCfg.use_fused``, a testing hook: False sends every block through the explicit forward)
         self.fused_forward = (
-            not self.has_value and not self.reads_logits and not self.may_be_empty and self.Dv == D
-            and req.q.device.type == "cpu" and flash_ops() is not None
+            _BlockCfg.use_fused and not self.has_value and not self.reads_logits and not self.may_be_empty
+            and self.Dv == D and req.q.device.type == "cpu" and flash_ops() is not None
         )
-        #: Testing hook (class attribute): False sends every block through the explicit forward.
-        self.fused_forward = self.fused_forward and _BlockCfg.use_fused
 
     def blocks(self):
         for a in range(0, self.Nq, self.rows):
             b = min(self.Nq, a + self.rows)
             C = min(self.Nk, self.qo + b) if self.causal else self.Nk
             yield a, b, C
+
+    def tiles(self, tile: int | None):
+        """``(a, b, c0, C)``: each block's rows ``[a, b)`` with its keys ``[0, C)`` whole, or in tiles ``[c0, C)``
+        of ``tile`` keys where a block has more."""
+        for a, b, C in self.blocks():
+            step = C if tile is None or C <= tile else tile
+            for c0 in range(0, C, step):
+                yield a, b, c0, min(C, c0 + step)
 
 
 def _mask_block(s: Tensor, cfg: _BlockCfg, a: int, b: int, C: int, c0: int = 0) -> None:
@@ -225,14 +232,6 @@ def _block_state(cfg: _BlockCfg, tensors, a: int, b: int, C: int, c0: int = 0) -
         return ()
     return cfg.state.block(tensors, a, b, C, c0).tensors
 
-
-def _key_tiles(C: int, tile: int | None):
-    """Key ranges ``[c0, c1)`` covering ``[0, C)``: one range, or tiles of ``tile`` keys."""
-    if tile is None or C <= tile:
-        yield 0, C
-        return
-    for c0 in range(0, C, tile):
-        yield c0, min(C, c0 + tile)
 
 
 class _BlockFn(torch.autograd.Function):
@@ -319,7 +318,7 @@ class _BlockFn(torch.autograd.Function):
         # gradient, no value term): the tile's logits, probabilities and dS stay in cache across their passes
         local = not cfg.has_score or (enc.pairwise_score and not cfg.reads_logits)
         tile = KEY_TILE if (tv is None and not cfg.has_value and local) else None
-        for a, b, C0, c0, C in ((a, b, C0, c0, c1) for a, b, C0 in cfg.blocks() for c0, c1 in _key_tiles(C0, tile)):
+        for a, b, c0, C in cfg.tiles(tile):
             R = b - a
             qb, kr, vr = qc[:, :, a:b], kc[:, :, c0:C], vc[:, :, c0:C]
             qp, kp = cfg.qpos[:, a:b], cfg.kpos[:, c0:C]

@@ -133,14 +133,6 @@ def skewed(buf: Tensor, R: int, C: int, *, anti: bool) -> Tensor:
     return buf.as_strided((buf.shape[0], R, C), (st[0], st[1] - 1, 1), buf.storage_offset() + R - 1)
 
 
-def diag_sums(ds: Tensor) -> Tensor:
-    """Sums of ``ds (H, R, C)`` along diagonals: ``out[h, m] = sum_{j - t + R - 1 = m} ds[h, t, j]``
-    (:func:`relpos.kernels.toeplitz.diag_sums`: one compiled pass where built)."""
-    from relpos.kernels.toeplitz import diag_sums as sums
-
-    return sums(ds)
-
-
 def block_backward(s: Tensor, qb: Tensor, kb: Tensor, vb: Tensor, gb: Tensor, delta: Tensor, scale: float,
                    ds_out: Tensor, *, want_qkv: bool = True):
     """One block of the attention backward from its recomputed logits.
