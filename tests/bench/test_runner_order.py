@@ -164,3 +164,28 @@ def test_a_slow_compiled_case_is_timed_after_its_compile_not_by_it(monkeypatch):
                            records, log=lambda s: None, deadline=None)
         rec = records[("t5", "flex", 64, "fwd")]
         assert (rec.median_ms, rec.runs) == (expected, 1)
+
+
+def test_a_ratio_to_the_baseline_is_the_median_of_its_rounds(monkeypatch):
+    """The host slows down two rounds earlier for the case than for the baseline (the slow-down began between
+    them): per round the case costs 2x the baseline, but the ratio of the two medians reads 6x."""
+    runs: dict = {}
+
+    def timed(step, spec):
+        n = runs[step.name] = runs.get(step.name, 0) + 1
+        r = n - 2  # the first call is the warm-up
+        if step.name == "sdpa":
+            ms = 1.0 if r < 9 else 3.0
+        else:
+            ms = 2.0 if r < 7 else 6.0
+        return ms, ms
+
+    monkeypatch.setattr(runner, "build_step", _named_step)
+    monkeypatch.setattr(runner, "timed", timed)
+    records: dict = {}
+    spec = BenchSpec(memory=False, repeats=3)
+    runner._time_group(64, [Case("t5", "dense", 64, "fwd")], spec, records, log=lambda s: None, deadline=None)
+    rec = records[("t5", "dense", 64, "fwd")]
+    assert rec.runs == runner.MORE_ROUNDS * spec.repeats == 15
+    assert (rec.median_ms, rec.baseline_ms) == (6.0, 1.0)  # the ratio of medians would read 6
+    assert rec.ratio == 2.0 and rec.wall_ratio == 2.0

@@ -5,7 +5,8 @@ For each sequence length ``N`` the configurations of that ``N`` -- position-free
 peers -- are timed *interleaved* (``repeats`` rounds after the
 warm-up, in a new seeded order every round), so drifts in machine load and the
 effects of what ran just before hit all of them alike; each record keeps the
-median.
+median, and its ``ratio`` is the median of its per-round ratios to the same
+round's baseline (a case timed once: its time over the baseline's median).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 
 from relpos.bench.spec import AUTO_CHOICES, AUTO_TOLERANCE, BenchSpec, Case
 from relpos.bench.memory import measure_memory
+from relpos.bench.results import per_round_ratio
 from relpos.bench.steps import build_step, timed
 
 __all__ = ["Record", "run_bench", "merge_docs", "machine_info", "SLOW_S", "peer_summary"]
@@ -74,6 +76,9 @@ class Record:
     #: ``auto`` only, when its pick looked slow: the pairwise re-time (see ``RETIME_ROUNDS``):
     #: ``{"picked", "fastest", "picked_ms", "fastest_ms", "rounds"}``.
     retime: dict | None = None
+    #: the timed runs, in round order, and the same rounds' baseline runs (``ratio`` re-derives from them)
+    times_ms: list[float] | None = None
+    baseline_times_ms: list[float] | None = None
 
     @property
     def key(self) -> tuple:
@@ -84,6 +89,9 @@ class Record:
         for k in _ROUND:
             if out[k] is not None:
                 out[k] = round(float(out[k]), 3)
+        for k in ("times_ms", "baseline_times_ms"):
+            if out[k] is not None:
+                out[k] = [round(float(t), 3) for t in out[k]]
         return out
 
 
@@ -215,11 +223,22 @@ def _time_group(N: int, group: list[Case], spec: BenchSpec, records: dict, log, 
         rec = records[c.key]
         rec.baseline_ms, rec.baseline_wall_ms = base[c.mode]
         if rec.median_ms is not None:
-            rec.ratio, rec.wall_ratio = rec.median_ms / rec.baseline_ms, rec.wall_ms / rec.baseline_wall_ms
+            b = ("none", "sdpa", N, c.mode)
+            rec.times_ms, rec.baseline_times_ms = list(clock[c.key]), list(clock[b])
+            rec.ratio = _ratio(clock[c.key], clock[b], rec.median_ms, rec.baseline_ms)
+            rec.wall_ratio = _ratio(walls[c.key], walls[b], rec.wall_ms, rec.baseline_wall_ms)
         log(f"N={N:<6} {c.mode:<8} {c.scheme:<15} {c.impl:<16} "
             + (f"{rec.median_ms:9.1f} ms  x{rec.ratio:.2f} (wall x{rec.wall_ratio:.2f})"
                if rec.median_ms is not None else rec.status)
             + (f"  -> {rec.chosen}" if rec.chosen else ""))
+
+
+def _ratio(times: list[float], base: list[float], median_ms: float, base_ms: float) -> float:
+    """A case's multiple of the baseline: the median of its per-round ratios when both were timed in every round
+    (a change of the host's speed between rounds cancels), else its median over the baseline's (a case timed once)."""
+    if len(times) == len(base) > 1:
+        return per_round_ratio(times, base)
+    return median_ms / base_ms
 
 
 def _retime_pick(rec: Record, records: dict, steps: dict, spec: BenchSpec, log) -> None:
@@ -313,7 +332,8 @@ def run_bench(cases: list[Case], spec: BenchSpec, *, log: Callable[[str], None] 
         "baseline": "torch.nn.functional.scaled_dot_product_attention without position terms"
                     + (" (is_causal=True)" if spec.causal else ""),
         "clock": ("process CPU time" if spec.clock == "cpu" else "wall-clock time") + " (median_ms, ratio); "
-                 "both clocks are in every record (cpu_ms, wall_ms, wall_ratio)",
+                 "both clocks are in every record (cpu_ms, wall_ms, wall_ratio); ratio and wall_ratio are medians of "
+                 "per-round ratios to the same round's baseline",
         "timing_seconds": round(timing_s, 1),
         "total_seconds": round(time.monotonic() - t_start, 1),
         "records": recs,
