@@ -216,3 +216,30 @@ def test_what_is_missing_names_the_schemes_whose_runs_on_twice_the_budget_are_no
     assert "whether they fit later is open" in missing
     done = page_markdown(PageInputs(full=short, longer={"copy": _longer(())})).split("## What is missing")[1]
     assert "fit later is open" not in done
+
+
+def test_longer_runs_that_have_not_all_run_leave_an_open_verdict_open():
+    """While the runs on twice the budget are still coming in, a line never says "does not fit" where the seeds
+    still to run could change it, never speaks of unfitted curves where every seed that ran fitted, and "What is
+    missing" counts the seeds still to come."""
+    from relpos.report.fit_curves import longer_pending
+
+    res = _res(2000)
+    part = _longer((0,))
+    part["runs"] = [r for r in part["runs"] if r["seed"] == 0]  # seed 0 ran and fitted; seeds 1 and 2 not yet
+    one = next(x for x in fit_curves_markdown(res, None, {"copy": part}) if x.startswith("- **copy, rope"))
+    assert ("it fits 1 of 1 seeds there (seed 0 at step 5,000); 2 of its 3 seeds have not run there yet, so whether "
+            "it fits on twice the budget is open.") in one
+    assert "does not fit this task at this size on twice" not in one and "Every unfitted seed" not in one
+    # two seeds ran and neither fitted: the third cannot make two, so the verdict is final
+    two = _longer(())
+    two["runs"] = [r for r in two["runs"] if r["seed"] < 2]
+    final = next(x for x in fit_curves_markdown(res, None, {"copy": two}) if x.startswith("- **copy, rope"))
+    assert ("it fits 0 of 2 seeds there (1 of 3 not run yet): it does not fit this task at this size on twice the "
+            "budget either.") in final
+    assert longer_pending(res, {"copy": part}) == {"copy": [("rope", 1, 3)]}
+    assert longer_pending(res, {"copy": _longer(())}) == {}
+    missing = page_markdown(PageInputs(full=res, longer={"copy": part})).split("## What is missing")[1]
+    assert "`full`: copy on twice the budget: rope 1 of 3 seeds have run; the rest are not in yet." in missing
+    done = page_markdown(PageInputs(full=res, longer={"copy": _longer(())})).split("## What is missing")[1]
+    assert "on twice the budget:" not in done

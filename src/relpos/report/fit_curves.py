@@ -29,7 +29,7 @@ from pathlib import Path
 from relpos.report.stats import MIN_SEEDS
 
 __all__ = ["FIT_CURVES_PLOT", "NOT_RECORDED", "DOES_NOT_FIT", "FITS_LATER", "never_fit", "gate_step", "seed_curves",
-           "fit_curves_figure", "fit_curves_markdown"]
+           "longer_pending", "fit_curves_figure", "fit_curves_markdown"]
 
 #: The figure's file name in a results folder (``full-fit_curves.png`` beside the page).
 FIT_CURVES_PLOT = "fit_curves.png"
@@ -118,6 +118,26 @@ def awaiting_longer(results: dict, longer: dict | None) -> dict[str, list[str]]:
             ends = {s: e for s, (_, e) in _bests(t, seed_curves(results, t, lab)).items()}
             if _stop_early(ends, med) and not _longer_rows(longer, t, lab):
                 out.setdefault(t, []).append(lab)
+    return out
+
+
+def longer_pending(results: dict, longer: dict | None) -> dict[str, list[tuple[str, int, int]]]:
+    """``task -> [(label, run, of)]``: the rows that do not fit (:func:`never_fit`) whose runs on twice the budget
+    have begun but cover ``run`` of their ``of`` ranked seeds: their outcome there is not final yet.
+
+    >>> run = lambda lab, seed, fitted: {"task": "copy", "label": lab, "seed": seed, "train": {"fit": {
+    ...     "fitted": fitted, "first_pass_step": 3000 if fitted else None, "val_curve": [[4000, 0.5]]}}}
+    >>> res = {"runs": [run("alibi", 0, True), run("alibi", 1, True), run("nope", 0, False), run("nope", 1, False)]}
+    >>> longer_pending(res, {"copy": {"runs": [run("nope", 0, True)]}})
+    {'copy': [('nope', 1, 2)]}
+    """
+    out: dict[str, list[tuple[str, int, int]]] = {}
+    for t, labs in never_fit(results).items():
+        for lab in labs:
+            want = {r["seed"] for r in results["runs"] if _trained(r) and r["task"] == t and r["label"] == lab}
+            have = {r["seed"] for r in _longer_rows(longer, t, lab)} & want
+            if have and have != want:
+                out.setdefault(t, []).append((lab, len(have), len(want)))
     return out
 
 
@@ -216,13 +236,16 @@ def _size(results: dict, task: str, label: str) -> str:
     return f" ({', '.join(bits)})" if bits else ""
 
 
-def _longer_sentence(longer: dict | None, task: str, label: str, med: float | None) -> str:
+def _longer_sentence(longer: dict | None, task: str, label: str, med: float | None, seeds: int = 0) -> str:
     """What the longer runs of one scheme show: how many seeds fitted on twice the budget, when they first
-    passed the gate, each seed's best score and how far its curve runs (``""`` without longer runs)."""
+    passed the gate, each seed's best score and how far its curve runs (``""`` without longer runs); ``seeds``:
+    how many seeds the ranked runs trained (while fewer have run on twice the budget, a verdict the missing
+    seeds could still change is left open)."""
     rows = sorted(_longer_rows(longer, task, label), key=lambda r: r["seed"])
     if not rows:
         return ""
     k = sum(bool(_fit(r).get("fitted")) for r in rows)
+    pending = max(0, seeds - len(rows))
     budget = max((_fit(r).get("budget") or 0) for r in rows)
     lrs = sorted({_fit(r).get("lr") for r in rows} - {None})
     passed = [f"seed {r['seed']} at step {_fit(r)['first_pass_step']:,}" for r in rows
@@ -231,13 +254,19 @@ def _longer_sentence(longer: dict | None, task: str, label: str, med: float | No
     short = [str(r["seed"]) for r in rows if not _fit(r).get("fitted")
              and (r["seed"] not in bests or (med is not None and bests[r["seed"]][1] < 2 * med))]
     reach = ""
-    if med is not None and k < MIN_SEEDS:
+    if med is not None and k < MIN_SEEDS and k < len(rows):  # only where an unfitted seed's curve is shown
         reach = (f" Every unfitted seed's curve there runs to at least twice the fitted schemes' gate step "
                  f"({2 * med:,.0f})." if not short else
                  f" Seed(s) {', '.join(short)} stop short of twice the fitted schemes' gate step ({2 * med:,.0f}).")
+    if k >= MIN_SEEDS:
+        outcome = ": the ranked budget was too short for it, not the task too hard at this size"
+    elif k + pending >= MIN_SEEDS:
+        outcome = (f"; {pending} of its {seeds} seeds have not run there yet, so whether it fits on twice the "
+                   "budget is open")
+    else:
+        outcome = ": it does not fit this task at this size on twice the budget either"
     verdict = (f"it fits {k} of {len(rows)} seeds there" + (f" ({'; '.join(passed)})" if passed else "")
-               + (": the ranked budget was too short for it, not the task too hard at this size"
-                  if k >= MIN_SEEDS else ": it does not fit this task at this size on twice the budget either"))
+               + (f" ({pending} of {seeds} not run yet)" if pending and k + pending < MIN_SEEDS else "") + outcome)
     return (f" **On twice the budget** ({budget:,} steps, the same recipe"
             + (f" at learning rate {', '.join(f'{x:g}' for x in lrs)}" if lrs else "")
             + f"; not ranked): {verdict}." + (f" Best {_score_name(task)}: {_bests_text(bests)}." if bests else "")
@@ -277,7 +306,7 @@ def fit_curves_markdown(results: dict, figure: str | None = None, longer: dict |
                     f"{'s' if n != 1 else ''})." if med is not None else
                     " No scheme passed the gate on this task, so there is no step to compare with.")
             curves = seed_curves(results, t, lab)
-            more = _longer_sentence(longer, t, lab, med)
+            more = _longer_sentence(longer, t, lab, med, len({r["seed"] for r in rows}))
             if not any(curves.values()):
                 out.append(head + gate + f" Validation {NOT_RECORDED}." + more)
                 continue

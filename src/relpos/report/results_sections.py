@@ -8,7 +8,7 @@ import math
 
 from relpos.compare.presets import preset_tasks
 from relpos.report import results_claims as claims
-from relpos.report.fit_curves import awaiting_longer
+from relpos.report.fit_curves import awaiting_longer, longer_pending
 from relpos.report.model import ResultsModel
 from relpos.report.results_inputs import PageInputs
 from relpos.report.stats import CONFIDENCE, MIN_SEEDS
@@ -148,6 +148,9 @@ def _missing(inp: PageInputs, models: dict[str, ResultsModel | None]) -> list[st
                 out.append(f"- `full`: {t}: the curves of {', '.join(labs)} stop before twice the fitted runs' gate "
                            "step, and their runs on twice the budget (`benchmarks/protocol3_longer.py`) are not in "
                            "these results: whether they fit later is open.")
+            for t, rows in longer_pending(res, inp.longer or None).items():
+                out.append(f"- `full`: {t} on twice the budget: " + ", ".join(
+                    f"{lab} {run} of {of} seeds" for lab, run, of in rows) + " have run; the rest are not in yet.")
         unfit = list(models[name].fitted).count(False)
         if unfit:
             out.append(f"- `{name}`: {unfit} of {len(res['runs'])} rows not fitted (left out of every ranking).")
