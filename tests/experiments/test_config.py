@@ -289,7 +289,8 @@ def test_sub_configurations_are_views_of_the_flat_fields():
         assert getattr(plain, name) == cls(), name
         covered |= {f.name for f in dataclasses.fields(cls)}
     rest = {f.name for f in dataclasses.fields(ExperimentConfig)} - covered
-    assert rest == {"preset", "schemes", "tasks", "seeds", "randomized", "fit", "workers", "threads", "models_dir"}
+    assert rest == {"preset", "schemes", "tasks", "seeds", "randomized", "fit", "workers", "threads", "models_dir",
+                    "resume_dir"}
     # the evaluation part of the protocol is exactly the evaluation settings
     train, ev = split_protocol(preset("ci", passkey={"n": 2}).validate().protocol())
     assert set(ev) == set(EVALUATION_KEYS) == {"rope_variants", "passkey"} and not set(train) & set(ev)

@@ -84,6 +84,22 @@ def test_compare_refuses_a_link_in_its_models_folder(finished, tmp_path, where):
     assert _digest(out) == before and _digest(outside) == before_out
 
 
+@pytest.mark.parametrize("where", ["inflight", "inflight/fp"])
+def test_compare_refuses_a_link_in_its_inflight_folder(finished, tmp_path, where):
+    """The jobs' checkpoints while they train (relpos.compare.inflight) are written under OUT/inflight: a link
+    planted there is refused before anything is written through it."""
+    out = _copy(finished, tmp_path / "run")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    assert not (out / "inflight").exists()  # a finished sweep leaves no checkpoint folder behind
+    (out / where).parent.mkdir(parents=True, exist_ok=True)
+    (out / where).symlink_to(outside, target_is_directory=True)
+    before = _digest(out)
+    with pytest.raises(OutputDirError, match=f"{where} is a symbolic link"):
+        run(cfg(schemes=["alibi", "rope", "nope"]), out)  # would train nope, checkpointing it there
+    assert _digest(out) == before and list(outside.iterdir()) == []
+
+
 def test_compare_cli_one_line_and_honest(finished, tmp_path, capsys):
     from relpos.compare.sweep import check_output_files
 

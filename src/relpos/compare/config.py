@@ -141,6 +141,9 @@ class ExperimentConfig(ConcernsMixin):
             (``<models_dir>/<task>/<scheme>[+rand]/seed<k>/``); None keeps none
             (execution only: ``relpos compare`` sets ``OUT/models`` unless
             ``--no-keep-models``).
+        resume_dir: where each job's training tries keep checkpoints while they run, so that an interrupted
+            sweep resumes inside a job (:mod:`relpos.compare.inflight`); None keeps none (execution only:
+            ``relpos compare`` sets ``OUT/inflight``).
     """
 
     preset: str = "default"
@@ -170,6 +173,7 @@ class ExperimentConfig(ConcernsMixin):
     workers: int = 2
     threads: int = 1
     models_dir: str | None = None
+    resume_dir: str | None = None
     passkey: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -435,6 +439,8 @@ class ExperimentConfig(ConcernsMixin):
         d = copy.deepcopy(dataclasses.asdict(self))
         if not d["fit"].get("keep_best"):  # as the fingerprint: config.json of folders from before it unchanged
             d["fit"].pop("keep_best", None)
+        if d["resume_dir"] is None:  # likewise (execution only)
+            d.pop("resume_dir")
         return d
 
     @classmethod

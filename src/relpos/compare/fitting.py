@@ -308,6 +308,30 @@ class FitMonitor:
         self.best_at: int | None = None  # with keep_best: the index in history of the kept check
         self._best_state: dict | None = None  # and the model's parameters then (on the CPU)
 
+    #: The decision state a checkpoint keeps (:meth:`state_dict`): with it, a resumed training run decides as
+    #: the uninterrupted one would have.
+    _STATE = ("history", "stopped_early", "flat", "_streak", "cooldown_from", "end", "first_pass", "best_at")
+
+    def state_dict(self) -> tuple[dict, dict]:
+        """``(JSON dict, {name: tensor})``: the checks so far, the decisions taken, and the kept best parameters
+        (:meth:`relpos.training.loop.Trainer.save` writes both into a training checkpoint)."""
+        meta = {k: getattr(self, k) for k in self._STATE}
+        meta["best_keys"] = None if self._best_state is None else list(self._best_state)
+        return meta, dict(self._best_state or {})
+
+    def load_state_dict(self, meta: dict, tensors: dict) -> None:
+        """The inverse of :meth:`state_dict` (a resumed run's monitor; raises ``ValueError`` on a damaged state)."""
+        missing = [k for k in (*self._STATE, "best_keys") if k not in meta]
+        if missing or not isinstance(meta["history"], list):
+            raise ValueError(f"the fit monitor's saved state is damaged: missing {missing or ['history (a list)']}")
+        keys = meta["best_keys"]
+        if keys is not None and set(keys) != set(tensors):
+            raise ValueError("the fit monitor's saved best parameters do not match their names "
+                             f"({len(tensors)} tensors, {len(keys)} names)")
+        for k in self._STATE:
+            setattr(self, k, meta[k])
+        self._best_state = None if keys is None else {k: tensors[k] for k in keys}
+
     def score(self, model) -> dict[str, float]:
         model = _as_trained(model, self.x.shape[1])
         if self.kind == "lm":

@@ -146,6 +146,7 @@ def train_config_for(job: Job, cfg, task, **overrides):
         # "plateau": a constant rate until the validation loss flattens, then the monitor's cooldown
         schedule="constant" if task.kind == "lm" and cfg.fit.lm_schedule == "plateau" else s.get("schedule", "cosine"),
         decay=s.get("decay", "matrices"),
+        **{k: overrides[k] for k in ("ckpt_dir", "ckpt_every", "resume") if k in overrides},  # resumable tries
     )
 
 
@@ -384,11 +385,13 @@ def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
     from relpos.training.loop import train
     from relpos.training.replay import ReplaySource
 
+    from relpos.compare.inflight import try_overrides
+
     settings = cfg.train_settings(j.task)
     tries, kept = [], []
     sources: dict[int, ReplaySource] = {}  # by batch size: the tries replay the batches the first one drew
-    for lr in cfg.lr_tries(j.task):
-        tcfg = train_config_for(j, cfg, task, lr=lr)
+    for i, lr in enumerate(cfg.lr_tries(j.task)):
+        tcfg = train_config_for(j, cfg, task, lr=lr, **try_overrides(cfg, j, i))  # checkpointed: resumable
         steps = tcfg.steps
         if tcfg.batch_size not in sources:
             sources[tcfg.batch_size] = ReplaySource(task.train_source(tcfg.batch_size, j.seed))
@@ -402,7 +405,8 @@ def _train_fitted(j: Job, cfg, task, mcfg, progress: Callable | None):
         res = train(mcfg, tcfg, sources[tcfg.batch_size], callback=mon)
         mon.restore_best(res.model)  # fit.keep_best: the model of the best validation check, as the gate reads
         score = mon.best_score()
-        tries.append({"lr": lr, "steps": int(res.steps), "seconds": float(res.seconds),
+        tries.append({"lr": lr, "steps": int(res.steps), "seconds": float(res.seconds + res.seconds_before),
+                      "cpu_seconds_before": float(res.cpu_seconds_before),
                       "score": score if math.isfinite(score) else None, "token": mon.token_score(),
                       "fitted": mon.fitted_by_validation(), "stopped_early": mon.stopped_early,
                       "first_pass_step": mon.first_pass})
@@ -458,6 +462,7 @@ def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: 
     task = cfg.make_task(j.task)
     mcfg = model_config_for(j, cfg, task)
     res, mon, lr, tries = _train_fitted(j, cfg, task, mcfg, progress)
+    cpu_before = sum(t.pop("cpu_seconds_before") for t in tries)  # of a resumed job's earlier segments
     model = res.model
     losses = [float(x) for x in res.losses]
     t1 = time.perf_counter()
@@ -471,14 +476,18 @@ def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: 
         from relpos.compare.saved_models import model_digest
 
         digest = model_digest(model_path(cfg.models_dir, j))
+    if evaluate:  # the result is made: the job's training checkpoints are no longer needed
+        from relpos.compare.inflight import remove_job_folder
+
+        remove_job_folder(cfg, j)
     return {
         "job": j.key,
         **j.to_dict(),
         "train": {
             "steps": int(res.steps),
-            "seconds": float(res.seconds),
+            "seconds": float(res.seconds + res.seconds_before),
             "seconds_all_tries": float(sum(t["seconds"] for t in tries)),
-            "ms_per_step": 1000.0 * float(res.seconds) / max(int(res.steps), 1),
+            "ms_per_step": 1000.0 * float(res.seconds + res.seconds_before) / max(int(res.steps), 1),
             "tokens_per_s": float(res.tokens_per_s),
             "final_loss": float(sum(tail) / len(tail)) if tail else None,
             "loss_curve": _downsample(losses),
@@ -491,6 +500,6 @@ def run_job(job: dict, cfg_dict: dict, *, threads: int | None = None, progress: 
         "eval_seconds": eval_seconds,
         # CPU time of the whole job (training tries and evaluation): on a shared machine, the honest
         # measure of cost; a job on an idle core takes about this long
-        "cpu_seconds": time.process_time() - cpu0,
+        "cpu_seconds": time.process_time() - cpu0 + cpu_before,
         "runs": runs,
     }

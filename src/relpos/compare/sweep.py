@@ -7,6 +7,8 @@ Output folder layout::
     OUT/results.json     summary of every stored run (rewritten after each job)
     OUT/report.md        tables and links to the plots
     OUT/*.png            plots
+    OUT/models/          each job's trained model (unless --no-keep-models)
+    OUT/inflight/        the checkpoints of jobs still training (relpos.compare.inflight; removed when done)
 
 Resuming: jobs already in the database are skipped, so rerunning a command
 that was interrupted (Ctrl-C, SIGKILL, a crash) continues where it stopped.
@@ -38,6 +40,8 @@ from relpos.compare.store import ConfigMismatchError, Store, error_line, job_sec
 __all__ = ["plan", "compare", "rebuild_report", "summary_text", "CompareSummary", "prepare_output", "build_results",
            "folder_config", "OUTPUT_FILES"]
 
+#: The folder of the jobs' checkpoints while they train (:mod:`relpos.compare.inflight`).
+INFLIGHT = "inflight"
 #: Files a sweep writes (moved aside by ``force``, with an ``--hf-model`` evaluation's report: a folder taken over
 #: keeps none of the old results beside the new ones).
 OUTPUT_FILES = ("results.sqlite", "results.sqlite-wal", "results.sqlite-shm", "results.json", "config.json",
@@ -57,6 +61,7 @@ def check_output_files(out: str | Path) -> Path:
                             files=OUTPUT_FILES + ("results.sqlite-journal",))
     if Path(out).is_dir():
         refuse_links_below(Path(out) / "models", root=out)
+        refuse_links_below(Path(out) / INFLIGHT, root=out)
     return real
 
 
@@ -98,7 +103,7 @@ def _archive(out: Path, old_fp: str | None) -> Path:
     from relpos.outdir import move_aside
 
     return move_aside(out, old_fp, [*(out / n for n in OUTPUT_FILES if (out / n).exists()), *out.glob("*.png"),
-                                    *([out / "models"] if (out / "models").is_dir() else [])])
+                                    *(out / d for d in ("models", INFLIGHT) if (out / d).is_dir())])
 
 
 def _folder_meta(out: Path) -> tuple[str | None, dict | None]:
@@ -340,6 +345,7 @@ def compare(
     fp = cfg.fingerprint()
     store = prepare_output(cfg, out, force=force, log=log)
     cfg.models_dir = str(out.resolve() / "models") if keep_models else None
+    cfg.resume_dir = str(out.resolve() / INFLIGHT)  # the jobs' checkpoints while they train (removed when done)
     record = folder_config(cfg, out)  # what the folder holds: this invocation's plan and the earlier ones'
     if cfg.preset == "ci":
         from relpos.report.verdict import SMOKE_NOTE
@@ -378,10 +384,15 @@ def compare(
                 write_json_atomic(out / "results.json", build_results(store, record))
         except KeyboardInterrupt:
             summary.interrupted = True
-            log("interrupted: finished runs are saved; rerun the same command to resume")
+            log("interrupted: finished runs are saved, and the runs in flight from their last checkpoint; rerun "
+                "the same command to resume")
         finally:
             bar.close()
             lease.__exit__(None, None, None)
+            if not store.leases(fp):  # no other compare is training in this folder: drop the emptied folders
+                from relpos.compare.inflight import prune_empty
+
+                prune_empty(out / INFLIGHT)
         results = build_results(store, record)
         write_json_atomic(out / "results.json", results)
         summary.results = results

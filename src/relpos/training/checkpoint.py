@@ -51,7 +51,7 @@ from torch import Tensor, nn
 from relpos.model import ModelConfig, TransformerEncoder, TransformerLM
 from relpos.outdir import OutputDirError, check_output_dir, check_writable
 
-__all__ = ["CheckpointError", "save", "load", "read", "load_state_dict_into", "check_state_dict", "is_checkpoint_dir",
+__all__ = ["CheckpointError", "save", "load", "read", "remove", "load_state_dict_into", "check_state_dict", "is_checkpoint_dir",
            "check_checkpoint_target", "FORMAT", "VERSION"]
 
 FORMAT = "relpos-checkpoint"
@@ -174,6 +174,19 @@ def _remove_own_files(folder: Path) -> None:
         os.rmdir(folder)
     except OSError:
         pass
+
+
+def remove(path_dir: str | os.PathLike) -> None:
+    """Remove a checkpoint that :func:`save` wrote: its own files (and those of an interrupted save's
+    ``.<name>.old-*`` or ``.<name>.tmp-*`` sibling), then each folder if that leaves it empty. Anything else stays; links are not
+    followed."""
+    p = Path(path_dir)
+    for pattern in (f".{p.name}.old-*", f".{p.name}.tmp-*"):
+        for stale in p.parent.glob(pattern):
+            if stale.is_dir() and not stale.is_symlink():
+                _remove_own_files(stale)
+    if p.is_dir() and not p.is_symlink():
+        _remove_own_files(p)
 
 
 # ------------------------------------------------------------------- writing

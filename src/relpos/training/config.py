@@ -133,6 +133,8 @@ class TrainResult:
             of input, all processes).
         steps: optimizer steps completed.
         seconds: wall time of this call's training loop.
+        seconds_before, cpu_seconds_before: wall and process CPU time of the training segments before this
+            call, as a resumed checkpoint recorded them (0 without a resume).
     """
 
     model: TransformerLM
@@ -140,6 +142,8 @@ class TrainResult:
     tokens_per_s: float
     steps: int
     seconds: float
+    seconds_before: float = 0.0
+    cpu_seconds_before: float = 0.0
 
 
 @dataclass

@@ -123,36 +123,57 @@ class Trainer:
         )
         self.step_count = 0
         self.cooldown: tuple[int, int] | None = None  # (first step, length) once a callback asked for one
+        self.stopped = False  # a callback stopped training (a resumed checkpoint then trains no further)
         self.losses: list[float] = []
         self.tokens = 0
+        self.seconds = self.cpu_seconds = 0.0  # training time of the segments before this one (a resume)
         self.net: nn.Module = self.model
         self._ddp_ready = False
 
     # -------------------------------------------------------------- checkpoints
 
-    def save(self, path: str | Path | None = None) -> Path | None:
-        """Checkpoint model, optimizer and progress (rank 0 writes; every rank waits)."""
+    def save(self, path: str | Path | None = None, *, callback=None, seconds: float = 0.0,
+             cpu_seconds: float = 0.0) -> Path | None:
+        """Checkpoint model, optimizer and progress (rank 0 writes; every rank waits).
+
+        ``callback``: a training callback with ``state_dict() -> (JSON dict, {name: tensor})`` (for example
+        :class:`relpos.compare.fitting.FitMonitor`) is saved with the model, so that a resume continues its
+        decisions too; ``seconds``, ``cpu_seconds``: this segment's training time so far (added to the
+        restored segments' time).
+        """
         path = Path(path or self.cfg.ckpt_dir)
         if self.ctx.is_main:
             from relpos.training import checkpoint
             opt_t, opt_meta = optimizer_tensors(self.opt)
             extra = {"train": {"step": self.step_count, "losses": self.losses, "train_config": self.cfg.to_dict(),
-                               "optimizer": opt_meta, "cooldown": self.cooldown}}
-            checkpoint.save(path, self.model, self.model_cfg, extra=extra, tensors={"optimizer": opt_t})
+                               "optimizer": opt_meta, "cooldown": self.cooldown, "stopped": self.stopped,
+                               "tokens": self.tokens, "seconds": self.seconds + seconds,
+                               "cpu_seconds": self.cpu_seconds + cpu_seconds}}
+            tensors = {"optimizer": opt_t}
+            if callable(getattr(callback, "state_dict", None)):
+                cb_meta, cb_tensors = callback.state_dict()
+                extra["callback"] = cb_meta
+                if cb_tensors:
+                    tensors["callback"] = cb_tensors
+            checkpoint.save(path, self.model, self.model_cfg, extra=extra, tensors=tensors)
         D.barrier(self.ctx)
         return path
 
-    def restore(self, path: str | Path) -> bool:
+    def restore(self, path: str | Path, *, callback=None) -> bool:
         """Load a training checkpoint written by :meth:`save`; False if there is none.
+
+        ``callback``: one with ``load_state_dict(meta, tensors)`` gets the state that :meth:`save` kept of it.
 
         Raises:
             relpos.training.checkpoint.CheckpointError: corrupt files, another model
-                config, or a checkpoint without training state.
+                config, a checkpoint without training state, or without the state of a callback
+                that keeps one.
         """
         from relpos.training import checkpoint
         p = Path(path)
-        if not p.exists() and not list(p.parent.glob(f".{p.name}.old-*")):
-            return False
+        empty = p.is_dir() and not p.is_symlink() and not any(p.iterdir())
+        if (empty or not p.exists()) and not list(p.parent.glob(f".{p.name}.old-*")):
+            return False  # nothing saved yet (an empty folder too): a fresh start
         meta, tensors = checkpoint.read(p)
         saved = meta.get("model_config")
         if saved != self.model_cfg.to_dict():
@@ -176,10 +197,19 @@ class Trainer:
                 f"{p}/optimizer.safetensors (with the \"optimizer\" entry of {p}/config.json) is damaged and "
                 f"cannot be restored: {type(e).__name__}: {e}"
             ) from None
+        if callable(getattr(callback, "load_state_dict", None)):
+            if not isinstance(extra.get("callback"), dict):
+                raise checkpoint.CheckpointError(f"checkpoint {p} holds no state of the training callback "
+                                                 f"({type(callback).__name__}) to resume it with")
+            callback.load_state_dict(extra["callback"], tensors.get("callback", {}))
         self.step_count = step
         self.losses = [float(x) for x in losses]
         cd = train_meta.get("cooldown")
         self.cooldown = (int(cd[0]), int(cd[1])) if isinstance(cd, (list, tuple)) and len(cd) == 2 else None
+        self.stopped = bool(train_meta.get("stopped", False))
+        self.tokens = int(train_meta.get("tokens") or 0)
+        self.seconds = float(train_meta.get("seconds") or 0.0)
+        self.cpu_seconds = float(train_meta.get("cpu_seconds") or 0.0)
         return True
 
     # -------------------------------------------------------------------- step
@@ -351,7 +381,7 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
         check_checkpoint_target(train_cfg.ckpt_dir, writable=ctx.is_main)
     tr = Trainer(model_cfg, train_cfg, data, ctx=ctx)
     if train_cfg.resume and train_cfg.ckpt_dir is not None:
-        tr.restore(train_cfg.ckpt_dir)
+        tr.restore(train_cfg.ckpt_dir, callback=callback)
     show = ctx.is_main and _want_progress(train_cfg.progress)
     bar = None
     if show:
@@ -359,11 +389,16 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
 
         bar = tqdm(total=train_cfg.steps, initial=min(tr.step_count, train_cfg.steps), unit="step",
                    dynamic_ncols=True, desc=f"train {model_cfg.scheme}", file=sys.stderr)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     tokens0 = tr.tokens
     saved_at = tr.step_count if train_cfg.resume else -1
+
+    def save():
+        tr.save(callback=callback, seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0)
+
     try:
         end = train_cfg.steps if tr.cooldown is None else min(train_cfg.steps, sum(tr.cooldown))
+        end = tr.step_count if tr.stopped else end  # a callback had stopped it: nothing more to train
         while tr.step_count < end:
             loss = tr.step()
             elapsed = time.perf_counter() - t0
@@ -372,9 +407,6 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
                 bar.update(1)
                 if tr.step_count % train_cfg.log_every == 0 or tr.step_count == train_cfg.steps:
                     bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tps:,.0f}")
-            if train_cfg.ckpt_every and train_cfg.ckpt_dir and tr.step_count % train_cfg.ckpt_every == 0:
-                tr.save()
-                saved_at = tr.step_count
             if callback is not None:
                 info = StepInfo(tr.step_count, loss, lr_at(tr.step_count - 1, train_cfg, tr.cooldown), tps, elapsed,
                                 tr.model)
@@ -384,18 +416,24 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
                         tr.cooldown = (tr.step_count, answer.steps)
                         end = min(end, tr.step_count + answer.steps)
                 elif answer:
+                    tr.stopped = True
                     break
+            # after the callback: the checkpoint holds its decision of this step (a cooldown, its state)
+            if train_cfg.ckpt_every and train_cfg.ckpt_dir and tr.step_count % train_cfg.ckpt_every == 0:
+                save()
+                saved_at = tr.step_count
     finally:
         if bar is not None:
             bar.close()
         tr.close()
     seconds = time.perf_counter() - t0
     if train_cfg.ckpt_dir and saved_at != tr.step_count:
-        tr.save()
+        save()
     tokens = tr.tokens - tokens0
     tr.model.eval()
     return TrainResult(model=tr.model, losses=list(tr.losses), tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
-                       steps=tr.step_count, seconds=seconds)
+                       steps=tr.step_count, seconds=seconds, seconds_before=tr.seconds,
+                       cpu_seconds_before=tr.cpu_seconds)
 
 
 @torch.no_grad()

@@ -1,0 +1,133 @@
+"""An interrupted sweep resumes inside a job (:mod:`relpos.compare.inflight`): every try of a job checkpoints its
+training with the fit monitor's state, and the next run goes on from there to the very result the uninterrupted
+job gives."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from relpos.compare import inflight
+from relpos.compare.fitting import FitConfig
+from relpos.compare.job import Job, run_job
+from relpos.data import stdlib_corpus
+from relpos.model import ModelConfig
+from relpos.training import checkpoint
+from relpos.training.loop import TrainConfig, train
+from tests.experiments.test_fitting import _tiny
+
+JOB = Job("copy", "alibi", 0)
+
+
+class Interrupt(BaseException):
+    """What Ctrl-C or a killed worker does to a job: it never returns."""
+
+
+def _cfg(**kw):
+    return _tiny("copy", task_train={"copy": {"steps": 24, "batch_size": 4, "warmup": 1}},
+                 fit=FitConfig(val_every=3, confirm=1, lr_grid=[3e-3, 1e-2], early_stop=False, keep_best=True), **kw)
+
+
+def _same(res: dict) -> dict:
+    """A job's result without its timings (the one thing an interruption changes)."""
+    out = json.loads(json.dumps(res))
+    t = out["train"]
+    for k in ("seconds", "seconds_all_tries", "ms_per_step", "tokens_per_s"):
+        t.pop(k)
+    for tr in t["fit"]["lr_tries"]:
+        tr.pop("seconds")
+    for k in ("eval_seconds", "cpu_seconds"):
+        out.pop(k)
+    return out
+
+
+def test_an_interrupted_job_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    ref = run_job(JOB.to_dict(), _cfg().to_dict())
+    monkeypatch.setattr(inflight, "RESUME_EVERY", 4)
+    root = tmp_path / "inflight"
+    cfg = _cfg(resume_dir=str(root))
+    calls = []
+
+    def stop_in_the_second_try(key, step, steps):
+        calls.append(step)
+        if len(calls) == 24 + 11:  # the second try's step 11: its last checkpoint is at step 8
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        run_job(JOB.to_dict(), cfg.to_dict(), progress=stop_in_the_second_try)
+    folder = inflight.job_folder(str(root), cfg.fingerprint(), JOB)
+    saved = [json.loads((folder / f"try{i}" / "config.json").read_text())["extra"] for i in (0, 1)]
+    assert [s["train"]["step"] for s in saved] == [24, 8]
+    assert saved[1]["callback"]["history"][-1]["step"] == 6  # the monitor's checks up to the checkpoint
+    calls.clear()
+    res = run_job(JOB.to_dict(), cfg.to_dict(), progress=lambda key, step, steps: calls.append(step))
+    assert calls == list(range(9, 25))  # the first try is restored whole, the second goes on from step 8
+    assert _same(res) == _same(ref)
+    assert res["cpu_seconds"] > 0 and res["train"]["fit"]["lr_tries"][1]["seconds"] > 0
+    assert not folder.exists()  # the finished job's checkpoints are gone, and its folder
+
+
+def test_without_a_resume_dir_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_job(JOB.to_dict(), _cfg().to_dict())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_only_relpos_files_are_removed_when_the_job_is_done(tmp_path, monkeypatch):
+    monkeypatch.setattr(inflight, "RESUME_EVERY", 4)
+    root = tmp_path / "inflight"
+    cfg = _cfg(resume_dir=str(root))
+    folder = inflight.job_folder(str(root), cfg.fingerprint(), JOB)
+    (folder / "try0").mkdir(parents=True)
+    (folder / "try0" / "notes.txt").write_text("mine")  # not a checkpoint's file: the try is refused, kept
+    from relpos.outdir import OutputDirError
+
+    with pytest.raises(OutputDirError, match="try0 is a folder that does not hold relpos output"):
+        run_job(JOB.to_dict(), cfg.to_dict())
+    assert (folder / "try0" / "notes.txt").read_text() == "mine"
+    (folder / "try0" / "notes.txt").unlink()  # an empty try folder: nothing saved yet, a fresh start
+    (folder / "keep.txt").write_text("mine")
+    run_job(JOB.to_dict(), cfg.to_dict())
+    assert (folder / "keep.txt").read_text() == "mine" and not (folder / "try0").exists()
+
+
+class _Counter:
+    """A callback with state: counts its calls, stops training at step ``stop``."""
+
+    def __init__(self, stop=None):
+        self.calls, self.stop = 0, stop
+
+    def __call__(self, info):
+        self.calls += 1
+        return info.step == self.stop
+
+    def state_dict(self):
+        return {"calls": self.calls}, {"twice": torch.full((2,), float(self.calls))}
+
+    def load_state_dict(self, meta, tensors):
+        assert torch.equal(tensors["twice"], torch.full((2,), float(meta["calls"])))
+        self.calls = meta["calls"]
+
+
+def _train(tmp_path, cb, **kw):
+    mc = ModelConfig(vocab_size=256, d_model=16, n_layers=1, n_heads=2, max_len=16, scheme="alibi")
+    tc = TrainConfig(steps=8, batch_size=2, seq_len=8, lr=1e-2, warmup=1, progress=False,
+                     ckpt_dir=str(tmp_path / "ck"), ckpt_every=2, **kw)
+    return train(mc, tc, stdlib_corpus("train", max_bytes=20_000), callback=cb)
+
+
+def test_a_callback_that_stopped_training_is_not_trained_past_on_resume(tmp_path):
+    first = _train(tmp_path, _Counter(stop=5))
+    assert first.steps == 5
+    again = _Counter(stop=None)
+    res = _train(tmp_path, again, resume=True)
+    assert res.steps == 5 and res.losses == first.losses and again.calls == 5  # its state restored, no new call
+    assert res.seconds_before > 0 and res.cpu_seconds_before > 0
+
+
+def test_a_checkpoint_without_the_callbacks_state_is_refused_by_name(tmp_path):
+    _train(tmp_path, None)
+    with pytest.raises(checkpoint.CheckpointError, match="no state of the training callback"):
+        _train(tmp_path, _Counter(), resume=True)
