@@ -131,3 +131,18 @@ def test_a_checkpoint_without_the_callbacks_state_is_refused_by_name(tmp_path):
     _train(tmp_path, None)
     with pytest.raises(checkpoint.CheckpointError, match="no state of the training callback"):
         _train(tmp_path, _Counter(), resume=True)
+
+
+def test_the_rerun_of_a_killed_sweep_says_which_runs_go_on(tmp_path):
+    """A sweep whose job left a checkpoint says so when it is run again (the jobs' own resume is tested above)."""
+    from relpos.compare.sweep import compare
+
+    cfg = _cfg()
+    out = tmp_path / "run"
+    compare(_cfg(seeds=[1]), out, plots=False, progress=False, log=lambda s: None)  # the folder's first run
+    folder = inflight.job_folder(str(out.resolve() / "inflight"), cfg.fingerprint(), JOB)
+    (folder / "try0").mkdir(parents=True)  # what a killed sweep leaves (here an empty try: a fresh start)
+    logged = []
+    compare(cfg, out, plots=False, progress=False, log=logged.append)
+    assert f"1 run(s) go on from their last checkpoint in {out / 'inflight'}: copy/alibi/seed0" in logged
+    assert not (out / "inflight").exists()

@@ -365,6 +365,11 @@ def compare(
         summary = CompareSummary(out, fp, total=len(jobs), skipped=len(jobs) - len(pending))
         if summary.skipped:
             log(f"{summary.skipped} of {len(jobs)} runs already in {out}/results.sqlite; skipping them")
+        from relpos.compare.inflight import job_folder
+
+        resumed = [j.key for j in pending if job_folder(cfg.resume_dir, fp, j).is_dir()]
+        if resumed:
+            log(f"{len(resumed)} run(s) go on from their last checkpoint in {out / INFLIGHT}: {', '.join(resumed)}")
         if runner is None:
             runner = LocalRunner(cfg.workers, cfg.threads) if cfg.workers > 1 else SerialRunner(cfg.threads)
         workers = getattr(runner, "workers", 1)
