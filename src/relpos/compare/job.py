@@ -28,17 +28,8 @@ from typing import Callable
 
 from relpos.compare.saved_models import model_path, save_model  # noqa: F401 (where a job's model is kept)
 
-__all__ = [
-    "Job",
-    "run_job",
-    "evaluate_job",
-    "evaluate_additions",
-    "model_config_for",
-    "train_config_for",
-    "rope_variant_model_for",
-    "sampled_positions_model_for",
-    "length_options",
-]
+__all__ = ["Job", "run_job", "evaluate_job", "evaluate_additions", "model_config_for", "train_config_for",
+           "rope_variant_model_for", "sampled_positions_model_for", "length_options"]
 
 #: Sampled position draws averaged by the randomized-positions evaluation.
 SAMPLED_DRAWS = 4

@@ -178,15 +178,11 @@ def _remove_own_files(folder: Path) -> None:
 
 def remove(path_dir: str | os.PathLike) -> None:
     """Remove a checkpoint that :func:`save` wrote: its own files (and those of an interrupted save's
-    ``.<name>.old-*`` or ``.<name>.tmp-*`` sibling), then each folder if that leaves it empty. Anything else stays; links are not
-    followed."""
+    ``.<name>.old-*`` / ``.tmp-*`` sibling), then each folder left empty. Anything else stays; links stay."""
     p = Path(path_dir)
-    for pattern in (f".{p.name}.old-*", f".{p.name}.tmp-*"):
-        for stale in p.parent.glob(pattern):
-            if stale.is_dir() and not stale.is_symlink():
-                _remove_own_files(stale)
-    if p.is_dir() and not p.is_symlink():
-        _remove_own_files(p)
+    for d in [*p.parent.glob(f".{p.name}.old-*"), *p.parent.glob(f".{p.name}.tmp-*"), p]:
+        if d.is_dir() and not d.is_symlink():
+            _remove_own_files(d)
 
 
 # ------------------------------------------------------------------- writing
