@@ -124,6 +124,7 @@ class Trainer:
         self.step_count = 0
         self.cooldown: tuple[int, int] | None = None  # (first step, length) once a callback asked for one
         self.stopped = False  # a callback stopped training (a resumed checkpoint then trains no further)
+        self.callback_pending = False  # restored from a checkpoint written before its step's callback ran
         self.losses: list[float] = []
         self.tokens = 0
         self.seconds = self.cpu_seconds = 0.0  # training time of the segments before this one (a resume)
@@ -133,13 +134,14 @@ class Trainer:
     # -------------------------------------------------------------- checkpoints
 
     def save(self, path: str | Path | None = None, *, callback=None, seconds: float = 0.0,
-             cpu_seconds: float = 0.0) -> Path | None:
+             cpu_seconds: float = 0.0, callback_done: bool = True) -> Path | None:
         """Checkpoint model, optimizer and progress (rank 0 writes; every rank waits).
 
         ``callback``: a training callback with ``state_dict() -> (JSON dict, {name: tensor})`` (for example
         :class:`relpos.compare.fitting.FitMonitor`) is saved with the model, so that a resume continues its
         decisions too; ``seconds``, ``cpu_seconds``: this segment's training time so far (added to the
-        restored segments' time).
+        restored segments' time); ``callback_done``: False when the step's callback has not run yet (a resume
+        then runs it for that step first).
         """
         path = Path(path or self.cfg.ckpt_dir)
         if self.ctx.is_main:
@@ -148,7 +150,7 @@ class Trainer:
             extra = {"train": {"step": self.step_count, "losses": self.losses, "train_config": self.cfg.to_dict(),
                                "optimizer": opt_meta, "cooldown": self.cooldown, "stopped": self.stopped,
                                "tokens": self.tokens, "seconds": self.seconds + seconds,
-                               "cpu_seconds": self.cpu_seconds + cpu_seconds}}
+                               "cpu_seconds": self.cpu_seconds + cpu_seconds, "callback_done": callback_done}}
             tensors = {"optimizer": opt_t}
             if callable(getattr(callback, "state_dict", None)):
                 cb_meta, cb_tensors = callback.state_dict()
@@ -207,6 +209,7 @@ class Trainer:
         cd = train_meta.get("cooldown")
         self.cooldown = (int(cd[0]), int(cd[1])) if isinstance(cd, (list, tuple)) and len(cd) == 2 else None
         self.stopped = bool(train_meta.get("stopped", False))
+        self.callback_pending = not train_meta.get("callback_done", True)
         self.tokens = int(train_meta.get("tokens") or 0)
         self.seconds = float(train_meta.get("seconds") or 0.0)
         self.cpu_seconds = float(train_meta.get("cpu_seconds") or 0.0)
@@ -393,10 +396,24 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
     tokens0 = tr.tokens
     saved_at = tr.step_count if train_cfg.resume else -1
 
-    def save():
-        tr.save(callback=callback, seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0)
+    def save(callback_done: bool):
+        tr.save(callback=callback, seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0,
+                callback_done=callback_done)
+
+    def ask(loss, tps, elapsed) -> bool:
+        """The callback's answer for the step just done (a cooldown starts; True: stop)."""
+        answer = callback(StepInfo(tr.step_count, loss, lr_at(tr.step_count - 1, train_cfg, tr.cooldown), tps,
+                                   elapsed, tr.model))
+        if isinstance(answer, Cooldown):
+            if tr.cooldown is None:  # the first request wins; training stops at its end
+                tr.cooldown = (tr.step_count, answer.steps)
+        elif answer:
+            tr.stopped = True
+        return tr.stopped
 
     try:
+        if callback is not None and tr.callback_pending and tr.step_count:
+            ask(tr.losses[-1], 0.0, 0.0)  # the checkpoint was written before its step's callback: ask it now
         end = train_cfg.steps if tr.cooldown is None else min(train_cfg.steps, sum(tr.cooldown))
         end = tr.step_count if tr.stopped else end  # a callback had stopped it: nothing more to train
         while tr.step_count < end:
@@ -407,28 +424,22 @@ def _train(model_cfg, train_cfg, data, callback, ctx) -> TrainResult:
                 bar.update(1)
                 if tr.step_count % train_cfg.log_every == 0 or tr.step_count == train_cfg.steps:
                     bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tps:,.0f}")
-            if callback is not None:
-                info = StepInfo(tr.step_count, loss, lr_at(tr.step_count - 1, train_cfg, tr.cooldown), tps, elapsed,
-                                tr.model)
-                answer = callback(info)
-                if isinstance(answer, Cooldown):
-                    if tr.cooldown is None:  # the first request wins; training stops at its end
-                        tr.cooldown = (tr.step_count, answer.steps)
-                        end = min(end, tr.step_count + answer.steps)
-                elif answer:
-                    tr.stopped = True
-                    break
-            # after the callback: the checkpoint holds its decision of this step (a cooldown, its state)
+            # before the callback (which may change the model): a resume asks the callback for this step again
             if train_cfg.ckpt_every and train_cfg.ckpt_dir and tr.step_count % train_cfg.ckpt_every == 0:
-                save()
+                save(callback_done=False)
                 saved_at = tr.step_count
+            if callback is not None:
+                if ask(loss, tps, elapsed):
+                    break
+                if tr.cooldown is not None:
+                    end = min(end, sum(tr.cooldown))
     finally:
         if bar is not None:
             bar.close()
         tr.close()
     seconds = time.perf_counter() - t0
     if train_cfg.ckpt_dir and saved_at != tr.step_count:
-        save()
+        save(callback_done=True)
     tokens = tr.tokens - tokens0
     tr.model.eval()
     return TrainResult(model=tr.model, losses=list(tr.losses), tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
