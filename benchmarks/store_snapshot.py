@@ -21,6 +21,11 @@ files are copied (never through or from a symbolic link), and each store is open
 checks (no trigger, no view, no foreign table, ``PRAGMA quick_check``) before anything is read from it.
 
     python benchmarks/store_snapshot.py --supersede LIVE_FOLDER SNAPSHOT_FOLDER  # after a new fingerprint
+
+The jobs in flight travel too: the training checkpoints under the live folder's ``inflight/`` (written every 500
+steps of a job, :mod:`relpos.compare.inflight`) are copied, verified, to ``SNAPSHOT_FOLDER/inflight/``, and those
+of jobs that finished meanwhile are removed there; ``--restore`` copies them back, so the next session's rerun
+goes on inside those jobs instead of training them from step 0. A checkpoint is never replaced by an earlier one.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ import sys
 from pathlib import Path
 
 _FILES = ("config.json",)
-_OURS = {"results.sqlite", "results.sqlite-wal", "results.sqlite-shm", "results.json", "config.json", "runs.log"}
+_OURS = {"results.sqlite", "results.sqlite-wal", "results.sqlite-shm", "results.json", "config.json", "runs.log",
+         "inflight"}
 
 
 def _fail(msg: str) -> SystemExit:
@@ -109,7 +115,8 @@ def _check_dest(dest: Path) -> None:
             raise _fail(f"{dest} holds files relpos compare did not write ({', '.join(foreign)}); choose an empty "
                         "folder")
     try:
-        check_output_dir(dest, owns=_owns, what="store snapshot", flag="destination", files=sorted(_OURS))
+        check_output_dir(dest, owns=_owns, what="store snapshot", flag="destination",
+                         files=sorted(_OURS - {"inflight"}))
     except OutputDirError as e:
         raise _fail(str(e)) from None
     if not dest.is_dir():
@@ -172,6 +179,23 @@ def snapshot(src: Path, dest: Path, supersede: bool = False) -> int:
     return _jobs(dest / "results.sqlite")
 
 
+def copy_inflight(src: Path, dest: Path, restore: bool = False) -> dict[str, int]:
+    """Copy ``src/inflight``'s training checkpoints to ``dest/inflight`` (:func:`relpos.compare.inflight.copy_checkpoints`);
+    live -> snapshot (not ``restore``) also removes the snapshot's checkpoints of jobs that finished."""
+    from relpos.compare.inflight import copy_checkpoints
+    from relpos.outdir import OutputDirError
+
+    for p in (src / "inflight", dest / "inflight"):
+        if p.is_symlink():
+            raise _fail(f"{p} is a symbolic link; relpos copies checkpoints only between folders of its own")
+    if not (src / "inflight").is_dir() and not (dest / "inflight").is_dir():
+        return {"copied": 0, "kept": 0, "dropped": 0}
+    try:
+        return copy_checkpoints(src / "inflight", dest / "inflight", drop_missing=not restore)
+    except (OutputDirError, ValueError) as e:
+        raise _fail(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--restore", action="store_true", help="copy a snapshot back into a (new) live folder")
@@ -182,6 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     n = snapshot(a.src, a.dest, supersede=a.supersede)
     print(f"{'restored' if a.restore else 'snapshot'}: {n} finished jobs in {a.dest / 'results.sqlite'}")
+    c = copy_inflight(a.src, a.dest, restore=a.restore)
+    if any(c.values()):
+        print(f"jobs in flight: {c['copied']} checkpoints copied, {c['kept']} kept (as recent), {c['dropped']} of "
+              f"finished jobs removed, in {a.dest / 'inflight'}")
     return 0
 
 

@@ -85,3 +85,36 @@ def test_snapshot_of_a_store_being_written(tmp_path):
         s.write_job("abc", _job("b"))
         assert (tmp_path / "live" / "results.sqlite-wal").stat().st_size > 0
         assert mod.snapshot(tmp_path / "live", tmp_path / "snap") == 2
+
+
+def _ckpt(path, step):
+    from relpos.model import ModelConfig, TransformerLM
+    from relpos.training import checkpoint
+
+    model = TransformerLM(ModelConfig(vocab_size=16, d_model=8, n_layers=1, n_heads=2, max_len=8, scheme="alibi"))
+    checkpoint.save(path, model, extra={"train": {"step": step}})
+
+
+def test_the_jobs_in_flight_travel_with_the_snapshot(tmp_path):
+    mod = _live(tmp_path / "live", ["a"])
+    tries = tmp_path / "live" / "inflight" / "abc" / "copy" / "alibi"
+    _ckpt(tries / "seed0" / "try0", 500)
+    _ckpt(tries / "seed1" / "try0", 1000)
+    mod.main([str(tmp_path / "live"), str(tmp_path / "snap")])
+    snap_tries = tmp_path / "snap" / "inflight" / "abc" / "copy" / "alibi"
+    assert (snap_tries / "seed0" / "try0" / "model.safetensors").is_file()
+    mod.main(["--restore", str(tmp_path / "snap"), str(tmp_path / "new")])
+    assert (tmp_path / "new" / "inflight" / "abc" / "copy" / "alibi" / "seed1" / "try0" / "config.json").is_file()
+    # seed 0 finished in the live folder: the next snapshot drops its checkpoint, keeps seed 1's
+    from relpos.training import checkpoint
+
+    checkpoint.remove(tries / "seed0" / "try0")
+    mod.main([str(tmp_path / "live"), str(tmp_path / "snap")])
+    assert not (snap_tries / "seed0").exists() and (snap_tries / "seed1" / "try0").is_dir()
+    # a link in place of the live folder's inflight/ is refused by name
+    (tmp_path / "live2").mkdir()
+    _live(tmp_path / "live2", ["a"])
+    (tmp_path / "live2" / "inflight").symlink_to(tmp_path / "live" / "inflight")
+    with pytest.raises(SystemExit, match="inflight is a symbolic link"):
+        mod.main([str(tmp_path / "live2"), str(tmp_path / "snap")])
+    assert (snap_tries / "seed1" / "try0").is_dir()

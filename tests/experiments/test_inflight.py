@@ -148,3 +148,62 @@ def test_the_rerun_of_a_killed_sweep_says_which_runs_go_on(tmp_path):
     compare(cfg, out, plots=False, progress=False, log=logged.append)
     assert f"1 run(s) go on from their last checkpoint in {out / 'inflight'}: copy/alibi/seed0" in logged
     assert not (out / "inflight").exists()
+
+
+def test_checkpoints_copied_away_and_back_resume_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    """What a machine that keeps nothing between sessions needs: the jobs in flight travel in a copy
+    (``benchmarks/store_snapshot.py``) and the job goes on from it elsewhere, to the same result."""
+    ref = run_job(JOB.to_dict(), _cfg().to_dict())
+    monkeypatch.setattr(inflight, "RESUME_EVERY", 4)
+    live, snap, fresh = tmp_path / "live", tmp_path / "snap", tmp_path / "fresh"
+    calls = []
+
+    def stop(key, step, steps):
+        calls.append(step)
+        if len(calls) == 24 + 11:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        run_job(JOB.to_dict(), _cfg(resume_dir=str(live)).to_dict(), progress=stop)
+    assert inflight.copy_checkpoints(live, snap) == {"copied": 2, "kept": 0, "dropped": 0}
+    assert inflight.copy_checkpoints(live, snap) == {"copied": 0, "kept": 2, "dropped": 0}  # nothing newer
+    assert inflight.copy_checkpoints(snap, fresh) == {"copied": 2, "kept": 0, "dropped": 0}
+    calls.clear()
+    res = run_job(JOB.to_dict(), _cfg(resume_dir=str(fresh)).to_dict(),
+                  progress=lambda key, step, steps: calls.append(step))
+    assert calls == [24, *range(8, 25)]  # the copied try 0 is whole, try 1 goes on from step 8
+    assert _same(res) == _same(ref)
+    # the job is done where it ran; the copy drops its checkpoints only when asked (live -> snapshot)
+    assert inflight.copy_checkpoints(fresh, snap) == {"copied": 0, "kept": 0, "dropped": 0}
+    assert snap.exists()
+    assert inflight.copy_checkpoints(fresh, snap, drop_missing=True) == {"copied": 0, "kept": 0, "dropped": 2}
+    assert not snap.exists()
+
+
+def test_a_checkpoint_copy_never_goes_back_nor_through_a_link(tmp_path, monkeypatch):
+    monkeypatch.setattr(inflight, "RESUME_EVERY", 4)
+    early, late, snap = tmp_path / "early", tmp_path / "late", tmp_path / "snap"
+    for root, at in ((early, 24 + 5), (late, 24 + 11)):
+        n = []
+
+        def stop(key, step, steps, n=n, at=at):
+            n.append(step)
+            if len(n) == at:
+                raise Interrupt
+
+        with pytest.raises(Interrupt):
+            run_job(JOB.to_dict(), _cfg(resume_dir=str(root)).to_dict(), progress=stop)
+    inflight.copy_checkpoints(late, snap)
+    assert inflight.copy_checkpoints(early, snap) == {"copied": 0, "kept": 2, "dropped": 0}
+    steps = sorted(json.loads(p.read_text())["extra"]["train"]["step"] for p in snap.rglob("config.json"))
+    assert steps == [8, 24]  # the later step stays
+    # a link planted in the destination is refused, and nothing is written through it
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "dest").mkdir()
+    (tmp_path / "dest" / _cfg().fingerprint()).symlink_to(elsewhere)
+    from relpos.outdir import OutputDirError
+
+    with pytest.raises(OutputDirError, match="symbolic link|not a folder of its own"):
+        inflight.copy_checkpoints(late, tmp_path / "dest")
+    assert list(elsewhere.iterdir()) == []
