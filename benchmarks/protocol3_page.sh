@@ -24,13 +24,13 @@ for f in docs/results/protocol3/scale-*-results.json; do
   mkdir -p "$W/scale/$c" && cp "$f" "$W/scale/$c/results.json"
 done
 mkdir -p "$W/default" && cp docs/results/protocol3/default-results.json "$W/default/results.json"
-"$PY" benchmarks/store_snapshot.py "$OUT/full" "$W/full"
+"$PY" benchmarks/store_snapshot.py --no-inflight "$OUT/full" "$W/full"
 OMP_NUM_THREADS=1 "$R" compare --report-only --tasks "${TASKS:-lm}" --out "$W/full" > "$W/report.log"
 LONGER_ARGS=()
 for t in $(echo "${LONGER_TASKS:-}" | tr ',' ' '); do
-  "$PY" benchmarks/store_snapshot.py "$OUT/longer/$t" "$W/longer/$t"
+  "$PY" benchmarks/store_snapshot.py --no-inflight "$OUT/longer/$t" "$W/longer/$t"
   OMP_NUM_THREADS=1 "$R" compare --report-only --out "$W/longer/$t" >> "$W/report.log"
-  "$PY" benchmarks/store_snapshot.py "$OUT/longer/$t" "docs/results/protocol3/longer-$t"
+  "$PY" benchmarks/store_snapshot.py --no-inflight "$OUT/longer/$t" "docs/results/protocol3/longer-$t"
   LONGER_ARGS=(--longer "$W/longer")
 done
 "$PY" -m relpos.report.results_page --full "$W/full" --scale "$W/scale" --default "$W/default" \

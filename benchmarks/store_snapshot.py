@@ -26,6 +26,7 @@ The jobs in flight travel too: the training checkpoints under the live folder's 
 steps of a job, :mod:`relpos.compare.inflight`) are copied, verified, to ``SNAPSHOT_FOLDER/inflight/``, and those
 of jobs that finished meanwhile are removed there; ``--restore`` copies them back, so the next session's rerun
 goes on inside those jobs instead of training them from step 0. A checkpoint is never replaced by an earlier one.
+``--no-inflight`` copies the store alone (a copy to read, such as the page's).
 """
 
 from __future__ import annotations
@@ -201,11 +202,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--restore", action="store_true", help="copy a snapshot back into a (new) live folder")
     ap.add_argument("--supersede", action="store_true",
                     help="replace a store of another fingerprint (after a deliberate change of the preset)")
+    ap.add_argument("--no-inflight", action="store_true",
+                    help="copy the store only, not the checkpoints of the jobs in flight (a copy to read, not resume)")
     ap.add_argument("src", type=Path)
     ap.add_argument("dest", type=Path)
     a = ap.parse_args(argv)
     n = snapshot(a.src, a.dest, supersede=a.supersede)
     print(f"{'restored' if a.restore else 'snapshot'}: {n} finished jobs in {a.dest / 'results.sqlite'}")
+    if a.no_inflight:
+        return 0
     c = copy_inflight(a.src, a.dest, restore=a.restore)
     if any(c.values()):
         print(f"jobs in flight: {c['copied']} checkpoints copied, {c['kept']} kept (as recent), {c['dropped']} of "

@@ -118,3 +118,10 @@ def test_the_jobs_in_flight_travel_with_the_snapshot(tmp_path):
     with pytest.raises(SystemExit, match="inflight is a symbolic link"):
         mod.main([str(tmp_path / "live2"), str(tmp_path / "snap")])
     assert (snap_tries / "seed1" / "try0").is_dir()
+
+
+def test_a_copy_to_read_leaves_the_jobs_in_flight_behind(tmp_path):
+    mod = _live(tmp_path / "live", ["a"])
+    _ckpt(tmp_path / "live" / "inflight" / "abc" / "copy" / "alibi" / "seed0" / "try0", 500)
+    mod.main(["--no-inflight", str(tmp_path / "live"), str(tmp_path / "page")])
+    assert (tmp_path / "page" / "results.sqlite").is_file() and not (tmp_path / "page" / "inflight").exists()
