@@ -207,3 +207,37 @@ def test_a_checkpoint_copy_never_goes_back_nor_through_a_link(tmp_path, monkeypa
     with pytest.raises(OutputDirError, match="symbolic link|not a folder of its own"):
         inflight.copy_checkpoints(late, tmp_path / "dest")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_checkpoint_that_does_not_verify_is_refused_and_one_that_finishes_meanwhile_is_dropped(tmp_path, monkeypatch):
+    monkeypatch.setattr(inflight, "RESUME_EVERY", 4)
+    live, snap = tmp_path / "live", tmp_path / "snap"
+    n = []
+
+    def stop(key, step, steps):
+        n.append(step)
+        if len(n) == 24 + 11:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        run_job(JOB.to_dict(), _cfg(resume_dir=str(live)).to_dict(), progress=stop)
+    inflight.copy_checkpoints(live, snap)
+    job = inflight.job_folder(str(live), _cfg().fingerprint(), JOB)
+    model = job / "try1" / "model.safetensors"
+    data = bytearray(model.read_bytes())
+    data[-1] ^= 1
+    model.write_bytes(bytes(data))  # a damaged file: never copied over the good copy
+    with pytest.raises(ValueError, match="try1: the checkpoint did not verify"):
+        inflight.copy_checkpoints(live, snap)
+    assert inflight._step(inflight.job_folder(str(snap), _cfg().fingerprint(), JOB) / "try1") == 8
+    # the job finishes while it is being copied: its checkpoints go from the copy, nothing is refused
+    real = inflight._step
+
+    def finishing(folder):
+        checkpoint.remove(job / "try0")
+        checkpoint.remove(job / "try1")
+        return None
+
+    monkeypatch.setattr(inflight, "_step", lambda f: finishing(f) if str(f).startswith(str(live)) else real(f))
+    assert inflight.copy_checkpoints(live, snap, drop_missing=True) == {"copied": 0, "kept": 0, "dropped": 2}
+    assert not snap.exists()

@@ -195,16 +195,17 @@ def copy_checkpoints(src_root: str | os.PathLike, dest_root: str | os.PathLike, 
         theirs = _step(have[rel]) if rel in have else None
         for _ in range(3):
             mine = _step(folder)
-            if mine is None:
-                folder = _tries(src).get(rel, folder)  # swapped by a save meanwhile: read the new one
-                continue
-            if theirs is not None and theirs >= mine:
+            if mine is not None and theirs is not None and theirs >= mine:
                 counts["kept"] += 1
                 break
-            if _copy_one(folder, dest, rel) is not None:
+            if mine is not None and _copy_one(folder, dest, rel) is not None:
                 counts["copied"] += 1
                 break
-            folder = _tries(src).get(rel, folder)
+            now = _tries(src)  # swapped by a save meanwhile (read the new one), or its job just finished
+            if rel not in now:
+                found.pop(rel)
+                break
+            folder = now[rel]
         else:
             raise ValueError(f"{src / rel}: the checkpoint did not verify in 3 tries; nothing was copied for it")
     if drop_missing:
