@@ -7,7 +7,7 @@ from relpos.report.fit_curves import DOES_NOT_FIT, FIT_CURVES_PLOT, NOT_RECORDED
     fit_curves_markdown, gate_step, never_fit
 from relpos.report.results_doc import results_dict
 from relpos.report.results_page import PageInputs, page_markdown
-from tests.experiments.test_results_page import algo_run, results
+from tests.experiments.results_support import algo_run, results
 
 
 def _curve(end: int, top: float, every: int = 100) -> list[list[float]]:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from relpos.report.model import ResultsModel
-from tests.experiments.test_results_page import algo_results, lm_results
+from tests.experiments.results_support import algo_results, lm_results
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "relpos"
 

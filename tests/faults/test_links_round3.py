@@ -201,7 +201,7 @@ def test_train_never_writes_through_a_link_in_its_checkpoint(tmp_path, capsys):
 def _page_argv(tmp_path, out):
     import json
 
-    from tests.experiments.test_results_page import lm_results
+    from tests.experiments.results_support import lm_results
 
     d = tmp_path / "default"
     d.mkdir(exist_ok=True)
