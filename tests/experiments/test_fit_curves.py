@@ -237,6 +237,12 @@ def test_longer_runs_that_have_not_all_run_leave_an_open_verdict_open():
     final = next(x for x in fit_curves_markdown(res, None, {"copy": two}) if x.startswith("- **copy, rope"))
     assert ("it fits 0 of 2 seeds there (1 of 3 not run yet): it does not fit this task at this size on twice the "
             "budget either.") in final
+    # two seeds ran and both fitted: the verdict is final, and the line still says a seed is to come
+    fits = _longer((0, 1))
+    fits["runs"] = [r for r in fits["runs"] if r["seed"] < 2]
+    early = next(x for x in fit_curves_markdown(res, None, {"copy": fits}) if x.startswith("- **copy, rope"))
+    assert ("it fits 2 of 2 seeds there (seed 0 at step 5,000; seed 1 at step 5,100; 1 of 3 not run yet): the ranked "
+            "budget was too short for it") in early
     assert longer_pending(res, {"copy": part}) == {"copy": [("rope", 1, 3)]}
     assert longer_pending(res, {"copy": _longer(())}) == {}
     missing = page_markdown(PageInputs(full=res, longer={"copy": part})).split("## What is missing")[1]

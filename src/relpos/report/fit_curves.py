@@ -265,8 +265,9 @@ def _longer_sentence(longer: dict | None, task: str, label: str, med: float | No
                    "budget is open")
     else:
         outcome = ": it does not fit this task at this size on twice the budget either"
-    verdict = (f"it fits {k} of {len(rows)} seeds there" + (f" ({'; '.join(passed)})" if passed else "")
-               + (f" ({pending} of {seeds} not run yet)" if pending and k + pending < MIN_SEEDS else "") + outcome)
+    open_ = k < MIN_SEEDS <= k + pending  # the outcome itself says the seeds to come
+    notes = passed + ([f"{pending} of {seeds} not run yet"] if pending and not open_ else [])
+    verdict = f"it fits {k} of {len(rows)} seeds there" + (f" ({'; '.join(notes)})" if notes else "") + outcome
     return (f" **On twice the budget** ({budget:,} steps, the same recipe"
             + (f" at learning rate {', '.join(f'{x:g}' for x in lrs)}" if lrs else "")
             + f"; not ranked): {verdict}." + (f" Best {_score_name(task)}: {_bests_text(bests)}." if bests else "")
