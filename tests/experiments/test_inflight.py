@@ -150,25 +150,30 @@ def test_the_rerun_of_a_killed_sweep_says_which_runs_go_on(tmp_path):
     assert not (out / "inflight").exists()
 
 
+def _interrupt(root, at: int) -> None:
+    """Run JOB with checkpoints under ``root`` and kill it at its ``at``-th step callback."""
+    n = []
+
+    def stop(key, step, steps):
+        n.append(step)
+        if len(n) == at:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        run_job(JOB.to_dict(), _cfg(resume_dir=str(root)).to_dict(), progress=stop)
+
+
 def test_checkpoints_copied_away_and_back_resume_to_the_uninterrupted_result(tmp_path, monkeypatch):
     """What a machine that keeps nothing between sessions needs: the jobs in flight travel in a copy
     (``benchmarks/store_snapshot.py``) and the job goes on from it elsewhere, to the same result."""
     ref = run_job(JOB.to_dict(), _cfg().to_dict())
     monkeypatch.setattr(inflight, "RESUME_EVERY", 4)
     live, snap, fresh = tmp_path / "live", tmp_path / "snap", tmp_path / "fresh"
-    calls = []
-
-    def stop(key, step, steps):
-        calls.append(step)
-        if len(calls) == 24 + 11:
-            raise Interrupt
-
-    with pytest.raises(Interrupt):
-        run_job(JOB.to_dict(), _cfg(resume_dir=str(live)).to_dict(), progress=stop)
+    _interrupt(live, 24 + 11)
     assert inflight.copy_checkpoints(live, snap) == {"copied": 2, "kept": 0, "dropped": 0}
     assert inflight.copy_checkpoints(live, snap) == {"copied": 0, "kept": 2, "dropped": 0}  # nothing newer
     assert inflight.copy_checkpoints(snap, fresh) == {"copied": 2, "kept": 0, "dropped": 0}
-    calls.clear()
+    calls = []
     res = run_job(JOB.to_dict(), _cfg(resume_dir=str(fresh)).to_dict(),
                   progress=lambda key, step, steps: calls.append(step))
     assert calls == [24, *range(8, 25)]  # the copied try 0 is whole, try 1 goes on from step 8
@@ -184,15 +189,7 @@ def test_a_checkpoint_copy_never_goes_back_nor_through_a_link(tmp_path, monkeypa
     monkeypatch.setattr(inflight, "RESUME_EVERY", 4)
     early, late, snap = tmp_path / "early", tmp_path / "late", tmp_path / "snap"
     for root, at in ((early, 24 + 5), (late, 24 + 11)):
-        n = []
-
-        def stop(key, step, steps, n=n, at=at):
-            n.append(step)
-            if len(n) == at:
-                raise Interrupt
-
-        with pytest.raises(Interrupt):
-            run_job(JOB.to_dict(), _cfg(resume_dir=str(root)).to_dict(), progress=stop)
+        _interrupt(root, at)
     inflight.copy_checkpoints(late, snap)
     assert inflight.copy_checkpoints(early, snap) == {"copied": 0, "kept": 2, "dropped": 0}
     steps = sorted(json.loads(p.read_text())["extra"]["train"]["step"] for p in snap.rglob("config.json"))
@@ -212,15 +209,7 @@ def test_a_checkpoint_copy_never_goes_back_nor_through_a_link(tmp_path, monkeypa
 def test_a_checkpoint_that_does_not_verify_is_refused_and_one_that_finishes_meanwhile_is_dropped(tmp_path, monkeypatch):
     monkeypatch.setattr(inflight, "RESUME_EVERY", 4)
     live, snap = tmp_path / "live", tmp_path / "snap"
-    n = []
-
-    def stop(key, step, steps):
-        n.append(step)
-        if len(n) == 24 + 11:
-            raise Interrupt
-
-    with pytest.raises(Interrupt):
-        run_job(JOB.to_dict(), _cfg(resume_dir=str(live)).to_dict(), progress=stop)
+    _interrupt(live, 24 + 11)
     inflight.copy_checkpoints(live, snap)
     job = inflight.job_folder(str(live), _cfg().fingerprint(), JOB)
     model = job / "try1" / "model.safetensors"
