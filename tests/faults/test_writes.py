@@ -31,6 +31,8 @@ REVIEWED = {
     ("src/relpos/extend/hf.py", "hf.save_pretrained(str(tmp))"): "into its own model.partial folder, renamed after",
     ("src/relpos/extend/hf.py", "shutil.copyfile(tokenizer_file("): "into the same model.partial folder",
     ("src/relpos/compare/reuse.py", "shutil.copyfile(entry.path, tmp /"): "into its own .reuse-<pid> folder",
+    ("src/relpos/compare/inflight.py", "os.fdopen(fd, \"wb\")"): "create_exclusive files in its own fresh "
+                                                              ".tmp-<pid> folder, renamed into place",
     ("benchmarks/mqar_probe.py", "torch.save(model.state_dict(), buf)"): "into memory, then write_bytes_atomic",
     ("benchmarks/hf_long_window.py", "m.save_pretrained(str(folder))"): "into a TemporaryDirectory",
     ("benchmarks/smollm2_context.py", "open(log, \"a\")"): "its progress log, checked as a regular file first",
