@@ -249,3 +249,21 @@ def test_longer_runs_that_have_not_all_run_leave_an_open_verdict_open():
     assert "`full`: copy on twice the budget: rope 1 of 3 seeds have run; the rest are not in yet." in missing
     done = page_markdown(PageInputs(full=res, longer={"copy": _longer(())})).split("## What is missing")[1]
     assert "on twice the budget:" not in done
+
+
+def test_the_longer_runs_get_their_own_accuracy_tables_after_the_section_never_ranked():
+    """A scheme that fits only on twice the budget still shows how far past L it holds: the page carries the
+    longer runs' accuracy-by-length tables, labelled as such, after the schemes that do not fit."""
+    from relpos.report.fit_curves import longer_tables_markdown
+
+    longer = _longer((0, 2))
+    md = "\n".join(longer_tables_markdown({"copy": longer}))
+    assert "**copy on twice the budget (not ranked): exact-match accuracy by length" in md
+    row = next(x for x in md.splitlines() if x.startswith("| rope |"))
+    assert row.startswith("| rope | 2/3") and "0.90±0.00" in row  # the two fitted seeds' 0.9, not seed 1's 0.2
+    assert longer_tables_markdown(None) == [] and longer_tables_markdown({"copy": results([])}) == []
+    page = page_markdown(PageInputs(full=_res(2000), longer={"copy": longer}))
+    at = page.index("### The schemes that do not fit, on twice the budget")
+    assert page.index("### Schemes that do not fit") < at < page.index("## Scale check")
+    assert "on twice the budget (not ranked)" not in page[:at]
+    assert "on twice the budget (not ranked)" not in page_markdown(PageInputs(full=_res(2000)))

@@ -29,7 +29,7 @@ from pathlib import Path
 from relpos.report.stats import MIN_SEEDS
 
 __all__ = ["FIT_CURVES_PLOT", "NOT_RECORDED", "DOES_NOT_FIT", "FITS_LATER", "never_fit", "gate_step", "seed_curves",
-           "longer_pending", "fit_curves_figure", "fit_curves_markdown"]
+           "longer_pending", "fit_curves_figure", "fit_curves_markdown", "longer_tables_markdown"]
 
 #: The figure's file name in a results folder (``full-fit_curves.png`` beside the page).
 FIT_CURVES_PLOT = "fit_curves.png"
@@ -331,3 +331,27 @@ def fit_curves_markdown(results: dict, figure: str | None = None, longer: dict |
                           "before the best check was kept)." if late else "")
                        + (f" Seed(s) {', '.join(map(str, missing))}: {NOT_RECORDED}." if missing else "") + more)
     return out + [""]
+
+
+def longer_tables_markdown(longer: dict | None) -> list[str]:
+    """The runs on twice the budget (``longer``: task -> their ``results.json``), per task: the same accuracy-by-
+    length tables as the ranked runs', from those runs alone, so a scheme that fits only there still shows how far
+    past L it holds (``[]`` without such runs). Never ranked: their budget differs from the ranked runs'.
+
+    >>> longer_tables_markdown(None), longer_tables_markdown({"copy": {"runs": []}})
+    ([], [])
+    """
+    from relpos.report.tables import markdown_tables
+
+    tasks = [t for t, res in sorted((longer or {}).items()) if any(_trained(r) for r in (res or {}).get("runs", []))]
+    if not tasks:
+        return []
+    out = ["### The schemes that do not fit, on twice the budget: accuracy by length", "",
+           "The runs on twice the budget above, read like the tables by task (`fitted`: seeds that fitted there; "
+           "mean and standard deviation over those seeds, over every seed where none fitted). Not ranked and in no "
+           "verdict: their budget is not the ranked runs', and only the schemes that did not fit the ranked budget "
+           "ran it.", ""]
+    for t in tasks:
+        md = markdown_tables(longer[t], t).replace(f"**{t}: ", f"**{t} on twice the budget (not ranked): ")
+        out += md.splitlines() + [""]
+    return out

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from relpos.report import extension, real_context
 from relpos.report import results_claims as claims
-from relpos.report.fit_curves import fit_curves_markdown
+from relpos.report.fit_curves import fit_curves_markdown, longer_tables_markdown
 from relpos.report.model import ResultsModel, as_model
 from relpos.report.ranking import CHANCE, INTERVALS_NOTE, ranking_markdown, tries_markdown
 from relpos.report.tables import _tasks, markdown_tables
@@ -264,6 +264,7 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
             L += ["### Accuracy against length", "", f"![exact match against length]({links}{inp.accuracy_plot})", ""]
         L += fit_curves_markdown(full, f"{links}{inp.fit_curves_plot}" if inp.fit_curves_plot else None,
                                  inp.longer or None)
+        L += longer_tables_markdown(inp.longer or None)
     else:
         L += ["No `full` results yet.", ""]
     L += ["## Scale check", ""] + _scale(inp)
