@@ -149,3 +149,30 @@ def test_deletang_rule_flips_with_the_data(best, tasks, want):
     f = claims.deletang(results(runs))
     assert f.verdict == want, f.evidence
     assert f"best exact match at 2L alibi {best:.2f}" in f.evidence[0]
+
+
+def test_ruoss_says_what_the_runs_on_twice_the_budget_show_without_counting_them():
+    """A task the ranked runs cannot compare (the randomized model fitted no seed) but the runs on twice the
+    budget can: the evidence gives that interval, labelled, and the verdict and the count of tasks compared are
+    the ranked runs' alone."""
+    res = algo_results(tasks=("copy",), rand=0.7)
+    for r in res["runs"]:
+        if r["label"] == "rope+rand-sampled":
+            r["train"], r["validation"] = _fit(False), {"score": 0.5}
+    longer = algo_results(tasks=("copy",), rand=0.7)
+    longer["runs"] = [r for r in longer["runs"] if r["scheme"] == "rope"]
+    plain = claims.ruoss(res, ranking(res))
+    f = claims.ruoss(res, ranking(res), longer={"copy": longer})
+    assert f.verdict == plain.verdict == claims.NOT_TESTABLE
+    extra = [e for e in f.evidence if e not in plain.evidence]
+    assert len(extra) == 1 and extra[0].startswith("copy on twice the budget (not ranked, not counted: another "
+                                                   "budget): rope+rand-sampled minus rope +")
+    assert "(better) over the 3 seeds both fitted there." in extra[0]
+    assert f.evidence[-1] == plain.evidence[-1]  # "0 task(s) compared, fewer than 3"
+    # where they do not compare on twice the budget either, nothing is added
+    for r in longer["runs"]:
+        if r["label"] == "rope+rand-sampled":
+            r["train"] = _fit(False)
+    assert claims.ruoss(res, ranking(res), longer={"copy": longer}).evidence == plain.evidence
+    page = page_markdown(PageInputs(full=res, longer={"copy": algo_results(tasks=("copy",), rand=0.7)}))
+    assert "copy on twice the budget (not ranked, not counted" in page

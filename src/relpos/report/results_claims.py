@@ -313,7 +313,23 @@ def kazemnejad(results: dict | ResultsModel | None, rk: dict | None, seed: int =
     return Finding(c, HOLDS if mrr["t5"] >= top - 1e-12 else FAILS, ev, scale=scale)
 
 
-def ruoss(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0) -> Finding:
+def _on_twice_the_budget(longer: dict | None, t: str, s: str, seed: int) -> str | None:
+    """The same comparison in the runs on twice the budget (``longer``: task -> their results), where the ranked
+    runs could not make it: never counted (another budget), only said."""
+    res = (longer or {}).get(t)
+    if not res or not res.get("runs"):
+        return None
+    d, n = diff(res, t, f"{s}+rand-sampled", s, seed)
+    if d is None or at_chance(res, t, s, seed):
+        return None
+    word = "better" if d.above else ("worse" if d.below else "tie")
+    return (f"{t} on twice the budget (not ranked, not counted: another budget): {s}+rand-sampled minus {s} "
+            f"{fmt_iv(d, 2, sign=True)} ({word}) over the {n} seeds both fitted there.")
+
+
+def ruoss(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0, longer: dict | None = None) -> Finding:
+    """``longer``: task -> results of the runs on twice the budget; where a task does not compare in the ranked
+    runs but does there, its evidence says so, without counting it."""
     c = CLAIMS["ruoss"]
     model, results = _model(results)
     rand = list((results or {}).get("config", {}).get("randomized") or [])
@@ -329,6 +345,7 @@ def ruoss(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0) -
                 fr = {lab: "{}/{}".format(*rk["fitted"].get((t, lab), (0, 0))) for lab in (f"{s}+rand-sampled", s)}
                 ev.append(f"{t}: {s}+rand-sampled and {s} share {n} fitted seed{'s' if n != 1 else ''}: not "
                           f"compared ({s}+rand-sampled fitted {fr[s + '+rand-sampled']}, {s} {fr[s]}).")
+                ev += [x for x in [_on_twice_the_budget(longer, t, s, seed)] if x]
                 continue
             if at_chance(model, t, s, seed):
                 ev.append(f"{t}: plain {s} is at chance ({CHANCE[t]}), so an improvement there is no evidence "
@@ -389,9 +406,10 @@ def deletang(results: dict | ResultsModel | None) -> Finding:
     return Finding(c, HOLDS, ev, scale=scale)
 
 
-def findings(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0) -> list[Finding]:
+def findings(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0,
+             longer: dict | None = None) -> list[Finding]:
     results = _model(results)[0] or results  # one model for the four rules
-    return [press(results, seed), kazemnejad(results, rk, seed), ruoss(results, rk, seed), deletang(results)]
+    return [press(results, seed), kazemnejad(results, rk, seed), ruoss(results, rk, seed, longer), deletang(results)]
 
 
 def lm_press_cells(cells: dict[str, dict]) -> list[tuple[str, Finding]]:

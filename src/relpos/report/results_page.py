@@ -229,9 +229,9 @@ def _ranked(res: dict, rk: dict) -> list[str]:
     return md.replace("### RoPE scalings", "### RoPE scalings").splitlines() + [""]
 
 
-def _literature(full: ResultsModel | None, rk: dict | None) -> list[str]:
+def _literature(full: ResultsModel | None, rk: dict | None, longer: dict | None = None) -> list[str]:
     out = []
-    for f in claims.findings(full, rk):
+    for f in claims.findings(full, rk, longer=longer):
         c = f.claim
         out += [f"**{c.who}** ({c.url}). *Claim:* {c.claim} *Rule:* {c.rule} **{f.verdict.capitalize()}.**", ""]
         out += [f"- {e}" for e in f.evidence] + ([f"- {f.scale}"] if f.scale else []) + [""]
@@ -268,7 +268,7 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
     else:
         L += ["No `full` results yet.", ""]
     L += ["## Scale check", ""] + _scale(inp)
-    L += ["## Comparison with the published findings", ""] + _literature(models["full"], rk)
+    L += ["## Comparison with the published findings", ""] + _literature(models["full"], rk, inp.longer or None)
     L += ["## The default preset (`make compare`)", ""] + _verdict(models["default"], "default")
     L += extension.page_section(inp.extend, png=f"{links}{inp.extend_plot}" if inp.extend_plot else None)
     L += (real_context.markdown(inp.real_context).splitlines() + [""] if inp.real_context else [])
