@@ -167,7 +167,7 @@ def test_ruoss_says_what_the_runs_on_twice_the_budget_show_without_counting_them
     extra = [e for e in f.evidence if e not in plain.evidence]
     assert len(extra) == 1 and extra[0].startswith("copy on twice the budget (not ranked, not counted: another "
                                                    "budget): rope+rand-sampled minus rope +")
-    assert "(better) over the 3 seeds both fitted there." in extra[0]
+    assert "(better; 3 seeds both fitted there)." in extra[0]
     assert f.evidence[-1] == plain.evidence[-1]  # "0 task(s) compared, fewer than 3"
     # where they do not compare on twice the budget either, nothing is added
     for r in longer["runs"]:
@@ -176,3 +176,23 @@ def test_ruoss_says_what_the_runs_on_twice_the_budget_show_without_counting_them
     assert claims.ruoss(res, ranking(res), longer={"copy": longer}).evidence == plain.evidence
     page = page_markdown(PageInputs(full=res, longer={"copy": algo_results(tasks=("copy",), rand=0.7)}))
     assert "copy on twice the budget (not ranked, not counted" in page
+
+
+def test_kazemnejad_says_how_nope_compares_on_twice_the_budget_without_counting_it():
+    """NoPE fits a task only on twice the budget: the evidence gives NoPE minus each scheme that ran there,
+    labelled (only the schemes that did not fit the ranked budget ran it), and the verdict is the ranked runs'."""
+    res = _unfit(algo_results(tasks=("copy",)), "nope", task="copy")
+    longer = algo_results(tasks=("copy",))
+    longer["runs"] = [r for r in longer["runs"] if r["scheme"] in ("nope", "t5")]
+    plain = claims.kazemnejad(res, ranking(res))
+    f = claims.kazemnejad(res, ranking(res), longer={"copy": longer})
+    assert f.verdict == plain.verdict == claims.NOT_TESTABLE
+    extra = [e for e in f.evidence if e not in plain.evidence]
+    assert len(extra) == 1 and extra[0].startswith(
+        "copy on twice the budget (not ranked, not counted: another budget, and only the schemes that did not fit "
+        "the ranked budget ran there): nope minus t5 "), f.evidence
+    assert "seeds both fitted there)." in extra[0]
+    # a task where NoPE is ranked already gains nothing from the longer runs
+    ranked = algo_results(tasks=("copy",))
+    assert claims.kazemnejad(ranked, ranking(ranked), longer={"copy": longer}).evidence == \
+        claims.kazemnejad(ranked, ranking(ranked)).evidence

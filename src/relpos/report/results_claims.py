@@ -263,7 +263,10 @@ def _ranked_on(rk: dict, t: str, lab: str) -> bool:
     return lab in rk["per_task"][t]["rank"]
 
 
-def kazemnejad(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0) -> Finding:
+def kazemnejad(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0,
+               longer: dict | None = None) -> Finding:
+    """``longer``: task -> results of the runs on twice the budget; on a task where NoPE is not ranked but fits
+    there, its evidence says how NoPE compares with the schemes that ran there, without counting it."""
     c = CLAIMS["kazemnejad"]
     model, results = _model(results)
     tasks = [t for t in _algo_tasks(rk) if t in rk["compared"]] if rk else []
@@ -285,6 +288,11 @@ def kazemnejad(results: dict | ResultsModel | None, rk: dict | None, seed: int =
         iv = pt["vs_best"].get("nope")
         where = "best" if pt["best"] == "nope" else f"minus the best ({pt['best']}) {fmt_iv(iv, 2, sign=True)}"
         ev.append(f"{t}: NoPE rank {r} ({where}; per-token accuracy at 2L {pt['scores']['nope']:.2f}).")
+    for t in (_algo_tasks(rk) if rk else []):
+        if t not in own and t not in chance:
+            more = _on_twice_the_budget(longer, t, "nope", None, seed, note=", and only the schemes that did not fit "
+                                        "the ranked budget ran there")
+            ev += [more] if more else []
     if len(own) < MIN_TASKS:
         ev.append(f"NoPE is compared on {len(own)} algorithmic task(s) above chance ({', '.join(own) or 'none'}), "
                   f"fewer than {MIN_TASKS}" + (f"; its fitted seeds: {', '.join(fits)}" if fits else "")
@@ -313,18 +321,25 @@ def kazemnejad(results: dict | ResultsModel | None, rk: dict | None, seed: int =
     return Finding(c, HOLDS if mrr["t5"] >= top - 1e-12 else FAILS, ev, scale=scale)
 
 
-def _on_twice_the_budget(longer: dict | None, t: str, s: str, seed: int) -> str | None:
-    """The same comparison in the runs on twice the budget (``longer``: task -> their results), where the ranked
-    runs could not make it: never counted (another budget), only said."""
+def _on_twice_the_budget(longer: dict | None, t: str, a: str, bs: list[str] | None, seed: int,
+                         note: str = "") -> str | None:
+    """``a`` minus each of ``bs`` (None: every base scheme there but ``a``) on ``t`` in the runs on twice the budget
+    (``longer``: task -> their results), where the ranked runs could not compare them: never counted (another
+    budget), only said; None where nothing compares there either."""
     res = (longer or {}).get(t)
     if not res or not res.get("runs"):
         return None
-    d, n = diff(res, t, f"{s}+rand-sampled", s, seed)
-    if d is None or at_chance(res, t, s, seed):
-        return None
-    word = "better" if d.above else ("worse" if d.below else "tie")
-    return (f"{t} on twice the budget (not ranked, not counted: another budget): {s}+rand-sampled minus {s} "
-            f"{fmt_iv(d, 2, sign=True)} ({word}) over the {n} seeds both fitted there.")
+    if bs is None:
+        bs = sorted({r["label"] for r in res["runs"] if r.get("variant") is None and r["task"] == t} - {a})
+    parts = []
+    for b in bs:
+        d, n = diff(res, t, a, b, seed)
+        if d is None or at_chance(res, t, b, seed):
+            continue
+        word = "better" if d.above else ("worse" if d.below else "tie")
+        parts.append(f"{a} minus {b} {fmt_iv(d, 2, sign=True)} ({word}; {n} seeds both fitted there)")
+    return (f"{t} on twice the budget (not ranked, not counted: another budget{note}): " + "; ".join(parts) + "."
+            if parts else None)
 
 
 def ruoss(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0, longer: dict | None = None) -> Finding:
@@ -345,7 +360,7 @@ def ruoss(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0, l
                 fr = {lab: "{}/{}".format(*rk["fitted"].get((t, lab), (0, 0))) for lab in (f"{s}+rand-sampled", s)}
                 ev.append(f"{t}: {s}+rand-sampled and {s} share {n} fitted seed{'s' if n != 1 else ''}: not "
                           f"compared ({s}+rand-sampled fitted {fr[s + '+rand-sampled']}, {s} {fr[s]}).")
-                ev += [x for x in [_on_twice_the_budget(longer, t, s, seed)] if x]
+                ev += [x for x in [_on_twice_the_budget(longer, t, f"{s}+rand-sampled", [s], seed)] if x]
                 continue
             if at_chance(model, t, s, seed):
                 ev.append(f"{t}: plain {s} is at chance ({CHANCE[t]}), so an improvement there is no evidence "
@@ -409,7 +424,7 @@ def deletang(results: dict | ResultsModel | None) -> Finding:
 def findings(results: dict | ResultsModel | None, rk: dict | None, seed: int = 0,
              longer: dict | None = None) -> list[Finding]:
     results = _model(results)[0] or results  # one model for the four rules
-    return [press(results, seed), kazemnejad(results, rk, seed), ruoss(results, rk, seed, longer), deletang(results)]
+    return [press(results, seed), kazemnejad(results, rk, seed, longer), ruoss(results, rk, seed, longer), deletang(results)]
 
 
 def lm_press_cells(cells: dict[str, dict]) -> list[tuple[str, Finding]]:
