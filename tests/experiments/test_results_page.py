@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from relpos.report import claim_changes
 from relpos.report import results_claims as claims
 from relpos.report.ranking import ranking
 from relpos.report.results_page import MARKER, PageInputs, inputs_from_folders, inputs_from_json_dir, main, \
@@ -200,22 +201,22 @@ def test_what_changed_reads_the_old_verdict_table_and_names_the_flips():
     old = ("# old\n\n## Verdict\n\n- notes\n\n| scheme | fitted | LM 16x/1x | copy 2L | MRR |\n|---|---|---:|---:|---:|\n"
            "| alibi | lm 3/3 | 0.98±0.00 | 0.10 | 1.00 |\n| t5 | lm 3/3 | 1.01±0.01 | 0.00 | 0.50 |\n"
            "| rope | lm 3/3 | 2.50±0.09 | 0.00 | 0.20 |\n\n## Next\n")
-    prev = claims.previous_from_page(old)
+    prev = claim_changes.previous_from_page(old)
     assert prev["rows"]["t5"]["LM 16x/1x"] == "1.01±0.01"
     res = lm_results()  # t5 1.2: was held at 1.01, now degraded
-    lines = claims.changes(prev, res, ranking(res))
+    lines = claim_changes.changes(prev, res, ranking(res))
     assert "LM verdicts that changed (held when the ratio is <= 1.05): t5 (held -> degraded)." in lines[0]
     row = next(ln for ln in lines if ln.startswith("| t5 |"))
     assert row.startswith("| t5 | 1.01 | 1.21 [") and "held -> degraded" in row
     assert "- copy: on the old page, not in these results (no results yet)." in lines  # full runs copy: not yet
     old_hints = old.replace("copy 2L", "copy-hints 2L")
-    lines = claims.changes(claims.previous_from_page(old_hints), res, ranking(res))
+    lines = claim_changes.changes(claim_changes.previous_from_page(old_hints), res, ranking(res))
     assert "- copy-hints: on the old page, not in these results (not part of this preset)." in lines
     new_style = old.replace("copy 2L", "copy-hints exact 2L")  # a protocol-3 page as the previous one
-    lines = claims.changes(claims.previous_from_page(new_style), res, ranking(res))
+    lines = claim_changes.changes(claim_changes.previous_from_page(new_style), res, ranking(res))
     assert "- copy-hints: on the old page, not in these results (not part of this preset)." in lines
     with pytest.raises(ValueError, match="no '## Verdict'"):
-        claims.previous_from_page("# nothing\n")
+        claim_changes.previous_from_page("# nothing\n")
 
 
 def test_a_full_folder_filled_task_by_task_names_the_presets_missing_tasks():

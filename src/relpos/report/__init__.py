@@ -7,7 +7,8 @@ results page and its published-claim rules.
   :mod:`~relpos.report.verdict`;
 * :mod:`~relpos.report.tables` and :mod:`~relpos.report.results_doc` (``results.json``, ``report.md``, terminal
   tables), :mod:`~relpos.report.plots`, :mod:`~relpos.report.trained_export`;
-* the results page: :mod:`~relpos.report.results_page`, :mod:`~relpos.report.results_claims`,
+* the results page: :mod:`~relpos.report.results_page`, :mod:`~relpos.report.results_claims` (the published
+  claims' rules), :mod:`~relpos.report.claim_changes` (against the protocol-2 page),
   :mod:`~relpos.report.results_inputs`.
 
 May import: the library below it and the record of :mod:`relpos.compare` (its config, settings, presets, fitting

@@ -24,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from relpos.report import extension, real_context
+from relpos.report import claim_changes, extension, real_context
 from relpos.report import results_claims as claims
 from relpos.report.fit_curves import fit_curves_markdown, longer_tables_markdown
 from relpos.report.model import ResultsModel, as_model
@@ -273,7 +273,7 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
     L += extension.page_section(inp.extend, png=f"{links}{inp.extend_plot}" if inp.extend_plot else None)
     L += (real_context.markdown(inp.real_context).splitlines() + [""] if inp.real_context else [])
     L += ["## What changed against the protocol-2 page", ""]
-    ch = claims.changes(inp.previous, models["full"], rk)
+    ch = claim_changes.changes(inp.previous, models["full"], rk)
     L += (ch + [""] if ch else ["No protocol-2 verdict table was given (`--previous`).", ""])
     L += ["## Time", ""] + _time(inp) + ["## What is missing", ""] + _missing(inp, models)
     L += ["## Reproducing", "", "```bash", "make install",
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             elif text.split("\n", 1)[0] == MARKER:  # a generated page: its table is already shipped
                 prev = json.loads((Path(a.json_dir) / "protocol2-verdict.json").read_text())
             else:
-                prev = claims.previous_from_page(text)
+                prev = claim_changes.previous_from_page(text)
         inp, ship = inputs_from_folders(a.full, a.scale, a.default, prev, extend=a.extend,
                                         real_context=a.real_context, longer=a.longer)
         path = write_page(inp, ship, a.out, a.json_dir, force=a.force)
