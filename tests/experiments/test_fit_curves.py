@@ -267,3 +267,17 @@ def test_the_longer_runs_get_their_own_accuracy_tables_after_the_section_never_r
     assert page.index("### Schemes that do not fit") < at < page.index("## Scale check")
     assert "on twice the budget (not ranked)" not in page[:at]
     assert "on twice the budget (not ranked)" not in page_markdown(PageInputs(full=_res(2000)))
+
+
+def test_the_verdict_says_which_schemes_fit_on_twice_the_budget():
+    """The verdict, read first, says which of the schemes that do not fit the ranked budget fit on twice it and
+    which still do not; without runs on twice the budget it says nothing of them."""
+    def verdict(longer):
+        page = page_markdown(PageInputs(full=_res(2000), longer=longer))
+        return page.split("## Verdict")[1].split("\n## ")[0]
+
+    line = "- **On twice the budget** (the schemes that do not fit, trained again with the same recipe; not ranked): "
+    assert line + "fit there: copy: rope 2/3." in verdict({"copy": _longer((0, 2))})
+    assert line + "still not: copy: rope." in verdict({"copy": _longer((1,))})
+    assert "On twice the budget" not in verdict({})
+    assert "On twice the budget" not in verdict({"reverse": _longer((0, 1))})  # no row of copy ran there

@@ -29,7 +29,8 @@ from pathlib import Path
 from relpos.report.stats import MIN_SEEDS
 
 __all__ = ["FIT_CURVES_PLOT", "NOT_RECORDED", "DOES_NOT_FIT", "FITS_LATER", "never_fit", "gate_step", "seed_curves",
-           "longer_pending", "fit_curves_figure", "fit_curves_markdown", "longer_tables_markdown"]
+           "longer_pending", "fit_curves_figure", "fit_curves_markdown", "longer_tables_markdown",
+           "longer_verdict"]
 
 #: The figure's file name in a results folder (``full-fit_curves.png`` beside the page).
 FIT_CURVES_PLOT = "fit_curves.png"
@@ -355,3 +356,28 @@ def longer_tables_markdown(longer: dict | None) -> list[str]:
         md = markdown_tables(longer[t], t).replace(f"**{t}: ", f"**{t} on twice the budget (not ranked): ")
         out += md.splitlines() + [""]
     return out
+
+
+def longer_verdict(results: dict, longer: dict | None) -> list[str]:
+    """The verdict's line on the runs on twice the budget: per task, which of the schemes that do not fit the
+    ranked budget fit there (at least :data:`~relpos.report.stats.MIN_SEEDS` seeds) and which still do not (``[]``
+    without such runs). Said, never ranked.
+
+    >>> run = lambda lab, seed, fitted: {"task": "copy", "label": lab, "seed": seed, "train": {"fit": {
+    ...     "fitted": fitted}}}
+    >>> res = {"runs": [run("alibi", s, True) for s in range(3)] + [run("nope", s, False) for s in range(3)]}
+    >>> longer_verdict(res, {"copy": {"runs": [run("nope", s, s > 0) for s in range(3)]}})
+    ['- **On twice the budget** (the schemes that do not fit, trained again with the same recipe; not ranked): fit there: copy: nope 2/3.']
+    """
+    fit, still = [], []
+    for t, labs in never_fit(results).items():
+        got = {lab: [bool(_fit(r).get("fitted")) for r in _longer_rows(longer, t, lab)] for lab in labs}
+        yes = [f"{lab} {sum(v)}/{len(v)}" for lab, v in got.items() if sum(v) >= MIN_SEEDS]
+        no = [lab for lab, v in got.items() if v and sum(v) < MIN_SEEDS]
+        fit += [f"{t}: {', '.join(yes)}"] if yes else []
+        still += [f"{t}: {', '.join(no)}"] if no else []
+    if not fit and not still:
+        return []
+    return ["- **On twice the budget** (the schemes that do not fit, trained again with the same recipe; not ranked): "
+            + "; ".join(([f"fit there: {'; '.join(fit)}"] if fit else [])
+                        + ([f"still not: {'; '.join(still)}"] if still else [])) + "."]

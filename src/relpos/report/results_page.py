@@ -26,7 +26,7 @@ from pathlib import Path
 
 from relpos.report import claim_changes, extension, real_context
 from relpos.report import results_claims as claims
-from relpos.report.fit_curves import fit_curves_markdown, longer_tables_markdown
+from relpos.report.fit_curves import fit_curves_markdown, longer_tables_markdown, longer_verdict
 from relpos.report.model import ResultsModel, as_model
 from relpos.report.ranking import CHANCE, INTERVALS_NOTE, ranking_markdown, tries_markdown
 from relpos.report.tables import _tasks, markdown_tables
@@ -246,7 +246,10 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
     full = inp.full
     L = [MARKER, "", "# Results: train short, test long", ""] + _banner(inp, links)
     L += _read_first(inp.full or inp.default)
-    L += ["## Verdict", ""] + (_headline(full, rk) if full else []) + _verdict(models["full"], "full")
+    head = _headline(full, rk) if full else []
+    more = longer_verdict(full, inp.longer or None) if full else []
+    L += ["## Verdict", ""] + (head[:-1] + more + head[-1:] if head else more + [""] * bool(more))
+    L += _verdict(models["full"], "full")
     L += ["## Ranking of the base schemes", ""]
     L += (_ranked(full, rk) if full else ["No `full` results: nothing is ranked yet.", ""])
     L += ["## Fitted fractions", ""] + (_fitted(full, rk) if full else ["No `full` results yet.", ""])
