@@ -151,8 +151,9 @@ def _verdict(model: ResultsModel | None, name: str) -> list[str]:
     return out + ["| " + " | ".join(r) + " |" for r in rows] + [""]
 
 
-def _headline(res: dict, rk: dict) -> list[str]:
-    """Who comes first on each task and overall, by the ranking's paired-bootstrap rule."""
+def _headline(res: dict, rk: dict, more: list[str] | None = None) -> list[str]:
+    """Who comes first on each task and overall, by the ranking's paired-bootstrap rule; then ``more`` (the line on
+    the runs on twice the budget)."""
     out = []
     for t in rk["tasks"]:
         pt = rk["per_task"][t]
@@ -196,6 +197,7 @@ def _headline(res: dict, rk: dict) -> list[str]:
                    f"views have a bound within {BORDERLINE} of 0 (another bootstrap draw or a few more test examples "
                    f"could move it across 0), so each is decided a tie; marked `{BORDERLINE_MARK}` in the tables "
                    "below.")
+    out += more or []
     return out + [""] if out else []
 
 
@@ -246,9 +248,7 @@ def page_markdown(inp: PageInputs, links: str = "results/protocol3/") -> str:
     full = inp.full
     L = [MARKER, "", "# Results: train short, test long", ""] + _banner(inp, links)
     L += _read_first(inp.full or inp.default)
-    head = _headline(full, rk) if full else []
-    more = longer_verdict(full, inp.longer or None) if full else []
-    L += ["## Verdict", ""] + (head[:-1] + more + head[-1:] if head else more + [""] * bool(more))
+    L += ["## Verdict", ""] + (_headline(full, rk, longer_verdict(full, inp.longer or None)) if full else [])
     L += _verdict(models["full"], "full")
     L += ["## Ranking of the base schemes", ""]
     L += (_ranked(full, rk) if full else ["No `full` results: nothing is ranked yet.", ""])
