@@ -99,6 +99,11 @@ def _longer_rows(longer: dict | None, task: str, label: str) -> list[dict]:
     return [r for r in (res or {}).get("runs", []) if _trained(r) and r["task"] == task and r["label"] == label]
 
 
+def _longer_fits(longer: dict | None, task: str, label: str) -> list[bool]:
+    """Whether each seed of ``label`` on ``task`` fitted in the longer runs (``[]`` when it has none there)."""
+    return [bool(_fit(r).get("fitted")) for r in _longer_rows(longer, task, label)]
+
+
 def awaiting_longer(results: dict, longer: dict | None) -> dict[str, list[str]]:
     """``task -> [label]``: the rows that do not fit (:func:`never_fit`) whose ranked curves stop before twice the
     fitted runs' median gate step (so a later fit is not ruled out) and which have no runs on twice the budget in
@@ -301,7 +306,7 @@ def fit_curves_markdown(results: dict, figure: str | None = None, longer: dict |
         for lab in labs:
             rows = [r for r in results["runs"] if _trained(r) and r["task"] == t and r["label"] == lab]
             k = sum(bool(_fit(r).get("fitted")) for r in rows)
-            later = sum(bool(_fit(r).get("fitted")) for r in _longer_rows(longer, t, lab)) >= MIN_SEEDS
+            later = sum(_longer_fits(longer, t, lab)) >= MIN_SEEDS
             head = (f"- **{t}, {lab}** ({k} of {len(rows)} seeds fitted): {FITS_LATER if later else DOES_NOT_FIT}"
                     f"{_size(results, t, lab)}.")
             gate = (f" The fitted schemes first passed the gate at step {med:,.0f} (median of {n} run"
@@ -371,7 +376,7 @@ def longer_verdict(results: dict, longer: dict | None) -> list[str]:
     """
     fit, still = [], []
     for t, labs in never_fit(results).items():
-        got = {lab: [bool(_fit(r).get("fitted")) for r in _longer_rows(longer, t, lab)] for lab in labs}
+        got = {lab: _longer_fits(longer, t, lab) for lab in labs}
         yes = [f"{lab} {sum(v)}/{len(v)}" for lab, v in got.items() if sum(v) >= MIN_SEEDS]
         no = [lab for lab, v in got.items() if v and sum(v) < MIN_SEEDS]
         fit += [f"{t}: {', '.join(yes)}"] if yes else []

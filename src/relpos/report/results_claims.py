@@ -326,12 +326,13 @@ def _on_twice_the_budget(longer: dict | None, t: str, a: str, bs: list[str] | No
     res = (longer or {}).get(t)
     if not res or not res.get("runs"):
         return None
+    model = as_model(res)  # once: its fit gates, seeds and intervals are kept for every comparison below
     if bs is None:
         bs = sorted({r["label"] for r in res["runs"] if r.get("variant") is None and r["task"] == t} - {a})
     parts = []
     for b in bs:
-        d, n = diff(res, t, a, b, seed)
-        if d is None or at_chance(res, t, b, seed):
+        d, n = diff(model, t, a, b, seed)
+        if d is None or at_chance(model, t, b, seed):
             continue
         word = "better" if d.above else ("worse" if d.below else "tie")
         parts.append(f"{a} minus {b} {fmt_iv(d, 2, sign=True)} ({word}; {n} seeds both fitted there)")
